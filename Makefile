@@ -1,0 +1,62 @@
+# DRC build entry points. `make setup` is idempotent: it installs only what is missing.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SANDBOX_DIR ?= .sandbox
+APT_PACKAGES := mariadb-server zookeeper default-jre-headless libmariadb-java sysbench
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup system-packages test test-unit test-integration test-slow demo demo-down bench lint clean
+
+setup: system-packages $(STAMP)
+
+# dpkg-query is fast, so this check costs nothing when everything is already installed.
+system-packages:
+	@missing=""; \
+	for pkg in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -q && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+
+$(STAMP): pyproject.toml
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,spark]'
+	@touch $@
+
+test: setup
+	$(BIN)/pytest tests
+
+test-unit: setup
+	$(BIN)/pytest tests/unit
+
+test-integration: setup
+	$(BIN)/pytest tests/integration
+
+test-slow: setup
+	$(BIN)/pytest -m slow tests
+
+demo: setup
+	$(BIN)/drc sandbox up --dir $(SANDBOX_DIR)
+	$(BIN)/drc sandbox status --dir $(SANDBOX_DIR)
+	@echo "sandbox running; stop it with: $(BIN)/drc sandbox down --dir $(SANDBOX_DIR)"
+
+demo-down: setup
+	$(BIN)/drc sandbox down --dir $(SANDBOX_DIR)
+
+bench: setup
+	$(BIN)/python bench/run_all.py
+
+lint: setup
+	$(BIN)/ruff check drc tests bench
+	$(BIN)/ruff format --check drc tests bench
+	$(BIN)/mypy drc
+
+clean:
+	-[ -x $(BIN)/drc ] && $(BIN)/drc sandbox down --dir $(SANDBOX_DIR)
+	rm -rf $(VENV) $(SANDBOX_DIR) .pytest_cache .mypy_cache .ruff_cache .hypothesis

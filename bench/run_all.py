@@ -1,0 +1,26 @@
+"""Run every benchmark in bench/ in turn (each prints its own markdown table).
+
+Usage: python bench/run_all.py [--quick]. Copy the tables, with this command, into
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = ["bench_codec.py"]
+
+
+def main() -> int:
+    here = Path(__file__).parent
+    status = 0
+    for name in BENCHMARKS:
+        print(f"\n## {name}\n", flush=True)
+        status |= subprocess.run([sys.executable, str(here / name), *sys.argv[1:]]).returncode
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ``drc`` command line: thin commands over the packages below."""

@@ -1,0 +1,41 @@
+"""Entry point of the ``drc`` command. Each resource has its own module of commands."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from drc import __version__
+from drc.cli.sandbox import sandbox
+from drc.core.errors import DrcError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="drc")
+def cli() -> None:
+    """DRC: bidirectional MySQL/MariaDB replication across datacenters.
+
+    Every committed change in one datacenter is copied to the others, in order, exactly once,
+    and never echoed back. Run `drc COMMAND --help` for the details of a command.
+    """
+
+
+cli.add_command(sandbox)
+
+
+def main() -> None:
+    """Run the CLI; DRC errors become one clear line on stderr and exit status 1."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except DrcError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

@@ -1,0 +1,83 @@
+"""``drc sandbox up|down|status``: the local multi-datacenter sandbox."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from drc.sandbox.sandbox import Sandbox, log_tails
+
+DEFAULT_DIR = ".sandbox"
+
+dir_option = click.option(
+    "--dir",
+    "directory",
+    default=DEFAULT_DIR,
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Directory holding the sandbox's data, logs and sandbox.json.",
+)
+
+
+@click.group()
+def sandbox() -> None:
+    """A local sandbox: one MariaDB per datacenter and one ZooKeeper, on loopback ports."""
+
+
+@sandbox.command()
+@dir_option
+@click.option(
+    "--datacenters",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, 9),
+    help="How many datacenters (MariaDB servers) to run.",
+)
+def up(directory: str, datacenters: int) -> None:
+    """Start the sandbox (servers already running are kept) and print its description.
+
+    The description (also in DIR/sandbox.json, which holds the password) lists each server's
+    host, port, socket, server_id and user, and the ZooKeeper connect string.
+    """
+    description = Sandbox(directory).up(datacenters, progress=lambda msg: click.echo(msg, err=True))
+    click.echo(description.to_json(reveal_password=False))
+
+
+@sandbox.command()
+@dir_option
+def down(directory: str) -> None:
+    """Stop exactly the processes this sandbox started (by PID) and wait for them to exit."""
+    stopped = Sandbox(directory).down()
+    if stopped:
+        click.echo(f"stopped {len(stopped)} processes: {' '.join(map(str, stopped))}")
+    else:
+        click.echo("nothing running")
+
+
+@sandbox.command()
+@dir_option
+@click.option("--logs", is_flag=True, help="Also print the tail of every server's log.")
+def status(directory: str, logs: bool) -> None:
+    """Show which sandbox processes run; exit 1 unless all of them do."""
+    box = Sandbox(directory)
+    state = box.status()
+    if not state:
+        click.echo(f"no sandbox in {box.dir}; start one with `drc sandbox up --dir {directory}`")
+        sys.exit(1)
+    description = box.describe()
+    assert description is not None
+    answers = box.probe()
+    for server in description.servers:
+        running = state[f"mariadb {server.datacenter}"]
+        detail = answers[server.datacenter] if running else "STOPPED"
+        click.echo(
+            f"{server.datacenter:<10} {server.host}:{server.port:<6} pid {server.pid:<8} {detail}"
+        )
+    zk = description.zookeeper
+    detail = answers["zookeeper"] if state["zookeeper"] else "STOPPED"
+    click.echo(f"{'zookeeper':<10} {zk.connect:<16} pid {zk.pid:<8} {detail}")
+    if logs:
+        click.echo(log_tails(description))
+    if not all(state.values()):
+        sys.exit(1)

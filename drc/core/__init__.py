@@ -1,0 +1,1 @@
+"""Pure core types of DRC: no I/O, and no imports of other drc packages."""

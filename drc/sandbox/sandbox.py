@@ -1,0 +1,243 @@
+"""Bring a sandbox of N datacenters (one MariaDB each) and one ZooKeeper up and down.
+
+Layout under the sandbox directory::
+
+    DIR/sandbox.json        the machine-readable description (mode 0600: it holds the password)
+    DIR/dc1/                MariaDB of datacenter 1: data/, mysqld.sock, error.log
+    DIR/dc2/ ...
+    DIR/zookeeper/          zoo.cfg, data/, zookeeper.log
+
+``up`` is idempotent: servers that already run are kept, missing ones are started on their
+recorded ports. ``down`` signals only the PIDs recorded in sandbox.json, and only if their command
+line still names this sandbox, then waits for them to exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from pathlib import Path
+
+from drc.core.errors import SandboxError
+from drc.sandbox import mariadb, zookeeper
+from drc.sandbox.procs import free_port, pid_alive, stop_pid, tail
+
+DESCRIPTION_FILE = "sandbox.json"
+SANDBOX_USER = "drc"
+# sun_path is 108 bytes on Linux; keep a margin for the NUL.
+MAX_SOCKET_PATH = 100
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    datacenter: str
+    host: str
+    port: int
+    socket: str
+    server_id: int
+    gtid_domain_id: int
+    user: str
+    password: str
+    pid: int
+    base_dir: str
+    error_log: str
+
+    @property
+    def marker(self) -> str:
+        return f"--datadir={self.base_dir}/data"
+
+
+@dataclass(frozen=True)
+class ZooKeeperInfo:
+    connect: str
+    port: int
+    pid: int
+    base_dir: str
+    log: str
+
+    @property
+    def marker(self) -> str:
+        return f"{self.base_dir}/zoo.cfg"
+
+
+@dataclass(frozen=True)
+class SandboxDescription:
+    dir: str
+    servers: tuple[ServerInfo, ...]
+    zookeeper: ZooKeeperInfo
+
+    def server(self, datacenter: str) -> ServerInfo:
+        for info in self.servers:
+            if info.datacenter == datacenter:
+                return info
+        raise SandboxError(f"no datacenter {datacenter!r} in sandbox {self.dir}")
+
+    def to_json(self, reveal_password: bool = True) -> str:
+        data = asdict(self)
+        if not reveal_password:
+            for server in data["servers"]:
+                server["password"] = f"(in {Path(self.dir) / DESCRIPTION_FILE})"
+        return json.dumps(data, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> SandboxDescription:
+        data = json.loads(text)
+        return cls(
+            dir=data["dir"],
+            servers=tuple(ServerInfo(**s) for s in data["servers"]),
+            zookeeper=ZooKeeperInfo(**data["zookeeper"]),
+        )
+
+    def logs(self) -> dict[str, Path]:
+        logs = {f"mariadb {s.datacenter}": Path(s.error_log) for s in self.servers}
+        logs["zookeeper"] = Path(self.zookeeper.log)
+        return logs
+
+
+class Sandbox:
+    """The sandbox rooted at one directory."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.dir = Path(directory).resolve()
+        self.description_path = self.dir / DESCRIPTION_FILE
+
+    def describe(self) -> SandboxDescription | None:
+        """The recorded description, or None if this sandbox was never brought up."""
+        try:
+            return SandboxDescription.from_json(self.description_path.read_text())
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SandboxError(
+                f"{self.description_path} is not a sandbox description ({exc}); "
+                "stop any servers by hand and remove the directory"
+            ) from exc
+
+    def up(
+        self, datacenters: int = 2, progress: Callable[[str], None] = lambda _msg: None
+    ) -> SandboxDescription:
+        """Start whatever of the N-datacenter sandbox is not running; return its description."""
+        if datacenters < 1:
+            raise SandboxError(f"--datacenters must be at least 1, got {datacenters}")
+        previous = self.describe()
+        if previous is not None and len(previous.servers) != datacenters:
+            raise SandboxError(
+                f"sandbox {self.dir} has {len(previous.servers)} datacenters, not {datacenters}; "
+                f"run `drc sandbox down --dir {self.dir}` and remove it to change the count"
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        password = previous.servers[0].password if previous else secrets.token_urlsafe(16)
+        progress("zookeeper: starting (or already running)")
+        zk = self._zookeeper_up(previous.zookeeper if previous else None)
+        self._write(SandboxDescription(str(self.dir), previous.servers if previous else (), zk))
+        servers: list[ServerInfo] = []
+        for number in range(1, datacenters + 1):
+            known = previous.servers[number - 1] if previous else None
+            progress(f"mariadb dc{number}: starting (or already running)")
+            servers.append(self._server_up(number, known, password))
+            self._write(SandboxDescription(str(self.dir), tuple(servers), zk))
+        return SandboxDescription(str(self.dir), tuple(servers), zk)
+
+    def _server_up(self, number: int, known: ServerInfo | None, password: str) -> ServerInfo:
+        if known is not None and pid_alive(known.pid, known.marker):
+            return known
+        base = self.dir / f"dc{number}"
+        if len(str(base / "mysqld.sock")) > MAX_SOCKET_PATH:
+            raise SandboxError(
+                f"sandbox directory {self.dir} is too deep for a unix socket path "
+                f"(max {MAX_SOCKET_PATH} characters); choose a shorter --dir"
+            )
+        port = known.port if known is not None else free_port()
+        mariadb.bootstrap(base)
+        pid = mariadb.start(base, port, server_id=number)
+        socket_path = base / "mysqld.sock"
+        mariadb.ensure_user(socket_path, SANDBOX_USER, password)
+        return ServerInfo(
+            datacenter=f"dc{number}",
+            host="127.0.0.1",
+            port=port,
+            socket=str(socket_path),
+            server_id=number,
+            gtid_domain_id=number,
+            user=SANDBOX_USER,
+            password=password,
+            pid=pid,
+            base_dir=str(base),
+            error_log=str(base / "error.log"),
+        )
+
+    def _zookeeper_up(self, known: ZooKeeperInfo | None) -> ZooKeeperInfo:
+        if known is not None and pid_alive(known.pid, known.marker):
+            return known
+        base = self.dir / "zookeeper"
+        port = known.port if known is not None else free_port()
+        pid = zookeeper.start(base, port)
+        return ZooKeeperInfo(
+            connect=f"127.0.0.1:{port}",
+            port=port,
+            pid=pid,
+            base_dir=str(base),
+            log=str(base / "zookeeper.log"),
+        )
+
+    def down(self) -> list[int]:
+        """Stop every recorded process of this sandbox; return the PIDs that were stopped."""
+        description = self.describe()
+        if description is None:
+            return []
+        stopped = []
+        targets = [(s.pid, s.marker) for s in description.servers]
+        targets.append((description.zookeeper.pid, description.zookeeper.marker))
+        for pid, marker in targets:
+            if pid_alive(pid, marker):
+                stop_pid(pid, marker)
+                stopped.append(pid)
+        return stopped
+
+    def status(self) -> dict[str, bool]:
+        """Which of the recorded processes run, by name."""
+        description = self.describe()
+        if description is None:
+            return {}
+        state = {f"mariadb {s.datacenter}": pid_alive(s.pid, s.marker) for s in description.servers}
+        zk = description.zookeeper
+        state["zookeeper"] = pid_alive(zk.pid, zk.marker)
+        return state
+
+    def probe(self) -> dict[str, str]:
+        """Ask every running server who it is: proof of life beyond a PID."""
+        description = self.describe()
+        if description is None:
+            return {}
+        answers = {
+            s.datacenter: mariadb.identify(s.host, s.port, s.user, s.password)
+            for s in description.servers
+        }
+        srvr = zookeeper.four_letter(description.zookeeper.port, "srvr")
+        answers["zookeeper"] = srvr.splitlines()[0] if srvr else "no answer"
+        return answers
+
+    def _write(self, description: SandboxDescription) -> None:
+        # temp + rename: a crash never leaves a half-written description behind.
+        tmp = self.description_path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(description.to_json())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.description_path)
+
+
+def log_tails(description: SandboxDescription, lines: int = 40) -> str:
+    """Every server's log tail, for test failure reports and `drc sandbox status --logs`."""
+    parts = [
+        f"----- {name}: {path} -----\n{tail(path, lines)}"
+        for name, path in description.logs().items()
+    ]
+    return "\n".join(parts)
+
+
+__all__ = ["Sandbox", "SandboxDescription", "ServerInfo", "ZooKeeperInfo", "log_tails"]
