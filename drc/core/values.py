@@ -1,0 +1,105 @@
+"""Python types of column values, and the two small types Python lacks.
+
+Every row value DRC carries is one of these; the codec round-trips each exactly (type and value),
+and rejects anything else with UnsupportedValueError.
+
+    MySQL/MariaDB type            Python value
+    ----------------------------  ------------------------------------------------------------
+    NULL                          None
+    TINYINT .. BIGINT [UNSIGNED]  int, -2**63 .. 2**64-1
+    YEAR                          int
+    BOOL (TINYINT(1))             int (the binlog has no boolean; bool is accepted and kept)
+    BIT(1..64)                    Bit(value, width)
+    DECIMAL(M,D), M<=65, D<=30    decimal.Decimal, exact: digits, exponent and sign of zero kept;
+                                  NaN and Infinity are rejected (MySQL cannot store them)
+    FLOAT, DOUBLE                 float (bit-exact, -0.0 included)
+    DATE                          datetime.date
+    DATETIME(0..6), TIMESTAMP     datetime.datetime, naive, with microseconds; an aware datetime
+                                  keeps its UTC offset (as a fixed offset, not the zone name)
+    zero or partial dates         ZeroDate(text), e.g. '0000-00-00', '2020-00-15 10:00:00'
+    TIME(0..6)                    datetime.timedelta, negative and > 24 h allowed
+                                  (MySQL range -838:59:59.999999 .. 838:59:59.999999)
+    CHAR, VARCHAR, TEXT           str (utf8mb4 incl. 4-byte characters; latin1 etc. decoded)
+    BINARY, VARBINARY, BLOB       bytes
+    GEOMETRY                      bytes (the WKB with the 4-byte SRID prefix, as MySQL stores it)
+    ENUM                          str (the member's text, not its index)
+    SET                           frozenset[str] of member texts
+    JSON                          str on MariaDB (JSON is LONGTEXT there), or the parsed
+                                  document on MySQL: dict / list / str / int / float / bool / None
+
+Value types raise ValueError for arguments that describe no valid value; adapters that build them
+from binlog data translate that at their boundary.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+_ZERO_DATE = re.compile(
+    r"(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})"
+    r"( (?P<hh>\d{2}):(?P<mi>\d{2}):(?P<ss>\d{2})(\.\d{1,6})?)?",
+    re.ASCII,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ZeroDate:
+    """A DATE/DATETIME/TIMESTAMP MySQL accepts but ``datetime.date`` cannot hold.
+
+    The text is kept exactly as MySQL printed it (``'0000-00-00'``,
+    ``'0000-00-00 00:00:00.000000'``, ``'2020-00-15'``), so applying it writes back the same value.
+    A text that *is* a valid Python date or datetime is rejected: it must travel as
+    ``date``/``datetime`` so every value has one representation.
+    """
+
+    text: str
+
+    def __post_init__(self) -> None:
+        if type(self.text) is not str:
+            raise ValueError(f"ZeroDate text must be str, got {type(self.text).__name__}")
+        match = _ZERO_DATE.fullmatch(self.text)
+        if match is None:
+            raise ValueError(
+                f"ZeroDate text {self.text!r} is not 'YYYY-MM-DD' or 'YYYY-MM-DD hh:mm:ss[.ffffff]'"
+            )
+        if _fits_python(match):
+            raise ValueError(
+                f"ZeroDate text {self.text!r} is a valid date; pass a date or datetime instead"
+            )
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _fits_python(match: re.Match[str]) -> bool:
+    year, month, day = int(match["y"]), int(match["m"]), int(match["d"])
+    try:
+        dt.date(year, month, day)
+    except ValueError:
+        return False
+    if match["hh"] is None:
+        return True
+    hour, minute, second = int(match["hh"]), int(match["mi"]), int(match["ss"])
+    return hour < 24 and minute < 60 and second < 60
+
+
+@dataclass(frozen=True, slots=True)
+class Bit:
+    """A BIT(width) value: ``0 <= value < 2**width``, width 1..64.
+
+    The width is kept because b'1' in BIT(1) and BIT(8) are different column values to MySQL.
+    """
+
+    value: int
+    width: int
+
+    def __post_init__(self) -> None:
+        if type(self.width) is not int or not 1 <= self.width <= 64:
+            raise ValueError(f"Bit width must be an int in 1..64, got {self.width!r}")
+        if type(self.value) is not int or not 0 <= self.value < 2**self.width:
+            raise ValueError(
+                f"Bit value {self.value!r} does not fit BIT({self.width}): "
+                f"must be an int in 0..{2**self.width - 1}"
+            )
