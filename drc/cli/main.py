@@ -7,7 +7,9 @@ import sys
 import click
 
 from drc import __version__
+from drc.cli.replicator import replicator
 from drc.cli.sandbox import sandbox
+from drc.cli.schema import schema
 from drc.core.errors import DrcError
 
 
@@ -22,6 +24,8 @@ def cli() -> None:
 
 
 cli.add_command(sandbox)
+cli.add_command(replicator)
+cli.add_command(schema)
 
 
 def main() -> None:

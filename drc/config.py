@@ -1,0 +1,106 @@
+"""Configuration of one datacenter's DRC services, loaded once from TOML into frozen models.
+
+Unknown keys are errors (a typo never silently falls back to a default); the password is a
+SecretStr, so it never shows in a repr, a log line or an error. deploy/dc1.example.toml documents
+every key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from drc.core.errors import ConfigError
+from drc.core.tablefilter import TableFilter, TableFilterError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatacenterConfig(_Model):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+
+
+class SourceConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(3306, ge=1, le=65535)
+    user: str
+    password: SecretStr | None = None
+    password_file: Path | None = None
+    replica_server_id: int = Field(1_000_001, ge=1, le=2**32 - 1)
+    heartbeat_s: float = Field(0.5, gt=0, le=60)
+
+    @model_validator(mode="after")
+    def _one_password(self) -> SourceConfig:
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("give either password or password_file, not both")
+        return self
+
+    def secret(self) -> str:
+        if self.password_file is not None:
+            try:
+                return self.password_file.read_text().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read source.password_file {self.password_file}: {exc}"
+                ) from exc
+        return self.password.get_secret_value() if self.password is not None else ""
+
+
+class BufferConfig(_Model):
+    segment_mb: int = Field(64, ge=1, le=4096)
+    fsync: Literal["batch", "always", "never"] = "batch"
+    compress: bool = False
+    retain_gb: float | None = Field(None, gt=0)
+    retain_hours: float | None = Field(None, gt=0)
+
+
+class ReplicatorConfig(_Model):
+    buffer_dir: Path
+    start_from: str = "current"
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    fragment_rows: int = Field(10_000, ge=1)
+    fragment_mb: float = Field(8, gt=0)
+    commit_max_ms: float = Field(50, gt=0)
+    buffer: BufferConfig = BufferConfig()
+
+    @model_validator(mode="after")
+    def _patterns(self) -> ReplicatorConfig:
+        try:
+            TableFilter.build(self.include, self.exclude)
+        except TableFilterError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    def capture_filter(self) -> TableFilter:
+        return TableFilter.build(self.include, self.exclude)
+
+
+class DrcConfig(_Model):
+    datacenter: DatacenterConfig
+    source: SourceConfig
+    replicator: ReplicatorConfig
+
+
+def load_config(path: str | Path) -> DrcConfig:
+    """Read and validate a datacenter config; every problem names the file and the field."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} not found; see deploy/dc1.example.toml") from exc
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path} is not readable TOML: {exc}") from exc
+    try:
+        return DrcConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
+            for err in exc.errors(include_input=False)
+        )
+        raise ConfigError(f"config file {path} is invalid: {problems}") from exc

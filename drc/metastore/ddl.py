@@ -1,0 +1,301 @@
+"""Which tables a DDL statement creates, alters, drops, renames or truncates. Pure, no I/O.
+
+:func:`ddl_tables` reads just enough of a MySQL/MariaDB statement to name the tables it touches
+and how; everything after the names (column definitions, options) is ignored, and anything that
+is not a table statement gives ``[]``. It never raises on odd input: an unparsable statement is
+"not a table statement", and the caller still records it as plain DDL.
+
+Kinds, in statement order:
+
+    CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t ...      (s, t, "create")
+    ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS] t ...      (s, t, "alter")
+    ALTER TABLE a RENAME [TO|AS] b                       (s, a, "rename_from"), (s, b, "rename_to")
+    ALTER TABLE a ADD ..., RENAME TO b                   (s, a, "rename_from"), (s, b, "alter")
+    DROP TABLE[S] [IF EXISTS] a, b ...                   (s, a, "drop"), (s, b, "drop")
+    RENAME TABLE[S] a TO b, c TO d                       a rename_from, b rename_to, c ..., d ...
+    TRUNCATE [TABLE] t                                   (s, t, "truncate")
+
+A ``rename_to`` always directly follows its ``rename_from``; the new table has exactly the old
+table's columns. When an ALTER also changes the definition, the new name is reported as
+``alter`` instead, because the old columns no longer describe it.
+
+TEMPORARY tables give ``[]``: they live in one session and shadow, never change, the real table.
+Names are returned as written (case kept; MySQL's lower_case_table_names is the server's
+business), unquoted; a bare name is resolved against ``change.schema``. Comments (``/* */``,
+``-- ``, ``#``) are skipped; the content of version comments (``/*!50100 ... */``) is read as SQL,
+like the server does. Backquoted names may contain doubled backticks; double-quoted names are
+accepted in name positions (sql_mode ANSI_QUOTES).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from drc.core.events import SchemaChange
+
+CREATE = "create"
+ALTER = "alter"
+DROP = "drop"
+RENAME_FROM = "rename_from"
+RENAME_TO = "rename_to"
+TRUNCATE = "truncate"
+
+_WORD = re.compile(r"[0-9A-Za-z_$\u0080-\U0010ffff]+")
+_VERSION_COMMENT = re.compile(r"/\*M?!\d*")
+_NOT_TABLE_RENAMES = {"COLUMN", "INDEX", "KEY", "CONSTRAINT"}
+_NAME_PART = r"(`(?:[^`]|``)+`|[^.`\s;]+)"
+_QUALIFIED = re.compile(_NAME_PART + r"\." + _NAME_PART)
+
+
+class _Unparsable(Exception):
+    """The statement is not the table statement it started out looking like."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    kind: str  # "word" (unquoted), "quoted" (`x` or "x"), "string" ('x'), "punct"
+    text: str  # the identifier unquoted, or the punctuation character
+
+    def is_word(self, *words: str) -> bool:
+        return self.kind == "word" and self.text.upper() in words
+
+
+def _tokens(sql: str) -> Iterator[_Token]:
+    """Tokens up to the first top-level ``;``; comments and whitespace dropped."""
+    i, n, open_versions = 0, len(sql), 0
+    while i < n:
+        ch = sql[i]
+        if ch.isspace():
+            i += 1
+        elif match := _VERSION_COMMENT.match(sql, i):
+            open_versions += 1
+            i = match.end()
+        elif sql.startswith("*/", i) and open_versions:
+            open_versions -= 1
+            i += 2
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        elif ch == "#" or (sql.startswith("--", i) and (i + 2 == n or sql[i + 2].isspace())):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif ch in "`\"'":
+            text, i = _quoted(sql, i)
+            yield _Token("string" if ch == "'" else "quoted", text)
+        elif match := _WORD.match(sql, i):
+            yield _Token("word", match.group())
+            i = match.end()
+        elif ch == ";":
+            return
+        else:
+            yield _Token("punct", ch)
+            i += 1
+
+
+def _quoted(sql: str, start: int) -> tuple[str, int]:
+    """The unquoted text of the quoted token at ``start`` and the index after it."""
+    quote, parts, i = sql[start], [], start + 1
+    while i < len(sql):
+        ch = sql[i]
+        if ch == quote:
+            if sql.startswith(quote * 2, i):
+                parts.append(quote)
+                i += 2
+                continue
+            return "".join(parts), i + 1
+        if ch == "\\" and quote != "`" and i + 1 < len(sql):
+            parts.append(sql[i + 1])
+            i += 2
+            continue
+        parts.append(ch)
+        i += 1
+    raise _Unparsable(f"unterminated {quote}")
+
+
+class _Cursor:
+    def __init__(self, sql: str) -> None:
+        self.tokens = list(_tokens(sql))
+        self.pos = 0
+
+    def peek(self, ahead: int = 0) -> _Token | None:
+        index = self.pos + ahead
+        return self.tokens[index] if index < len(self.tokens) else None
+
+    def at(self, *words: str) -> bool:
+        token = self.peek()
+        return token is not None and token.is_word(*words)
+
+    def at_punct(self, char: str) -> bool:
+        token = self.peek()
+        return token is not None and token.kind == "punct" and token.text == char
+
+    def take(self, *words: str) -> bool:
+        """Consume the next token if it is one of ``words``."""
+        if self.at(*words):
+            self.pos += 1
+            return True
+        return False
+
+    def take_all(self, *words: str) -> bool:
+        """Consume ``words`` in sequence, or nothing if they are not all there."""
+        if all((t := self.peek(k)) is not None and t.is_word(w) for k, w in enumerate(words)):
+            self.pos += len(words)
+            return True
+        return False
+
+    def identifier(self) -> str:
+        token = self.peek()
+        if token is None or token.kind not in ("word", "quoted"):
+            raise _Unparsable("expected a name")
+        self.pos += 1
+        return token.text
+
+    def name(self, default_schema: str) -> tuple[str, str]:
+        """``db.tbl`` or a bare ``tbl`` (in ``default_schema``), quoted or not."""
+        first = self.identifier()
+        if not self.at_punct("."):
+            return default_schema, first
+        self.pos += 1
+        return first, self.identifier()
+
+
+def parse_table_name(text: str) -> tuple[str, str]:
+    """Parse an operator's ``DB.TABLE`` (either part may be backquoted) into ``(db, tbl)``.
+
+    Stricter than statement parsing: exactly one dot outside backquotes, no spaces, comments or
+    empty parts. Raises ValueError saying what was expected.
+    """
+    match = _QUALIFIED.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not DB.TABLE; quote a part that contains a dot with backquotes, "
+            "e.g. `my.db`.orders"
+        )
+    return _unquote(match.group(1)), _unquote(match.group(2))
+
+
+def _unquote(part: str) -> str:
+    return part[1:-1].replace("``", "`") if part.startswith("`") else part
+
+
+def ddl_tables(change: SchemaChange) -> list[tuple[str, str, str]]:
+    """``(schema, table, kind)`` for each table the statement touches; ``[]`` if not a table DDL."""
+    try:
+        cursor = _Cursor(change.statement)
+        verb = cursor.peek()
+        if verb is None or verb.kind != "word":
+            return []
+        parse = _PARSERS.get(verb.text.upper())
+        if parse is None:
+            return []
+        cursor.pos += 1
+        return parse(cursor, change.schema)
+    except _Unparsable:
+        return []
+
+
+def dropped_database(change: SchemaChange) -> str | None:
+    """The database a ``DROP {DATABASE|SCHEMA} [IF EXISTS] db`` removes, else None."""
+    try:
+        cursor = _Cursor(change.statement)
+        if not (cursor.take("DROP") and cursor.take("DATABASE", "SCHEMA")):
+            return None
+        cursor.take_all("IF", "EXISTS")
+        return cursor.identifier()
+    except _Unparsable:
+        return None
+
+
+def _create(cursor: _Cursor, schema: str) -> list[tuple[str, str, str]]:
+    cursor.take_all("OR", "REPLACE")
+    if cursor.at("TEMPORARY") or not cursor.take("TABLE"):
+        return []
+    cursor.take_all("IF", "NOT", "EXISTS")
+    return [(*cursor.name(schema), CREATE)]
+
+
+def _alter(cursor: _Cursor, schema: str) -> list[tuple[str, str, str]]:
+    while cursor.take("ONLINE", "OFFLINE", "IGNORE"):
+        pass
+    if not cursor.take("TABLE"):
+        return []
+    cursor.take_all("IF", "EXISTS")
+    old = cursor.name(schema)
+    clauses = _top_level_clauses(cursor)
+    for clause in clauses:
+        new = _rename_target(clause, schema)
+        if new is not None:
+            kind = RENAME_TO if len(clauses) == 1 else ALTER
+            return [(*old, RENAME_FROM), (*new, kind)]
+    return [(*old, ALTER)]
+
+
+def _top_level_clauses(cursor: _Cursor) -> list[list[_Token]]:
+    """The rest of the statement split on commas outside parentheses."""
+    clauses: list[list[_Token]] = [[]]
+    depth = 0
+    for token in cursor.tokens[cursor.pos :]:
+        if token.kind == "punct" and token.text in "()":
+            depth += 1 if token.text == "(" else -1
+        if token.kind == "punct" and token.text == "," and depth == 0:
+            clauses.append([])
+        else:
+            clauses[-1].append(token)
+    return [clause for clause in clauses if clause]
+
+
+def _rename_target(clause: list[_Token], schema: str) -> tuple[str, str] | None:
+    """The new name if ``clause`` is ``RENAME [TO|AS] name`` (not RENAME COLUMN/INDEX/KEY)."""
+    if not clause[0].is_word("RENAME") or len(clause) < 2:
+        return None
+    if clause[1].is_word(*_NOT_TABLE_RENAMES):
+        return None
+    cursor = _Cursor("")
+    cursor.tokens = clause[1:]
+    cursor.take("TO", "AS")
+    return cursor.name(schema)
+
+
+def _drop(cursor: _Cursor, schema: str) -> list[tuple[str, str, str]]:
+    if cursor.at("TEMPORARY") or not cursor.take("TABLE", "TABLES"):
+        return []
+    cursor.take_all("IF", "EXISTS")
+    found = [(*cursor.name(schema), DROP)]
+    while cursor.at_punct(","):
+        cursor.pos += 1
+        found.append((*cursor.name(schema), DROP))
+    return found
+
+
+def _rename(cursor: _Cursor, schema: str) -> list[tuple[str, str, str]]:
+    if not cursor.take("TABLE", "TABLES"):
+        return []  # RENAME USER and the like
+    cursor.take_all("IF", "EXISTS")
+    found: list[tuple[str, str, str]] = []
+    while True:
+        found.append((*cursor.name(schema), RENAME_FROM))
+        if cursor.take("WAIT"):  # MariaDB: RENAME TABLE t WAIT n TO u
+            cursor.identifier()
+        cursor.take("NOWAIT")
+        if not cursor.take("TO"):
+            raise _Unparsable("RENAME without TO")
+        found.append((*cursor.name(schema), RENAME_TO))
+        if not cursor.at_punct(","):
+            return found
+        cursor.pos += 1
+
+
+def _truncate(cursor: _Cursor, schema: str) -> list[tuple[str, str, str]]:
+    cursor.take("TABLE")
+    return [(*cursor.name(schema), TRUNCATE)]
+
+
+_PARSERS = {
+    "CREATE": _create,
+    "ALTER": _alter,
+    "DROP": _drop,
+    "RENAME": _rename,
+    "TRUNCATE": _truncate,
+}

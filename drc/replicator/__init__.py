@@ -1,0 +1,1 @@
+"""The replicator: tails a source binlog and appends committed transactions to the EventBuffer."""

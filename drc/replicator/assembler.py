@@ -1,0 +1,220 @@
+"""Group binlog events into committed transactions with SCNs (pure: no I/O but the spill).
+
+    Begin ─ Rows ─ Rows ─ ... ─ Commit            one Transaction at the Commit's position
+    Begin(standalone) ─ Statement                 a DDL Transaction at the Statement's position
+    Statement (no open group)                     likewise
+
+The SCN is ``(change_id, source server_id, log_index, log_pos after the commit event)``: exactly
+where reading resumes after the transaction, so the buffer's last SCN is the restart position.
+
+Capture filtering drops row changes of tables the filter does not keep, but a transaction that
+writes the apply checkpoint table is flagged DRC-originated *before* filtering, so the flag
+survives any filter. A transaction with more rows or bytes than a fragment holds is spilled
+fragment by fragment (the caller supplies the spill), bounding memory; at commit its fragments
+are replayed with the final SCN, the flag and fragment numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from drc.core.events import Op, RowChange, SchemaChange, TableSchema, Transaction
+from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
+from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter
+from drc.metastore.ddl import ddl_tables
+from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, SourceEvent, Statement
+
+_PLACEHOLDER_POS = 0
+
+
+class Spill(Protocol):
+    """Where fragments of a large transaction wait for its commit."""
+
+    def write(self, fragment: Transaction) -> None: ...
+
+    def read(self) -> Iterator[Transaction]: ...
+
+    def close(self) -> None: ...
+
+
+class MemorySpill:
+    """A spill that keeps fragments in memory (tests; tiny limits)."""
+
+    def __init__(self) -> None:
+        self._fragments: list[Transaction] = []
+
+    def write(self, fragment: Transaction) -> None:
+        self._fragments.append(fragment)
+
+    def read(self) -> Iterator[Transaction]:
+        return iter(self._fragments)
+
+    def close(self) -> None:
+        self._fragments.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentLimits:
+    rows: int = 10_000
+    bytes: int = 8 << 20
+
+
+@dataclass
+class Committed:
+    """A committed source transaction, ready to append: call ``fragments()`` exactly once."""
+
+    scn: SCN
+    tables: dict[tuple[str, str], TableSchema]
+    ddl: tuple[SchemaChange, ...]
+    drc_originated: bool
+    empty: bool
+    _fragments: Callable[[], Iterator[Transaction]]
+
+    def fragments(self) -> Iterator[Transaction]:
+        return self._fragments()
+
+
+@dataclass
+class _Open:
+    gtid: str | None
+    server_id: int
+    standalone: bool
+    changes: list[RowChange] = field(default_factory=list)
+    pending_bytes: int = 0
+    ddl: list[SchemaChange] = field(default_factory=list)
+    tables: dict[tuple[str, str], TableSchema] = field(default_factory=dict)
+    drc_originated: bool = False
+    spill: Spill | None = None
+    spilled: int = 0
+
+
+class TransactionAssembler:
+    def __init__(
+        self,
+        source_server_id: int,
+        change_id: int,
+        capture: TableFilter,
+        limits: FragmentLimits = FragmentLimits(),
+        spill_factory: Callable[[], Spill] = MemorySpill,
+    ) -> None:
+        self._server_id = source_server_id
+        self._change_id = change_id
+        self._capture = capture
+        self._limits = limits
+        self._spill_factory = spill_factory
+        self._open: _Open | None = None
+
+    def reset(self) -> None:
+        """Forget a partly read transaction (the connection dropped; it will be read again)."""
+        if self._open is not None and self._open.spill is not None:
+            self._open.spill.close()
+        self._open = None
+
+    def feed(self, event: SourceEvent) -> Committed | None:
+        if isinstance(event, Rows):
+            self._rows(event)
+        elif isinstance(event, Begin):
+            self.reset()
+            self._open = _Open(event.gtid, event.server_id, event.standalone)
+        elif isinstance(event, Commit):
+            return self._commit(event.log_index, event.log_pos, event.timestamp)
+        elif isinstance(event, Statement):
+            return self._statement(event)
+        elif not isinstance(event, Heartbeat):
+            raise TypeError(f"unexpected source event {event!r}")
+        return None
+
+    def _rows(self, event: Rows) -> None:
+        txn = self._open
+        if txn is None:  # rows outside a group: a source without GTID events; open one
+            txn = self._open = _Open(None, self._server_id, standalone=False)
+        key = (event.table.schema, event.table.table)
+        if key == (CHECKPOINT_SCHEMA, CHECKPOINT_TABLE):
+            txn.drc_originated = True
+        if not self._capture.matches(*key):
+            return
+        txn.tables[key] = event.table
+        schema, table, op = event.table.schema, event.table.table, event.op
+        txn.changes.extend(RowChange(schema, table, op, b, a) for b, a in event.images)
+        txn.pending_bytes += event.size_bytes
+        if len(txn.changes) >= self._limits.rows or txn.pending_bytes >= self._limits.bytes:
+            self._spill(txn)
+
+    def _spill(self, txn: _Open) -> None:
+        if txn.spill is None:
+            txn.spill = self._spill_factory()
+        placeholder = SCN(self._change_id, self._server_id, _PLACEHOLDER_POS, _PLACEHOLDER_POS)
+        txn.spill.write(
+            Transaction(
+                placeholder, txn.server_id, txn.gtid, 0, tuple(txn.changes), fragment=txn.spilled
+            )
+        )
+        txn.spilled += 1
+        txn.changes = []
+        txn.pending_bytes = 0
+
+    def _statement(self, event: Statement) -> Committed | None:
+        change = SchemaChange(event.schema, event.sql)
+        if self._open is None:
+            self._open = _Open(None, event.server_id, standalone=True)
+        if self._keeps_ddl(change):
+            self._open.ddl.append(change)
+        if self._open.standalone or not (self._open.changes or self._open.spilled):
+            return self._commit(event.log_index, event.log_pos, event.timestamp)
+        return None
+
+    def _keeps_ddl(self, change: SchemaChange) -> bool:
+        named = ddl_tables(change)
+        if named:
+            return any(self._capture.matches(db, table) for db, table, _kind in named)
+        return self._capture.may_match_db(change.schema)
+
+    def _commit(self, log_index: int, log_pos: int, timestamp: int) -> Committed | None:
+        txn, self._open = self._open, None
+        if txn is None:
+            return None  # a COMMIT with no open group (e.g. after a reset): nothing to emit
+        scn = SCN(self._change_id, self._server_id, log_index, log_pos)
+        empty = not (txn.changes or txn.spilled or txn.ddl)
+        return Committed(
+            scn=scn,
+            tables=txn.tables,
+            ddl=tuple(txn.ddl),
+            drc_originated=txn.drc_originated,
+            empty=empty,
+            _fragments=lambda: _replay(txn, scn, timestamp),
+        )
+
+
+def _replay(txn: _Open, scn: SCN, timestamp: int) -> Iterator[Transaction]:
+    """Every fragment with the final SCN; the in-memory remainder (and the DDL) comes last."""
+    try:
+        if txn.spill is not None:
+            for fragment in txn.spill.read():
+                yield dataclasses.replace(
+                    fragment,
+                    scn=scn,
+                    timestamp=timestamp,
+                    drc_originated=txn.drc_originated,
+                    last_fragment=False,
+                )
+        yield Transaction(
+            scn,
+            txn.server_id,
+            txn.gtid,
+            timestamp,
+            tuple(txn.changes),
+            ddl=tuple(txn.ddl),
+            drc_originated=txn.drc_originated,
+            fragment=txn.spilled,
+            last_fragment=True,
+        )
+    finally:
+        if txn.spill is not None:
+            txn.spill.close()
+
+
+__all__ = ["Committed", "FragmentLimits", "MemorySpill", "Op", "Spill", "TransactionAssembler"]

@@ -1,0 +1,280 @@
+"""The capture loop: source binlog -> transactions with SCNs -> EventBuffer (+ schema history).
+
+    reader thread: BinlogStream.events() ──queue──> main: assembler -> codec -> buffer.append
+                                                          └ group commit when the queue runs dry,
+                                                            or at max_txns / max_bytes / max_ms
+
+Restart position: the buffer's last SCN. It is a transaction boundary by construction (the
+SCN is the position after the commit event), so after any crash or dropped connection reading
+resumes exactly after the last transaction the buffer holds: no gap, no duplicate. Transactions
+the capture filter empties are not stored, but before each group commit an empty marker is
+appended for the newest one, so the restart position keeps up with a filtered-out workload.
+
+The metastore is written before the buffer commits; after a crash those transactions are read
+again and their schema recorded again, which the metastore treats as a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drc.core.codec import encode_transaction
+from drc.core.errors import DrcError, RetriableError, SourceConfigError
+from drc.core.events import TableSchema, Transaction
+from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter
+from drc.metastore.ddl import ddl_tables
+from drc.replicator.assembler import Committed, FragmentLimits, TransactionAssembler
+from drc.replicator.source import (
+    BinlogStream,
+    SourceInfo,
+    SourceSettings,
+    check_not_purged,
+    inspect_source,
+)
+from drc.replicator.source_events import Heartbeat
+from drc.replicator.spill import FileSpill
+
+log = logging.getLogger(__name__)
+_QUEUE_DEPTH = 4096
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    capture: TableFilter = field(default_factory=TableFilter)
+    start_from: str = "current"  # "current" | "earliest" | "FILE:POS", used only on an empty buffer
+    fragments: FragmentLimits = field(default_factory=FragmentLimits)
+    commit_max_txns: int = 2000
+    commit_max_bytes: int = 16 << 20
+    commit_max_ms: float = 50.0
+    retry_initial_s: float = 0.2
+    retry_max_s: float = 10.0
+    spill_dir: Path | None = None
+
+
+@dataclass
+class CaptureStats:
+    transactions: int = 0
+    rows: int = 0
+    bytes: int = 0
+    commits: int = 0
+    filtered_out: int = 0
+    reconnects: int = 0
+    source_position: tuple[int, int] | None = None
+    last_error: str | None = None
+
+
+class Replicator:
+    def __init__(
+        self,
+        source: SourceSettings,
+        buffer: Any,
+        metastore: Any,
+        options: CaptureOptions = CaptureOptions(),
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._source = source
+        self._buffer = buffer
+        self._metastore = metastore
+        self._options = options
+        self._clock = clock
+        self._sleep = sleep
+        self._known_schemas: dict[tuple[str, str], TableSchema] = {}
+        self.stats = CaptureStats()
+
+    def run(self, stop: threading.Event) -> None:
+        """Capture until ``stop`` is set; retriable failures reconnect with backoff."""
+        delay = self._options.retry_initial_s
+        while not stop.is_set():
+            try:
+                self.run_session(stop)
+                delay = self._options.retry_initial_s
+            except RetriableError as exc:
+                self.stats.reconnects += 1
+                self.stats.last_error = str(exc)
+                log.warning("capture interrupted, retrying in %.1fs: %s", delay, exc)
+                stop.wait(delay)
+                delay = min(delay * 2, self._options.retry_max_s)
+
+    def run_session(self, stop: threading.Event) -> None:
+        """One connection: from the buffer's restart position until ``stop`` or an error."""
+        info = inspect_source(self._source)
+        log_file, log_pos, change_id = self._start_position(info)
+        log.info(
+            "capturing %r from %s:%d (change_id %d)", self._source, log_file, log_pos, change_id
+        )
+        assembler = TransactionAssembler(
+            info.server_id,
+            change_id,
+            self._options.capture,
+            self._options.fragments,
+            spill_factory=lambda: FileSpill(self._options.spill_dir),
+        )
+        stream = BinlogStream(self._source, log_file, log_pos)
+        session_stop = threading.Event()
+        events: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
+        reader = threading.Thread(
+            target=_pump, args=(stream, session_stop, events), name="binlog-reader", daemon=True
+        )
+        reader.start()
+        try:
+            self._consume(stop, events, assembler)
+        finally:
+            session_stop.set()
+            stream.close()
+            reader.join(timeout=10)
+            assembler.reset()
+
+    def _start_position(self, info: SourceInfo) -> tuple[str, int, int]:
+        last: SCN | None = self._buffer.last_scn
+        if last is None:
+            log_file, log_pos = self._initial_position(info)
+            check_not_purged(info, log_file, "the configured start")
+            return log_file, log_pos, 1
+        if last.server_id != info.server_id:
+            raise SourceConfigError(
+                f"the buffer was captured from server_id {last.server_id} but the source now "
+                f"has server_id {info.server_id}: a different server. Point the replicator at the "
+                "original source, or start a new buffer for the new one"
+            )
+        log_file = info.file_name(last.log_index)
+        check_not_purged(info, log_file, f"SCN {last}")
+        return log_file, last.log_pos, last.change_id
+
+    def _initial_position(self, info: SourceInfo) -> tuple[str, int]:
+        start = self._options.start_from
+        if start == "current":
+            return info.current_file, info.current_pos
+        if start == "earliest":
+            return info.binlogs[0], 4
+        name, sep, pos = start.rpartition(":")
+        if not sep or not name or not pos.isdigit():
+            raise SourceConfigError(
+                f"start_from {start!r} must be 'current', 'earliest' or 'FILE:POS' "
+                "(e.g. mysql-bin.000003:4)"
+            )
+        return name, int(pos)
+
+    def _consume(
+        self, stop: threading.Event, events: queue.Queue[Any], assembler: TransactionAssembler
+    ) -> None:
+        batch = _Batch()
+        while not stop.is_set():
+            try:
+                item = events.get(timeout=0.2) if batch.empty else events.get_nowait()
+            except queue.Empty:
+                self._commit(batch)  # the source has nothing more right now: publish
+                continue
+            if isinstance(item, BaseException):
+                self._commit(batch)
+                raise item
+            if isinstance(item, Heartbeat):
+                self.stats.source_position = (item.log_index, item.log_pos)
+            committed = assembler.feed(item)
+            if committed is not None:
+                self._append(committed, batch)
+                if self._batch_full(batch):
+                    self._commit(batch)
+        self._commit(batch)
+
+    def _batch_full(self, batch: _Batch) -> bool:
+        opts = self._options
+        return (
+            batch.transactions >= opts.commit_max_txns
+            or batch.bytes >= opts.commit_max_bytes
+            or (self._clock() - batch.started) * 1000 >= opts.commit_max_ms
+        )
+
+    def _append(self, committed: Committed, batch: _Batch) -> None:
+        batch.note(self._clock())
+        batch.newest = committed.scn
+        self.stats.source_position = (committed.scn.log_index, committed.scn.log_pos)
+        if committed.empty:
+            self.stats.filtered_out += 1
+            return
+        self._record_schemas(committed)
+        for fragment in committed.fragments():
+            self._write(fragment, batch)
+        batch.stored = committed.scn
+        self.stats.transactions += 1
+
+    def _write(self, fragment: Transaction, batch: _Batch) -> None:
+        payload = encode_transaction(fragment)
+        self._buffer.append(
+            fragment.scn, payload, fragment.timestamp * 1000, more=not fragment.last_fragment
+        )
+        batch.bytes += len(payload)
+        self.stats.rows += len(fragment.changes)
+        self.stats.bytes += len(payload)
+
+    def _record_schemas(self, committed: Committed) -> None:
+        for key, schema in committed.tables.items():
+            if self._known_schemas.get(key) != schema:
+                self._metastore.record_schema(committed.scn, schema)
+                self._known_schemas[key] = schema
+        for change in committed.ddl:
+            named = ddl_tables(change)
+            self._metastore.record_ddl(committed.scn, change, [(db, t) for db, t, _ in named])
+            for db, table, _kind in named:
+                self._known_schemas.pop((db, table), None)
+
+    def _commit(self, batch: _Batch) -> None:
+        if batch.newest is not None and batch.newest != batch.stored:
+            # Everything since the last stored transaction was filtered out: store a marker so
+            # the restart position (the buffer's last SCN) keeps up.
+            marker = Transaction(batch.newest, batch.newest.server_id, None, 0, ())
+            self._write(marker, batch)
+            batch.stored = batch.newest
+        if batch.transactions or batch.stored is not None:
+            self._buffer.commit()
+            self.stats.commits += 1
+        batch.reset()
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.transactions = 0
+        self.bytes = 0
+        self.started = 0.0
+        self.newest: SCN | None = None
+        self.stored: SCN | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.transactions == 0
+
+    def note(self, now: float) -> None:
+        if self.transactions == 0:
+            self.started = now
+        self.transactions += 1
+
+
+def _pump(stream: BinlogStream, stop: threading.Event, events: queue.Queue[Any]) -> None:
+    """Reader thread: move source events (or the error that ended them) into the queue."""
+    try:
+        for event in stream.events(stop):
+            _put(events, event, stop)
+    except DrcError as exc:
+        _put(events, exc, stop)
+    except Exception as exc:  # a library bug must stop capture loudly, not hang it
+        _put(events, exc, stop)
+
+
+def _put(events: queue.Queue[Any], item: Any, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            events.put(item, timeout=0.2)
+            return
+        except queue.Full:
+            continue

@@ -1,0 +1,235 @@
+"""The binlog adapter: check the source, and read its binlog as DRC source events.
+
+Only this module talks to python-mysql-replication. It owns positions: every connection starts
+at a transaction boundary the caller gives (a position from the buffer), and the library's own
+reconnect-and-resume, which can resume mid-transaction and duplicate or drop events, is switched
+off so a dropped connection surfaces as SourceUnavailableError and the caller restarts cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader, binlogstream
+from pymysqlreplication.event import (
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    TableMapEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from drc.core.errors import BinlogPurgedError, SourceConfigError, SourceUnavailableError
+from drc.core.events import Op
+from drc.replicator import decoding
+from drc.replicator.schema_types import table_schema_from_map
+from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, SourceEvent, Statement
+
+log = logging.getLogger(__name__)
+
+# Errors in this list make the library silently reconnect at its own (possibly mid-transaction)
+# position. Emptied, they reach us and we resume from the buffer's last SCN instead.
+binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
+decoding.install()
+
+_GTID_STANDALONE = 0x01
+_BINLOG_NAME = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)$")
+_TRANSACTION_CONTROL = {"BEGIN", "XA START", "SAVEPOINT"}
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    host: str
+    port: int
+    user: str
+    password: str
+    replica_server_id: int = 1_000_001
+    heartbeat_s: float = 0.5
+    connect_timeout_s: float = 10.0
+
+    def pymysql_kwargs(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "connect_timeout": self.connect_timeout_s,
+        }
+
+    def __repr__(self) -> str:  # never print the password
+        return f"SourceSettings({self.user}@{self.host}:{self.port})"
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    server_id: int
+    basename: str
+    binlogs: tuple[str, ...]
+    current_file: str
+    current_pos: int
+
+    def file_name(self, log_index: int) -> str:
+        return f"{self.basename}.{log_index:06d}"
+
+
+def split_binlog_name(name: str) -> tuple[str, int]:
+    match = _BINLOG_NAME.match(name)
+    if match is None:
+        raise SourceConfigError(f"binlog file name {name!r} has no numeric suffix")
+    return match["base"], int(match["index"])
+
+
+_REQUIRED = (
+    ("log_bin", "1", "start the server with --log-bin"),
+    ("binlog_format", "ROW", "set binlog_format=ROW in the server config and restart"),
+    ("binlog_row_image", "FULL", "set binlog_row_image=FULL in the server config and restart"),
+    (
+        "binlog_row_metadata",
+        "FULL",
+        "set binlog_row_metadata=FULL in the server config and restart",
+    ),
+)
+
+
+def inspect_source(settings: SourceSettings) -> SourceInfo:
+    """Check the source's binlog settings and read its identity and binlog files."""
+    try:
+        conn = pymysql.connect(**settings.pymysql_kwargs())
+    except pymysql.MySQLError as exc:
+        raise SourceUnavailableError(f"cannot connect to source {settings!r}: {exc}") from exc
+    try:
+        with conn.cursor() as cur:
+            names = ", ".join(f"@@{name}" for name, _, _ in _REQUIRED)
+            cur.execute(f"SELECT @@server_id, {names}")
+            server_id, *values = cur.fetchone()
+            for (name, wanted, fix), found in zip(_REQUIRED, values, strict=True):
+                if str(found).upper() != wanted:
+                    raise SourceConfigError(
+                        f"source {settings!r} has {name}={found}; DRC needs {name}={wanted}: {fix}"
+                    )
+            cur.execute("SHOW BINARY LOGS")
+            binlogs = tuple(row[0] for row in cur.fetchall())
+            cur.execute("SHOW MASTER STATUS")
+            current_file, current_pos = cur.fetchone()[:2]
+    except pymysql.MySQLError as exc:
+        raise SourceUnavailableError(f"cannot inspect source {settings!r}: {exc}") from exc
+    finally:
+        conn.close()
+    basename, _ = split_binlog_name(current_file)
+    return SourceInfo(int(server_id), basename, binlogs, current_file, int(current_pos))
+
+
+def check_not_purged(info: SourceInfo, log_file: str, after: str) -> None:
+    if log_file not in info.binlogs:
+        oldest = info.binlogs[0] if info.binlogs else "none"
+        raise BinlogPurgedError(
+            f"binlog {log_file} needed to resume after {after} is no longer on the source "
+            f"(oldest is {oldest}); DRC will not skip ahead. Rebuild this replicator's buffer "
+            "from a fresh start position and reload the targets (catch-up), or restore the binlog"
+        )
+
+
+class BinlogStream:
+    """One connection's events from (log_file, log_pos) on, until ``stop`` is set."""
+
+    def __init__(self, settings: SourceSettings, log_file: str, log_pos: int) -> None:
+        self._settings = settings
+        self._reader = BinLogStreamReader(
+            connection_settings={
+                **settings.pymysql_kwargs(),
+                "read_timeout": max(10.0, settings.heartbeat_s * 10),
+            },
+            server_id=settings.replica_server_id,
+            log_file=log_file,
+            log_pos=log_pos,
+            resume_stream=True,
+            blocking=True,
+            is_mariadb=True,
+            slave_heartbeat=settings.heartbeat_s,
+            only_events=[
+                MariadbGtidEvent,
+                TableMapEvent,
+                WriteRowsEvent,
+                UpdateRowsEvent,
+                DeleteRowsEvent,
+                QueryEvent,
+                XidEvent,
+                RotateEvent,
+                HeartbeatLogEvent,
+            ],
+        )
+        self._schemas: dict[int, Any] = {}
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def events(self, stop: threading.Event) -> Iterator[SourceEvent]:
+        try:
+            while not stop.is_set():
+                event = self._reader.fetchone()
+                if event is None:
+                    raise SourceUnavailableError(
+                        f"source {self._settings!r} ended the binlog stream"
+                    )
+                converted = self._convert(event)
+                if converted is not None:
+                    yield converted
+        except (pymysql.MySQLError, OSError, EOFError) as exc:
+            raise SourceUnavailableError(
+                f"binlog stream from {self._settings!r} failed: {exc}"
+            ) from exc
+
+    def _position(self, event: Any) -> tuple[int, int]:
+        return split_binlog_name(self._reader.log_file)[1], int(event.packet.log_pos)
+
+    def _convert(self, event: Any) -> SourceEvent | None:
+        if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
+            return self._rows(event)
+        if isinstance(event, TableMapEvent):
+            self._schemas[event.table_id] = table_schema_from_map(event)
+            return None
+        if isinstance(event, MariadbGtidEvent):
+            standalone = bool(event.flags & _GTID_STANDALONE)
+            return Begin(event.gtid, event.server_id, standalone)
+        if isinstance(event, XidEvent):
+            return Commit(event.packet.server_id, event.timestamp, *self._position(event))
+        if isinstance(event, QueryEvent):
+            return self._query(event)
+        if isinstance(event, HeartbeatLogEvent):
+            return Heartbeat(*self._position(event))
+        return None
+
+    def _query(self, event: Any) -> SourceEvent | None:
+        sql = event.query.strip() if isinstance(event.query, str) else event.query.decode().strip()
+        word = sql.upper()
+        if word == "COMMIT":
+            return Commit(event.packet.server_id, event.timestamp, *self._position(event))
+        if word in _TRANSACTION_CONTROL or word.startswith(("SAVEPOINT", "ROLLBACK TO")):
+            return None
+        schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+        return Statement(
+            schema, sql, event.packet.server_id, event.timestamp, *self._position(event)
+        )
+
+    def _rows(self, event: Any) -> Rows:
+        table = self._schemas[event.table_id]
+        if isinstance(event, WriteRowsEvent):
+            op, images = Op.INSERT, tuple((None, row["values"]) for row in event.rows)
+        elif isinstance(event, DeleteRowsEvent):
+            op, images = Op.DELETE, tuple((row["values"], None) for row in event.rows)
+        else:
+            op = Op.UPDATE
+            images = tuple((row["before_values"], row["after_values"]) for row in event.rows)
+        return Rows(table, op, images, int(event.event_size))

@@ -1,0 +1,63 @@
+"""What the binlog adapter hands the transaction assembler: small frozen values, no I/O.
+
+A binlog position is ``(log_index, log_pos)``: the binlog file's number and the offset just after
+the event, i.e. where reading resumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from drc.core.events import Op, Row, TableSchema
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """A transaction group starts (MariaDB GTID event). ``standalone``: a DDL follows alone."""
+
+    gtid: str | None
+    server_id: int
+    standalone: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """One rows event: changes to one table, each as (before, after) images."""
+
+    table: TableSchema
+    op: Op
+    images: tuple[tuple[Row | None, Row | None], ...]
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A QUERY event that is not BEGIN/COMMIT: DDL, written standalone at its own position."""
+
+    schema: str
+    sql: str
+    server_id: int
+    timestamp: int
+    log_index: int
+    log_pos: int
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """XID event, or a QUERY ``COMMIT`` for non-transactional engines."""
+
+    server_id: int
+    timestamp: int
+    log_index: int
+    log_pos: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The source is idle at this position (or the adapter's read timed out)."""
+
+    log_index: int
+    log_pos: int
+
+
+SourceEvent = Begin | Rows | Statement | Commit | Heartbeat

@@ -1,0 +1,103 @@
+"""Transaction assembly from binlog events: SCNs, grouping, filtering, loop flag, fragments."""
+
+from __future__ import annotations
+
+from drc.core.events import Column, Op, TableSchema
+from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter
+from drc.replicator.assembler import FragmentLimits, TransactionAssembler
+from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, Statement
+
+
+def _table(db: str, name: str) -> TableSchema:
+    return TableSchema(db, name, (Column("id", "int", False), Column("v", "int", True)), ("id",))
+
+
+def _rows(db: str, name: str, *ids: int, op: Op = Op.INSERT) -> Rows:
+    images = tuple((None, {"id": i, "v": i * 10}) for i in ids)
+    return Rows(_table(db, name), op, images, size_bytes=20 * len(ids))
+
+
+def _assembler(capture: TableFilter | None = None, rows: int = 10_000) -> TransactionAssembler:
+    limits = FragmentLimits(rows=rows, bytes=1 << 30)
+    return TransactionAssembler(7, 2, capture or TableFilter(), limits)
+
+
+def test_commit_gives_one_transaction_with_the_commit_position_as_scn() -> None:
+    asm = _assembler()
+    assert asm.feed(Begin("1-7-5", 7, standalone=False)) is None
+    assert asm.feed(_rows("shop", "t", 1, 2)) is None
+    assert asm.feed(_rows("shop", "u", 3)) is None
+    committed = asm.feed(Commit(7, 1700000000, 3, 1234))
+    assert committed is not None and committed.scn == SCN(2, 7, 3, 1234)
+    [txn] = list(committed.fragments())
+    assert (txn.gtid, txn.timestamp, txn.last_fragment) == ("1-7-5", 1700000000, True)
+    assert [(c.table, c.after["id"]) for c in txn.changes] == [("t", 1), ("t", 2), ("u", 3)]
+    assert set(committed.tables) == {("shop", "t"), ("shop", "u")}
+
+
+def test_ddl_is_a_transaction_at_its_own_position() -> None:
+    asm = _assembler()
+    asm.feed(Begin("1-7-6", 7, standalone=True))
+    committed = asm.feed(Statement("shop", "ALTER TABLE t ADD c INT", 7, 5, 3, 2000))
+    assert committed is not None and committed.scn == SCN(2, 7, 3, 2000)
+    assert [d.statement for d in committed.ddl] == ["ALTER TABLE t ADD c INT"]
+    without_begin = asm.feed(Statement("shop", "DROP TABLE t", 7, 6, 3, 2100))
+    assert without_begin is not None and without_begin.ddl[0].statement == "DROP TABLE t"
+
+
+def test_statement_inside_an_open_transaction_waits_for_its_commit() -> None:
+    asm = _assembler()
+    asm.feed(Begin(None, 7, standalone=False))
+    asm.feed(_rows("shop", "t", 1))
+    assert asm.feed(Statement("shop", "CREATE TEMPORARY TABLE x (a INT)", 7, 5, 3, 10)) is None
+    committed = asm.feed(Commit(7, 5, 3, 20))
+    assert committed is not None and committed.scn.log_pos == 20
+
+
+def test_checkpoint_write_flags_the_transaction_even_when_filtered_out() -> None:
+    asm = _assembler(TableFilter.build(["shop.*"]))
+    asm.feed(Begin(None, 7, standalone=False))
+    asm.feed(_rows("shop", "t", 1))
+    asm.feed(_rows("drc", "checkpoint", 1))
+    committed = asm.feed(Commit(7, 5, 3, 20))
+    assert committed is not None and committed.drc_originated
+    [txn] = list(committed.fragments())
+    assert txn.drc_originated and [c.table for c in txn.changes] == ["t"]
+
+
+def test_a_transaction_the_filter_empties_is_marked_empty() -> None:
+    asm = _assembler(TableFilter.build(["shop.*"]))
+    asm.feed(Begin(None, 7, standalone=False))
+    asm.feed(_rows("other", "t", 1))
+    committed = asm.feed(Commit(7, 5, 3, 20))
+    assert committed is not None and committed.empty
+    ddl = asm.feed(Statement("other", "CREATE TABLE other.x (a INT)", 7, 5, 3, 30))
+    assert ddl is not None and ddl.empty
+
+
+def test_big_transaction_is_fragmented_with_one_scn_and_ordered_rows() -> None:
+    asm = _assembler(rows=3)
+    asm.feed(Begin("1-7-9", 7, standalone=False))
+    for start in range(0, 10, 2):
+        asm.feed(_rows("shop", "t", start, start + 1))
+    asm.feed(_rows("drc", "checkpoint", 99))  # flag arrives after fragments were spilled
+    committed = asm.feed(Commit(7, 42, 4, 500))
+    assert committed is not None
+    fragments = list(committed.fragments())
+    assert [f.fragment for f in fragments] == list(range(len(fragments)))
+    assert len(fragments) > 2
+    assert [f.last_fragment for f in fragments] == [False] * (len(fragments) - 1) + [True]
+    assert {f.scn for f in fragments} == {SCN(2, 7, 4, 500)}
+    assert all(f.drc_originated and f.timestamp == 42 for f in fragments)
+    ids = [c.after["id"] for f in fragments for c in f.changes]
+    assert ids == [*range(10), 99]
+
+
+def test_reset_forgets_a_partly_read_transaction() -> None:
+    asm = _assembler()
+    asm.feed(Begin(None, 7, standalone=False))
+    asm.feed(_rows("shop", "t", 1))
+    asm.reset()
+    assert asm.feed(Commit(7, 5, 3, 20)) is None
+    assert asm.feed(Heartbeat(3, 20)) is None

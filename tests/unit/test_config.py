@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drc.config import load_config
+from drc.core.errors import ConfigError
+
+EXAMPLE = Path(__file__).parents[2] / "deploy" / "dc1.example.toml"
+
+
+def test_the_documented_example_loads() -> None:
+    config = load_config(EXAMPLE)
+    assert config.datacenter.name == "dc1"
+    assert config.replicator.capture_filter().matches("shop", "orders")
+    assert not config.replicator.capture_filter().matches("shop", "tmp_x")
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "dc.toml"
+    path.write_text(text)
+    return path
+
+
+BASE = """
+[datacenter]
+name = "dc1"
+[source]
+user = "drc"
+password = "s3cret-value"
+[replicator]
+buffer_dir = "/tmp/x"
+"""
+
+
+def test_unknown_keys_are_errors_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"source\.pasword"):
+        load_config(_write(tmp_path, BASE.replace("password =", "pasword =")))
+
+
+def test_bad_table_pattern_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="db.table"):
+        load_config(_write(tmp_path, BASE + 'include = ["nodot"]\n'))
+
+
+def test_password_never_shows_in_repr_or_errors(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, BASE))
+    assert "s3cret-value" not in repr(config)
+    assert config.source.secret() == "s3cret-value"
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, BASE.replace("port = 3306", "") + "[extra]\n"))
+    assert "s3cret-value" not in str(info.value)
+
+
+def test_missing_file_says_where_the_example_is(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="example"):
+        load_config(tmp_path / "nope.toml")
