@@ -156,7 +156,11 @@ class BinlogStream:
             log_pos=log_pos,
             resume_stream=True,
             blocking=True,
-            is_mariadb=True,
+            # is_mariadb=True would make the library ignore log_file/log_pos without a GTID
+            # (it sends position 4 and an empty file name: the server starts at its oldest
+            # binlog). The plain COM_BINLOG_DUMP honours them, and MariaDB still sends its GTID
+            # events because the library announces slave capability 4.
+            is_mariadb=False,
             slave_heartbeat=settings.heartbeat_s,
             only_events=[
                 MariadbGtidEvent,
