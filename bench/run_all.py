@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ["bench_codec.py"]
+BENCHMARKS = ["bench_codec.py", "bench_eventbuffer.py"]
 
 
 def main() -> int:

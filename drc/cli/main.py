@@ -7,6 +7,7 @@ import sys
 import click
 
 from drc import __version__
+from drc.cli.buffer import buffer
 from drc.cli.replicator import replicator
 from drc.cli.sandbox import sandbox
 from drc.cli.schema import schema
@@ -24,6 +25,7 @@ def cli() -> None:
 
 
 cli.add_command(sandbox)
+cli.add_command(buffer)
 cli.add_command(replicator)
 cli.add_command(schema)
 

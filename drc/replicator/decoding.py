@@ -12,6 +12,7 @@ The library decodes most column types exactly, but some lose information DRC mus
 | SET             | set                                | frozenset                          |
 | BIT(n)          | text of '0'/'1'                    | Bit(value, n)                      |
 | BINARY(n)       | bytes without trailing 0x00 pad    | the n stored bytes                 |
+| empty VARBINARY/BLOB | '' (str)                      | b''                                |
 | FLOAT           | the float32 widened (1.100000023…) | shortest text that round-trips to  |
 |                 |                                    | the same float32 (1.1), as SELECT  |
 
@@ -34,6 +35,7 @@ from drc.core.values import Bit, ZeroDate
 
 _ORIGINAL = RowsEvent._RowsEvent__read_values_name  # type: ignore[attr-defined]
 _EPOCH = dt.datetime(1970, 1, 1)
+_STRINGS = {FIELD_TYPE.STRING, FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.BLOB}
 
 
 def _bits(value: int, start: int, size: int, width: int) -> int:
@@ -129,8 +131,12 @@ def _exact_value(event: Any, column: Any, *args: Any) -> Any:
     value = _delegate(event, column, *args)
     if kind == FIELD_TYPE.FLOAT:
         return float(str(np.float32(value)))
-    if kind == FIELD_TYPE.STRING and isinstance(value, bytes):
-        return value.ljust(column.max_length, b"\0")  # BINARY(n) is stored without its pad
+    if kind in _STRINGS and getattr(column, "character_set_name", None) == "binary":
+        # The library decodes binary strings with the codec 'binary', which does not exist, and
+        # keeps the bytes on LookupError; but CPython decodes b'' to '' without a codec lookup.
+        value = value if isinstance(value, bytes) else value.encode()
+        if kind == FIELD_TYPE.STRING:
+            return value.ljust(column.max_length, b"\0")  # BINARY(n) is stored without its pad
     return value
 
 

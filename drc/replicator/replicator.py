@@ -38,6 +38,7 @@ from drc.replicator.source import (
     SourceSettings,
     check_not_purged,
     inspect_source,
+    split_binlog_name,
 )
 from drc.replicator.source_events import Heartbeat
 from drc.replicator.spill import FileSpill
@@ -138,6 +139,7 @@ class Replicator:
         if last is None:
             log_file, log_pos = self._initial_position(info)
             check_not_purged(info, log_file, "the configured start")
+            self._persist_start(info, log_file, log_pos)
             return log_file, log_pos, 1
         if last.server_id != info.server_id:
             raise SourceConfigError(
@@ -148,6 +150,15 @@ class Replicator:
         log_file = info.file_name(last.log_index)
         check_not_purged(info, log_file, f"SCN {last}")
         return log_file, last.log_pos, last.change_id
+
+    def _persist_start(self, info: SourceInfo, log_file: str, log_pos: int) -> None:
+        """Store the chosen start as an empty marker, so a restart before the first transaction
+        resumes there instead of at a newer "current" position (which would skip changes)."""
+        scn = SCN(1, info.server_id, split_binlog_name(log_file)[1], log_pos)
+        self._buffer.append(
+            scn, encode_transaction(Transaction(scn, info.server_id, None, 0, ())), 0
+        )
+        self._buffer.commit()
 
     def _initial_position(self, info: SourceInfo) -> tuple[str, int]:
         start = self._options.start_from

@@ -18,7 +18,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from drc.core.errors import SandboxError
@@ -40,7 +40,7 @@ class ServerInfo:
     server_id: int
     gtid_domain_id: int
     user: str
-    password: str
+    password: str = field(repr=False)
     pid: int
     base_dir: str
     error_log: str

@@ -9,11 +9,7 @@ from drc.sandbox.sandbox import ServerInfo
 
 def connect(server: ServerInfo, **kwargs: object) -> pymysql.connections.Connection:
     """A connection as the sandbox's DRC user over TCP, the way DRC itself connects."""
+    options: dict[str, object] = {"autocommit": True, **kwargs}
     return pymysql.connect(
-        host=server.host,
-        port=server.port,
-        user=server.user,
-        password=server.password,
-        autocommit=True,
-        **kwargs,
+        host=server.host, port=server.port, user=server.user, password=server.password, **options
     )

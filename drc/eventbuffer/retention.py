@@ -1,0 +1,45 @@
+"""Which oldest segments retention deletes: a pure decision over sizes, timestamps and a clock.
+
+A segment goes, oldest first, while the buffer is bigger than ``retain_bytes`` or while the
+segment's newest record is older than ``retain_seconds``. Only whole segments are deleted, in
+order, so the remaining ones stay contiguous and the oldest one's ``prev_scn`` still says
+exactly what can be served. The caller passes only the deletable prefix: segments entirely
+committed and not the active one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentAge:
+    """What retention needs to know of one segment."""
+
+    size_bytes: int
+    newest_ms: int | None  # newest record's timestamp; None for a segment without records
+
+
+def segments_to_delete(
+    deletable: Iterable[SegmentAge],
+    total_bytes: int,
+    retain_bytes: int | None,
+    retain_seconds: float | None,
+    now_s: float,
+) -> int:
+    """How many of the oldest segments to delete (a prefix of ``deletable``, read lazily).
+
+    ``total_bytes`` is the size of the whole buffer, active segment included. A segment
+    without records counts as old: deleting it loses nothing.
+    """
+    cutoff_ms = None if retain_seconds is None else (now_s - retain_seconds) * 1000.0
+    count = 0
+    for seg in deletable:
+        too_big = retain_bytes is not None and total_bytes > retain_bytes
+        too_old = cutoff_ms is not None and (seg.newest_ms is None or seg.newest_ms < cutoff_ms)
+        if not (too_big or too_old):
+            break
+        total_bytes -= seg.size_bytes
+        count += 1
+    return count
