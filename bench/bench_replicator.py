@@ -34,10 +34,10 @@ CHILD = Path(__file__).with_name("_capture_child.py")
 
 
 def connect(server: ServerInfo, **kw: object) -> pymysql.connections.Connection:
+    options: dict[str, object] = {"autocommit": True, **kw}
     return pymysql.connect(
-        host=server.host, port=server.port, user=server.user, password=server.password,
-        autocommit=True, **kw,
-    )  # fmt: skip
+        host=server.host, port=server.port, user=server.user, password=server.password, **options
+    )
 
 
 def position(server: ServerInfo) -> tuple[str, int]:

@@ -1,7 +1,7 @@
 """The capture loop: source binlog -> transactions with SCNs -> EventBuffer (+ schema history).
 
     reader thread: BinlogStream.events() ──queue──> main: assembler -> codec -> buffer.append
-                                                          └ group commit when the queue runs dry,
+                                                          └ group commit when the queue stays dry
                                                             or at max_txns / max_bytes / max_ms
 
 Restart position: the buffer's last SCN. It is a transaction boundary by construction (the
@@ -55,6 +55,7 @@ class CaptureOptions:
     commit_max_txns: int = 2000
     commit_max_bytes: int = 16 << 20
     commit_max_ms: float = 50.0
+    commit_linger_s: float = 0.002
     retry_initial_s: float = 0.2
     retry_max_s: float = 10.0
     spill_dir: Path | None = None
@@ -180,9 +181,11 @@ class Replicator:
         batch = _Batch()
         while not stop.is_set():
             try:
-                item = events.get(timeout=0.2) if batch.empty else events.get_nowait()
+                # With work pending, wait a moment for more before publishing: one fsync then
+                # covers many transactions, at a bounded cost in latency.
+                item = events.get(timeout=0.2 if batch.empty else self._options.commit_linger_s)
             except queue.Empty:
-                self._commit(batch)  # the source has nothing more right now: publish
+                self._commit(batch)  # the source had nothing more: publish
                 continue
             if isinstance(item, BaseException):
                 self._commit(batch)

@@ -33,7 +33,7 @@ from pymysqlreplication.row_event import (
 
 from drc.core.errors import BinlogPurgedError, SourceConfigError, SourceUnavailableError
 from drc.core.events import Op
-from drc.replicator import decoding
+from drc.replicator import decoding, tablemap_cache
 from drc.replicator.schema_types import table_schema_from_map
 from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, SourceEvent, Statement
 
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 # position. Emptied, they reach us and we resume from the buffer's last SCN instead.
 binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
 decoding.install()
+tablemap_cache.install()
 
 _GTID_STANDALONE = 0x01
 _BINLOG_NAME = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)$")
@@ -202,7 +203,12 @@ class BinlogStream:
         if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
             return self._rows(event)
         if isinstance(event, TableMapEvent):
-            self._schemas[event.table_id] = table_schema_from_map(event)
+            # Cached TABLE_MAPs share their Table object: convert it once.
+            table = event.table_obj
+            schema = table.__dict__.get("_drc_schema")
+            if schema is None:
+                schema = table.__dict__["_drc_schema"] = table_schema_from_map(event)
+            self._schemas[event.table_id] = schema
             return None
         if isinstance(event, MariadbGtidEvent):
             standalone = bool(event.flags & _GTID_STANDALONE)
