@@ -81,10 +81,50 @@ class ReplicatorConfig(_Model):
         return TableFilter.build(self.include, self.exclude)
 
 
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+class ApiConfig(_Model):
+    """The pull API each replicator serves (subscribers, followers and remote apply channels)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8640, ge=0, le=65535)
+    tokens: tuple[SecretStr, ...] = ()
+    tokens_file: Path | None = None
+    max_events: int = Field(10_000, ge=1)
+    max_bytes_mb: float = Field(16, gt=0)
+    max_wait_ms: int = Field(30_000, ge=0)
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+
+    @model_validator(mode="after")
+    def _open_only_with_tokens(self) -> ApiConfig:
+        if self.host not in _LOOPBACK and not self.tokens and self.tokens_file is None:
+            raise ValueError(
+                f"host {self.host!r} is not loopback: set tokens or tokens_file so the API is "
+                "not open to the network without authentication"
+            )
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("give both tls_certfile and tls_keyfile, or neither")
+        return self
+
+    def secrets(self) -> tuple[str, ...]:
+        """The accepted bearer tokens (config list plus one per line of tokens_file)."""
+        tokens = [t.get_secret_value() for t in self.tokens]
+        if self.tokens_file is not None:
+            try:
+                lines = self.tokens_file.read_text().splitlines()
+            except OSError as exc:
+                raise ConfigError(f"cannot read api.tokens_file {self.tokens_file}: {exc}") from exc
+            tokens.extend(line.strip() for line in lines if line.strip())
+        return tuple(tokens)
+
+
 class DrcConfig(_Model):
     datacenter: DatacenterConfig
     source: SourceConfig
     replicator: ReplicatorConfig
+    api: ApiConfig = ApiConfig()
 
 
 def load_config(path: str | Path) -> DrcConfig:
