@@ -138,7 +138,10 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=1_000, help="100-row transactions")
     parser.add_argument("--repeat", type=int, default=3, help="best of N timings")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the transactions")
     args = parser.parse_args()
+    if args.quick:
+        args.small, args.large, args.repeat = args.small // 10, args.large // 10, 1
     rng = random.Random(args.seed)
     for count, rows in ((args.small, 1), (args.large, 100)):
         txns = [make_txn(rng, n, rows) for n in range(count)]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -78,7 +79,7 @@ def value_to_json(value: Any) -> Any:
     raise JsonWireError(f"no JSON form for a value of type {type(value).__name__}")
 
 
-_DECODERS = {
+_DECODERS: dict[str, Callable[[Any], Any]] = {
     "$decimal": Decimal,
     "$datetime": dt.datetime.fromisoformat,
     "$date": dt.date.fromisoformat,
