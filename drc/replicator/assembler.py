@@ -139,10 +139,12 @@ class TransactionAssembler:
             return
         txn.tables[key] = event.table
         schema, table, op = event.table.schema, event.table.table, event.op
-        txn.changes.extend(RowChange(schema, table, op, b, a) for b, a in event.images)
-        txn.pending_bytes += event.size_bytes
-        if len(txn.changes) >= self._limits.rows or txn.pending_bytes >= self._limits.bytes:
-            self._spill(txn)
+        row_bytes = event.size_bytes // max(1, len(event.images))
+        for before, after in event.images:  # row by row: a fragment never exceeds the limits
+            txn.changes.append(RowChange(schema, table, op, before, after))
+            txn.pending_bytes += row_bytes
+            if len(txn.changes) >= self._limits.rows or txn.pending_bytes >= self._limits.bytes:
+                self._spill(txn)
 
     def _spill(self, txn: _Open) -> None:
         if txn.spill is None:

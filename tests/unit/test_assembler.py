@@ -90,6 +90,7 @@ def test_big_transaction_is_fragmented_with_one_scn_and_ordered_rows() -> None:
     assert [f.last_fragment for f in fragments] == [False] * (len(fragments) - 1) + [True]
     assert {f.scn for f in fragments} == {SCN(2, 7, 4, 500)}
     assert all(f.drc_originated and f.timestamp == 42 for f in fragments)
+    assert all(len(f.changes) <= 3 for f in fragments), "the row limit holds inside an event"
     ids = [c.after["id"] for f in fragments for c in f.changes]
     assert ids == [*range(10), 99]
 
