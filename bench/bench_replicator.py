@@ -62,6 +62,17 @@ def bulk_workload(server: ServerInfo, rows: int) -> None:
     conn.close()
 
 
+def one_big_transaction(server: ServerInfo, rows: int) -> None:
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.execute("USE bench")
+        cur.execute(
+            "INSERT INTO bench.big SELECT seq, seq % 1000, CONCAT('row ', seq, REPEAT('x', 40)),"
+            f" '2024-01-02 03:04:05.123456', seq / 100 FROM seq_1_to_{rows}"
+        )
+    conn.close()
+
+
 def sysbench(server: ServerInfo, command: str, seconds: int = 0) -> str:
     argv = [
         "sysbench", "oltp_write_only", "--db-driver=mysql", f"--mysql-host={server.host}",
@@ -203,16 +214,21 @@ def main() -> None:
         with conn.cursor() as cur:
             cur.execute("CREATE DATABASE bench")
             cur.execute("CREATE DATABASE sbtest")
-            cur.execute(
-                "CREATE TABLE bench.bulk (id BIGINT PRIMARY KEY, a INT, b VARCHAR(100), "
-                "c DATETIME(6), d DECIMAL(12,2))"
-            )
+            for table in ("bulk", "big"):
+                cur.execute(
+                    f"CREATE TABLE bench.{table} (id BIGINT PRIMARY KEY, a INT, b VARCHAR(100), "
+                    "c DATETIME(6), d DECIMAL(12,2))"
+                )
         conn.close()
         sysbench(dc1, "prepare")
         today = time.strftime("%Y-%m-%d")
         print(f"# Replicator throughput (`python bench/bench_replicator.py`, {today})")
         lines = run_workload("bulk, 1000-row transactions", box, dc1, dc2,
                              lambda: bulk_workload(dc1, args.bulk_rows), workdir)  # fmt: skip
+        lines += run_workload(
+            f"one {args.bulk_rows}-row transaction (stored as bounded fragments)", box, dc1, dc2,
+            lambda: one_big_transaction(dc1, args.bulk_rows), workdir,
+        )  # fmt: skip
         lines += run_workload(
             f"sysbench oltp_write_only, 2 threads, {args.sysbench_seconds}s", box, dc1, dc2,
             lambda: sysbench(dc1, "run", args.sysbench_seconds), workdir,
