@@ -8,8 +8,9 @@ The SCN is ``(change_id, source server_id, log_index, log_pos after the commit e
 where reading resumes after the transaction, so the buffer's last SCN is the restart position.
 
 Capture filtering drops row changes of tables the filter does not keep, but a transaction that
-writes the apply checkpoint table is flagged DRC-originated *before* filtering, so the flag
-survives any filter. A transaction with more rows or bytes than a fragment holds is spilled
+writes the apply checkpoint table, or whose events carry MariaDB's skip_replication flag (apply
+sessions set it, which also marks their DDL), is flagged DRC-originated *before* filtering, so
+the flag survives any filter. A transaction with more rows or bytes than a fragment holds is spilled
 fragment by fragment (the caller supplies the spill), bounding memory; at commit its fragments
 are replayed with the final SCN, the flag and fragment numbers.
 """
@@ -120,6 +121,7 @@ class TransactionAssembler:
         elif isinstance(event, Begin):
             self.reset()
             self._open = _Open(event.gtid, event.server_id, event.standalone)
+            self._open.drc_originated = event.skip_replication
         elif isinstance(event, Commit):
             return self._commit(event.log_index, event.log_pos, event.timestamp)
         elif isinstance(event, Statement):
@@ -163,6 +165,7 @@ class TransactionAssembler:
         change = SchemaChange(event.schema, event.sql)
         if self._open is None:
             self._open = _Open(None, event.server_id, standalone=True)
+        self._open.drc_originated |= event.skip_replication
         if self._keeps_ddl(change):
             self._open.ddl.append(change)
         if self._open.standalone or not (self._open.changes or self._open.spilled):

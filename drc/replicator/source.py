@@ -46,6 +46,9 @@ decoding.install()
 tablemap_cache.install()
 
 _GTID_STANDALONE = 0x01
+# Header flag MariaDB sets on every event of a session with skip_replication=1. Apply sessions set
+# it, so DDL (which has no transaction to carry the checkpoint write) is recognised as DRC's too.
+SKIP_REPLICATION_FLAG = 0x8000
 _BINLOG_NAME = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)$")
 _TRANSACTION_CONTROL = {"BEGIN", "XA START", "SAVEPOINT"}
 
@@ -212,7 +215,8 @@ class BinlogStream:
             return None
         if isinstance(event, MariadbGtidEvent):
             standalone = bool(event.flags & _GTID_STANDALONE)
-            return Begin(event.gtid, event.server_id, standalone)
+            marked = bool(event.packet.flags & SKIP_REPLICATION_FLAG)
+            return Begin(event.gtid, event.server_id, standalone, marked)
         if isinstance(event, XidEvent):
             return Commit(event.packet.server_id, event.timestamp, *self._position(event))
         if isinstance(event, QueryEvent):
@@ -229,8 +233,9 @@ class BinlogStream:
         if word in _TRANSACTION_CONTROL or word.startswith(("SAVEPOINT", "ROLLBACK TO")):
             return None
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+        marked = bool(event.packet.flags & SKIP_REPLICATION_FLAG)
         return Statement(
-            schema, sql, event.packet.server_id, event.timestamp, *self._position(event)
+            schema, sql, event.packet.server_id, event.timestamp, *self._position(event), marked
         )
 
     def _rows(self, event: Any) -> Rows:

@@ -18,6 +18,7 @@ class Begin:
     gtid: str | None
     server_id: int
     standalone: bool
+    skip_replication: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class Statement:
     timestamp: int
     log_index: int
     log_pos: int
+    skip_replication: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,3 +102,15 @@ def test_reset_forgets_a_partly_read_transaction() -> None:
     asm.reset()
     assert asm.feed(Commit(7, 5, 3, 20)) is None
     assert asm.feed(Heartbeat(3, 20)) is None
+
+
+def test_skip_replication_flag_marks_dml_and_ddl() -> None:
+    asm = _assembler()
+    asm.feed(Begin(None, 7, standalone=False, skip_replication=True))
+    asm.feed(_rows("shop", "t", 1))
+    dml = asm.feed(Commit(7, 5, 3, 20))
+    ddl = asm.feed(Statement("shop", "DROP TABLE t", 7, 6, 3, 30, skip_replication=True))
+    plain = asm.feed(Statement("shop", "DROP TABLE u", 7, 6, 3, 40))
+    assert dml is not None and dml.drc_originated
+    assert ddl is not None and ddl.drc_originated
+    assert plain is not None and not plain.drc_originated

@@ -1,0 +1,54 @@
+"""The replicator flags exactly what DRC's apply wrote: checkpoint writes and skip_replication."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from drc.core.tablefilter import TableFilter
+from drc.replicator.replicator import CaptureOptions
+from drc.sandbox.sandbox import ServerInfo
+from tests.integration.capture import capturing, master_position, read_all
+from tests.integration.servers import connect
+
+
+def test_apply_writes_are_flagged_and_ordinary_writes_are_not(
+    dc1: ServerInfo, tmp_path: Path
+) -> None:
+    conn = connect(dc1)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS marker_db")
+        cur.execute("CREATE DATABASE IF NOT EXISTS drc")
+        cur.execute("CREATE TABLE IF NOT EXISTS drc.checkpoint (channel VARCHAR(64) PRIMARY KEY)")
+        start = master_position(dc1)
+        cur.execute("CREATE TABLE marker_db.local_ddl (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO marker_db.local_ddl VALUES (1)")
+        cur.execute("SET SESSION skip_replication = 1")
+        cur.execute("CREATE TABLE marker_db.applied_ddl (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO marker_db.applied_ddl VALUES (2)")
+        cur.execute("SET SESSION skip_replication = 0")
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO marker_db.local_ddl VALUES (3)")
+        cur.execute("REPLACE INTO drc.checkpoint VALUES ('from-dc2')")
+        cur.execute("COMMIT")
+        end = master_position(dc1)
+    conn.close()
+
+    options = CaptureOptions(
+        capture=TableFilter.build(["marker_db.*"]), start_from=f"{start[0]}:{start[1]}"
+    )
+    with capturing(dc1, tmp_path / "buf", options) as capture:
+        capture.wait_for(end)
+        stored = [t for t in read_all(capture.buffer) if t.changes or t.ddl]
+
+    seen = [
+        (t.ddl[0].statement.split()[2] if t.ddl else t.changes[0].after["id"], t.drc_originated)
+        for t in stored
+    ]
+    assert seen == [
+        ("marker_db.local_ddl", False),
+        (1, False),
+        ("marker_db.applied_ddl", True),
+        (2, True),
+        (3, True),  # flagged by its checkpoint write, which the filter itself drops
+    ]
+    assert [c.table for c in stored[-1].changes] == ["local_ddl"]
