@@ -41,14 +41,7 @@ class SourceConfig(_Model):
         return self
 
     def secret(self) -> str:
-        if self.password_file is not None:
-            try:
-                return self.password_file.read_text().strip()
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot read source.password_file {self.password_file}: {exc}"
-                ) from exc
-        return self.password.get_secret_value() if self.password is not None else ""
+        return _read_secret(self.password, self.password_file, "source.password_file")
 
 
 class BufferConfig(_Model):
@@ -79,6 +72,66 @@ class ReplicatorConfig(_Model):
 
     def capture_filter(self) -> TableFilter:
         return TableFilter.build(self.include, self.exclude)
+
+
+class TargetConfig(_Model):
+    """The local database apply channels write into; defaults to the [source] connection."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(3306, ge=1, le=65535)
+    user: str
+    password: SecretStr | None = None
+    password_file: Path | None = None
+
+    def secret(self) -> str:
+        return _read_secret(self.password, self.password_file, "target.password_file")
+
+
+class ChannelConfig(_Model):
+    """One apply channel: a set of tables from one remote datacenter into the local target."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    origin: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")  # the remote datacenter
+    remote: tuple[str, ...] = Field(min_length=1)  # API URLs of the remote replicator group
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    tables: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    map_tables: dict[str, str] = Field(default_factory=dict)  # "db.t" -> "db2.t2"
+    map_columns: dict[str, dict[str, str]] = Field(default_factory=dict)  # "db.t" -> {src: dst}
+    no_primary_key: Literal["refuse", "match_whole_row"] = "refuse"
+    max_txns_per_commit: int = Field(500, ge=1)
+    max_bytes_per_commit_mb: float = Field(8, gt=0)
+    max_commit_delay_ms: float = Field(100, ge=0)
+    wait_ms: int = Field(200, ge=-1)
+    retries: int = Field(10, ge=0)
+
+    @model_validator(mode="after")
+    def _valid(self) -> ChannelConfig:
+        try:
+            TableFilter.build(self.tables, self.exclude)
+            TableFilter.build(list(self.map_tables) + list(self.map_tables.values()))
+            TableFilter.build(list(self.map_columns))
+        except TableFilterError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    def table_filter(self) -> TableFilter:
+        return TableFilter.build(self.tables, self.exclude)
+
+    def secret(self) -> str | None:
+        if self.token is None and self.token_file is None:
+            return None
+        return _read_secret(self.token, self.token_file, f"channels.{self.name}.token_file")
+
+
+def _read_secret(value: SecretStr | None, path: Path | None, what: str) -> str:
+    if path is not None:
+        try:
+            return path.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {what} {path}: {exc}") from exc
+    return value.get_secret_value() if value is not None else ""
 
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -125,6 +178,25 @@ class DrcConfig(_Model):
     source: SourceConfig
     replicator: ReplicatorConfig
     api: ApiConfig = ApiConfig()
+    target: TargetConfig | None = None
+    channels: tuple[ChannelConfig, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_channels(self) -> DrcConfig:
+        names = [c.name for c in self.channels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"channel names must be unique, got {names}")
+        return self
+
+    def target_or_source(self) -> TargetConfig:
+        """Apply writes into [target], or into the [source] database when none is given."""
+        if self.target is not None:
+            return self.target
+        src = self.source
+        return TargetConfig(
+            host=src.host, port=src.port, user=src.user, password=src.password,
+            password_file=src.password_file,
+        )  # fmt: skip
 
 
 def load_config(path: str | Path) -> DrcConfig:
