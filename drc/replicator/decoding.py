@@ -19,6 +19,8 @@ The library decodes most column types exactly, but some lose information DRC mus
 TIMESTAMP values are naive datetimes in UTC. The fix is one override of the library's per-column
 dispatch method (``_RowsEvent__read_values_name``); every other type still goes through the
 library, and a type it cannot decode raises UnsupportedColumnError naming table and column.
+This per-value path is the reference: fast_rows decodes whole FULL row images to the identical
+values, and hands every other row to it.
 """
 
 from __future__ import annotations
@@ -173,5 +175,12 @@ def _read_values_name(
 
 
 def install() -> None:
-    """Route the library's value decoding through DRC's exact readers (idempotent)."""
+    """Route the library's row decoding through DRC's exact readers (idempotent).
+
+    Two overrides: this module's per-value dispatch, and fast_rows' per-table plans that decode
+    FULL row images without it (and fall back to it for anything else).
+    """
+    from drc.replicator import fast_rows  # it builds on this module's readers
+
     RowsEvent._RowsEvent__read_values_name = _read_values_name  # type: ignore[attr-defined]
+    fast_rows.install()
