@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ["bench_codec.py", "bench_eventbuffer.py"]
+BENCHMARKS = ["bench_codec.py", "bench_eventbuffer.py", "bench_api.py"]
 
 
 def main() -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from drc.apply.channel import ApplyChannel
 from drc.apply.service import build_channels
 from drc.config import DrcConfig
+from drc.core.errors import RetriableError
 from drc.runtime import ReplicatorService, build_replicator
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,10 @@ class Node:
     def start(self, stop: threading.Event) -> None:
         if self.role in ("all", "replicator"):
             self.service = build_replicator(self.config)
+            try:
+                self.service.replicator.prepare()
+            except RetriableError as exc:  # source down: capture retries and starts later
+                log.warning("source not reachable yet: %s", exc)
             self.service.start_api()
             self._spawn("replicator", self.service.run_capture, stop)
         if self.role in ("all", "apply"):

@@ -5,10 +5,16 @@ Components never read files or the environment themselves; this module does, onc
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from drc.api.app import create_app
+from drc.api.deps import ApiDeps
+from drc.api.query import ServerLimits
+from drc.api.server import ApiServer
 from drc.config import DrcConfig
+from drc.core.errors import ConfigError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.assembler import FragmentLimits
@@ -20,11 +26,33 @@ METASTORE_FILE = "metastore.sqlite3"
 
 @dataclass
 class ReplicatorService:
+    """A replicator, its buffer and metastore, and the pull API serving that buffer."""
+
     replicator: Replicator
     buffer: EventBuffer
     metastore: MetaStore
+    config: DrcConfig | None = None
+    api: ApiServer | None = None
+    failure: BaseException | None = None  # what stopped capture, for /healthz
+
+    def run_capture(self, stop: threading.Event) -> None:
+        """Capture until ``stop``; a fatal error is kept (the API reports it) and re-raised."""
+        try:
+            self.replicator.run(stop)
+        except BaseException as exc:
+            self.failure = exc
+            raise
+
+    def start_api(self) -> ApiServer:
+        """Serve the pull API on the configured address in this process; returns the server."""
+        if self.config is None:
+            raise RuntimeError("start_api needs the service built from a config")
+        self.api = build_api(self.config, self).start()
+        return self.api
 
     def close(self) -> None:
+        if self.api is not None:  # first: no request may read a closed buffer
+            self.api.stop()
         self.buffer.close()
         self.metastore.close()
 
@@ -66,4 +94,33 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
         spill_dir=Path(rep.buffer_dir),
     )
     replicator = Replicator(source_settings(config), buffer, metastore, options)
-    return ReplicatorService(replicator, buffer, metastore)
+    return ReplicatorService(replicator, buffer, metastore, config)
+
+
+def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
+    """The API server for ``service`` (not started); tokens are read from config here, once."""
+    api = config.api
+    tokens = api.secrets()
+    if not all(tokens):
+        raise ConfigError("api.tokens holds an empty token; remove it or give it a value")
+    deps = ApiDeps(
+        buffer=service.buffer,
+        metastore=service.metastore,
+        datacenter=config.datacenter.name,
+        source=f"{config.source.host}:{config.source.port}",
+        limits=ServerLimits(
+            api.max_events, max(1, int(api.max_bytes_mb * (1 << 20))), api.max_wait_ms
+        ),
+        tokens=tokens,
+        capture_stats=lambda: service.replicator.stats,
+        capture_failure=lambda: service.failure,
+    )
+    return ApiServer(
+        create_app(deps),
+        api.host,
+        api.port,
+        open_access=not tokens,
+        certfile=api.tls_certfile,
+        keyfile=api.tls_keyfile,
+        stop_event=deps.stop,
+    )

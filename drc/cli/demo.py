@@ -27,7 +27,7 @@ def demo(directory: str, seconds: float) -> None:
     schema on dc1 (its DDL replicates), writes on both sides, then compares row counts and
     CHECKSUM TABLE until they are equal. The sandbox stays up: `drc sandbox down` stops it.
     """
-    from drc.demo import run_demo
+    from drc.sandbox.demo import run_demo
     from drc.sandbox.sandbox import Sandbox
 
     say = lambda line: click.echo(line, err=False)  # noqa: E731

@@ -8,9 +8,12 @@ import click
 
 from drc import __version__
 from drc.cli.buffer import buffer
+from drc.cli.demo import demo
 from drc.cli.replicator import replicator
+from drc.cli.run import run
 from drc.cli.sandbox import sandbox
 from drc.cli.schema import schema
+from drc.cli.tail import status, tail
 from drc.core.errors import DrcError
 
 
@@ -28,6 +31,10 @@ cli.add_command(sandbox)
 cli.add_command(buffer)
 cli.add_command(replicator)
 cli.add_command(schema)
+cli.add_command(tail)
+cli.add_command(status)
+cli.add_command(run)
+cli.add_command(demo)
 
 
 def main() -> None:

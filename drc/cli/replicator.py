@@ -33,7 +33,11 @@ def replicator() -> None:
     help="Seconds between progress lines (0: none).",
 )
 def run(config_path: str, progress_every: float) -> None:
-    """Capture until SIGINT/SIGTERM, resuming exactly after the buffer's last SCN."""
+    """Capture until SIGINT/SIGTERM, resuming exactly after the buffer's last SCN.
+
+    Also serves the pull API ([api] in the config) from this process, so subscribers are
+    woken by each commit.
+    """
     from drc.runtime import build_replicator
 
     logging.basicConfig(
@@ -41,6 +45,12 @@ def run(config_path: str, progress_every: float) -> None:
     )
     config = load_config(config_path)
     service = build_replicator(config)
+    try:
+        api = service.start_api()
+    except BaseException:
+        service.close()
+        raise
+    click.echo(f"API serving on {api.url}")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -48,7 +58,7 @@ def run(config_path: str, progress_every: float) -> None:
 
     def capture() -> None:
         try:
-            service.replicator.run(stop)
+            service.run_capture(stop)
         except BaseException as exc:  # re-raised below so the CLI exits with the message
             failures.append(exc)
             stop.set()

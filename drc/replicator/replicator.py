@@ -106,6 +106,12 @@ class Replicator:
                 stop.wait(delay)
                 delay = min(delay * 2, self._options.retry_max_s)
 
+    def prepare(self) -> None:
+        """On an empty buffer, fix and store the start position now, so that every write made
+        after this call is captured even if capture itself starts a moment later."""
+        if self._buffer.last_scn is None:
+            self._start_position(inspect_source(self._source))
+
     def run_session(self, stop: threading.Event) -> None:
         """One connection: from the buffer's restart position until ``stop`` or an error."""
         info = inspect_source(self._source)

@@ -52,6 +52,8 @@ fragment_rows = 300
 commit_max_ms = 20
 [replicator.buffer]
 segment_mb = 1
+[api]
+port = 0
 """
     )
     return config

@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pymysql
 
+from drc.client.status import fetch_status
+from drc.core.errors import DrcError
 from drc.sandbox.procs import free_port, wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 
@@ -33,7 +34,9 @@ TABLES = {
 }
 
 
-def write_configs(description: SandboxDescription, directory: Path) -> dict[str, Path]:
+def write_configs(
+    description: SandboxDescription, directory: Path, schema: str = SCHEMA
+) -> dict[str, Path]:
     """A config per datacenter: capture its own server, apply the other one's stream."""
     directory.mkdir(parents=True, exist_ok=True)
     ports = {s.datacenter: free_port() for s in description.servers}
@@ -49,7 +52,7 @@ def write_configs(description: SandboxDescription, directory: Path) -> dict[str,
 name = "from-{peer.datacenter}"
 origin = "{peer.datacenter}"
 remote = ["http://127.0.0.1:{ports[peer.datacenter]}"]
-tables = ["{SCHEMA}.*"]
+tables = ["{schema}.*"]
 max_commit_delay_ms = 20
 wait_ms = 200
 """
@@ -68,7 +71,7 @@ password_file = "{secret}"
 replica_server_id = {1000 + server.server_id}
 [replicator]
 buffer_dir = "{directory / server.datacenter / "buffer"}"
-include = ["{SCHEMA}.*"]
+include = ["{schema}.*"]
 commit_max_ms = 20
 [api]
 port = {ports[server.datacenter]}
@@ -102,9 +105,10 @@ def wait_healthy(configs: dict[str, Path], timeout: float = 60.0) -> None:
 
         def healthy(port: int = port) -> bool:
             try:
-                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
-            except httpx.HTTPError:
+                fetch_status(f"http://127.0.0.1:{port}", timeout=2)
+            except DrcError:
                 return False
+            return True
 
         if not wait_for(healthy, timeout, interval=0.2):
             raise RuntimeError(f"{dc} did not become healthy; see its log")

@@ -1,0 +1,37 @@
+"""The FastAPI application: routers per resource, error shape, auth, metrics.
+
+Endpoints (all but /healthz need a bearer token when tokens are configured)::
+
+    GET /v1/events?after=SCN[&tables=db.t,db2.*][&max_events=N][&max_bytes=B][&wait_ms=W]
+                   [&epoch=E][&skip_drc=1]        the change stream; see drc.api.wire
+    GET /v1/status                                role, buffer, source position, lag, capture
+    GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
+    GET /metrics                                  Prometheus text format
+    GET /healthz                                  200 ok, 503 buffer closed or capture failed
+
+Serving it (uvicorn in a thread, TLS) is :mod:`drc.api.server`.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from drc.api import errors, events, health, schema, status
+from drc.api.deps import ApiDeps
+
+
+def create_app(deps: ApiDeps) -> FastAPI:
+    app = FastAPI(
+        title="DRC pull API",
+        summary="The change stream of one replicator, pulled by SCN",
+        docs_url=None,  # no interactive docs or schema endpoints on a replication port
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.deps = deps
+    errors.install(app)
+    for module in (events, status, schema, health):
+        app.include_router(module.router)
+    app.include_router(health.open_router)
+    app.add_middleware(errors.Guard, metrics=deps.metrics)
+    return app

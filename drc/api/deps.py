@@ -1,0 +1,104 @@
+"""What the handlers depend on: :class:`ApiDeps` (built by the composition root) and the
+bearer-token check, both as FastAPI dependencies.
+
+Tokens: ``Authorization: Bearer <token>`` is compared with every configured token using
+:func:`hmac.compare_digest` and no early exit, so the time taken tells nothing about which
+token or how much of one matched. With no tokens configured the API is open, which the config
+and :mod:`drc.api.server` allow only on a loopback address.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import anyio
+from fastapi import Depends, Request
+
+from drc.api.errors import ApiError
+from drc.api.metrics import ApiMetrics
+from drc.api.query import ServerLimits
+
+LONG_POLL_THREADS = 256
+REALM = 'Bearer realm="drc"'
+
+
+@dataclass
+class ApiDeps:
+    """The replicator's parts the API reads; nothing here is written by the API.
+
+    ``buffer`` is the writer's EventBuffer (in-process, so commits wake long polls),
+    ``metastore`` its MetaStore (None: /v1/schema answers 404). ``capture_stats`` returns the
+    Replicator's CaptureStats and ``capture_failure`` the fatal error that stopped capture, if
+    any (both None when the API serves a buffer nobody captures into).
+    """
+
+    buffer: Any
+    metastore: Any = None
+    datacenter: str = ""
+    source: str = ""  # host:port, never credentials
+    role: str = "leader"
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    tokens: tuple[str, ...] = ()
+    capture_stats: Callable[[], Any] | None = None
+    capture_failure: Callable[[], BaseException | None] | None = None
+    metrics: ApiMetrics = field(default_factory=ApiMetrics)
+    stop: threading.Event = field(default_factory=threading.Event)
+    wall_clock: Callable[[], float] = time.time
+    limiter: anyio.CapacityLimiter = field(
+        default_factory=lambda: anyio.CapacityLimiter(LONG_POLL_THREADS)
+    )
+    _token_bytes: tuple[bytes, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if any(not token for token in self.tokens):
+            raise ValueError("an API token must not be empty")
+        self._token_bytes = tuple(token.encode() for token in self.tokens)
+
+    def __repr__(self) -> str:  # never show tokens
+        return f"ApiDeps(datacenter={self.datacenter!r}, tokens={len(self.tokens)})"
+
+    @property
+    def open(self) -> bool:
+        """True when no token is required."""
+        return not self._token_bytes
+
+    def token_ok(self, given: bytes) -> bool:
+        ok = False
+        for token in self._token_bytes:
+            ok |= hmac.compare_digest(given, token)  # no early exit: constant time in the set
+        return ok
+
+
+def get_deps(request: Request) -> ApiDeps:
+    deps: ApiDeps = request.app.state.deps
+    return deps
+
+
+Deps = Annotated[ApiDeps, Depends(get_deps)]
+
+
+def require_token(request: Request) -> None:
+    """401 with WWW-Authenticate unless the request carries a configured bearer token."""
+    deps = get_deps(request)
+    if deps.open:
+        return
+    header = request.headers.get("authorization")
+    if header is None:
+        raise ApiError(
+            401,
+            "this API requires a bearer token: send 'Authorization: Bearer <token>'",
+            headers={"WWW-Authenticate": REALM},
+        )
+    scheme, _, token = header.partition(" ")
+    # Header text is latin-1 decoded by the server; encoding it back gives the bytes sent.
+    if scheme.lower() != "bearer" or not deps.token_ok(token.strip().encode("latin-1")):
+        raise ApiError(
+            401,
+            "the bearer token is not accepted",
+            headers={"WWW-Authenticate": f'{REALM}, error="invalid_token"'},
+        )

@@ -1,0 +1,143 @@
+"""One pull, start to finish: read, filter, wait for commits, render. Blocking; the events
+handler runs it in a worker thread.
+
+Waiting (``wait_ms``, see :mod:`drc.api.wire`):
+
+- ``-1``: one pass over what is committed now.
+- ``>0``: latency first: as soon as the batch holds one matching transaction it is returned;
+  otherwise wait up to ``wait_ms`` for more commits.
+- ``0``: throughput first (Canal's "wait until full"): wait until the batch holds
+  ``max_events`` transactions or ``max_bytes``, at most the server's ``max_wait_ms``.
+
+A wait blocks in :meth:`EventBuffer.wait_for_commit`, which the writer's commit wakes; it is
+cut into slices of at most :data:`STOP_CHECK_S` only so that a stopping server or a client that
+went away (``stopped()``) does not hold a worker thread for the rest of the wait.
+One pass scans at most ``scan_records`` stored records, so a subscriber of a quiet table over a
+long busy stretch gets an answer (an empty batch with ``next`` moved on) in bounded time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Protocol
+
+from drc.api import wire
+from drc.api.batching import BatchBuilder, Item
+from drc.api.query import PullQuery
+from drc.core.jsonwire import transaction_to_json
+from drc.core.scn import SCN
+from drc.eventbuffer.reader import Record
+
+STOP_CHECK_S = 0.5
+SCAN_RECORDS = 100_000  # per pull, across reads
+READ_RECORDS = 1000  # per read_after while filtering
+READ_BYTES = 4 << 20
+
+
+class PullBuffer(Protocol):
+    """What a pull needs of the EventBuffer."""
+
+    @property
+    def epoch(self) -> str: ...
+
+    @property
+    def last_scn(self) -> SCN | None: ...
+
+    def read_after(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]: ...
+
+    def wait_for_commit(self, after: SCN, timeout_s: float) -> bool: ...
+
+
+class EpochMismatch(Exception):
+    """The client read a different buffer (wiped and rebuilt, or another replicator's)."""
+
+    def __init__(self, current: str) -> None:
+        super().__init__(current)
+        self.current = current
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    epoch: str
+    items: list[Item]
+    next: SCN
+    newest: SCN | None
+    transactions: int
+
+
+def pull(
+    buffer: PullBuffer,
+    query: PullQuery,
+    *,
+    stopped: Callable[[], bool] = lambda: False,
+    waiting: Callable[[], AbstractContextManager[object]] = nullcontext,
+    clock: Callable[[], float] = time.monotonic,
+    scan_records: int = SCAN_RECORDS,
+) -> Batch:
+    """Collect the batch for ``query``; raises EpochMismatch and ScnTooOldError."""
+    epoch = buffer.epoch
+    if query.epoch is not None and query.epoch != epoch:
+        raise EpochMismatch(epoch)
+    builder = BatchBuilder(query.selection, query.limits, query.after)
+    deadline = clock() + query.wait_s
+    while True:
+        caught_up = _scan(buffer, builder, scan_records)
+        if builder.full or not caught_up or _answered(query.wait_ms, builder):
+            break
+        remaining = deadline - clock()
+        if remaining <= 0 or stopped():
+            break
+        with waiting():
+            buffer.wait_for_commit(builder.next, min(remaining, STOP_CHECK_S))
+    return Batch(epoch, builder.items, builder.next, buffer.last_scn, builder.transactions)
+
+
+def _answered(wait_ms: int, builder: BatchBuilder) -> bool:
+    if wait_ms == wire.WAIT_NONE:
+        return True
+    return wait_ms > 0 and builder.transactions > 0
+
+
+def _scan(buffer: PullBuffer, builder: BatchBuilder, scan_records: int) -> bool:
+    """Read until the batch is full or the buffer ends; False if the scan budget ran out."""
+    everything = builder.selection.passes_everything
+    while not builder.full:
+        if builder.examined >= scan_records:
+            return False
+        if everything:  # the stored records are the batch: read just what fits
+            count = builder.limits.max_events - builder.transactions
+            size = builder.limits.max_bytes - builder.bytes
+        else:
+            count, size = min(READ_RECORDS, scan_records - builder.examined), READ_BYTES
+        records = buffer.read_after(builder.next, max_records=count, max_bytes=size)
+        if not records:
+            return True
+        builder.add(records)
+    return True
+
+
+def render_records(batch: Batch) -> bytes:
+    return b"".join(item.record() for item in batch.items)
+
+
+def render_json(batch: Batch) -> bytes:
+    body = {
+        "epoch": batch.epoch,
+        "next": str(batch.next),
+        "newest": None if batch.newest is None else str(batch.newest),
+        "transactions": [transaction_to_json(item.transaction()) for item in batch.items],
+    }
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def batch_headers(batch: Batch) -> dict[str, str]:
+    return {
+        wire.HEADER_EPOCH: batch.epoch,
+        wire.HEADER_NEXT: str(batch.next),
+        wire.HEADER_NEWEST: "" if batch.newest is None else str(batch.newest),
+        wire.HEADER_COUNT: str(len(batch.items)),
+    }

@@ -1,0 +1,135 @@
+"""The query of ``GET /v1/events``, parsed strictly from raw text into a :class:`PullQuery`.
+
+Pure. Every problem raises :class:`BadQuery` naming the parameter, the value and what is
+expected; the handler answers 400 with that message. Unknown and repeated parameters are
+refused (a typo never silently falls back to a default). Limits above the server's are clamped
+to them, not refused: the server's limits are an operator's choice a client cannot know.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from drc.api import wire
+from drc.api.batching import Limits, Selection
+from drc.core.errors import MalformedScnError
+from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter, TableFilterError
+
+DEFAULT_MAX_EVENTS = 1000
+_INT = re.compile(r"-?[0-9]{1,18}", re.ASCII)  # bounded: no huge-int parsing of hostile input
+_EPOCH = re.compile(r"[0-9A-Za-z-]{1,64}", re.ASCII)
+_BOOLS = {"0": False, "1": True, "false": False, "true": True}
+_KNOWN = (
+    wire.PARAM_AFTER,
+    wire.PARAM_TABLES,
+    wire.PARAM_MAX_EVENTS,
+    wire.PARAM_MAX_BYTES,
+    wire.PARAM_WAIT_MS,
+    wire.PARAM_EPOCH,
+    wire.PARAM_SKIP_DRC,
+)
+_MAX_SHOWN = 60
+
+
+class BadQuery(ValueError):
+    """A query parameter that is missing, malformed or out of range; the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """The operator's clamps (from ApiConfig)."""
+
+    max_events: int = 10_000
+    max_bytes: int = 16 << 20
+    max_wait_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class PullQuery:
+    after: SCN
+    selection: Selection
+    limits: Limits
+    wait_ms: int  # wire.WAIT_NONE, wire.WAIT_FULL, or a positive wait (clamped)
+    epoch: str | None
+    max_wait_ms: int = 0  # the longest this pull may wait, whatever the mode
+
+    @property
+    def wait_s(self) -> float:
+        return max(self.max_wait_ms, 0) / 1000
+
+
+def parse_pull_query(params: Sequence[tuple[str, str]], server: ServerLimits) -> PullQuery:
+    """Parse the query's (name, value) pairs, in order as sent."""
+    values = _single_values(params)
+    text = values.get(wire.PARAM_AFTER)
+    if text is None:
+        raise BadQuery("after is required: the SCN to read after (0:0:0:0 for the beginning)")
+    try:
+        after = SCN.parse(text)
+        tables = TableFilter.parse_list(values.get(wire.PARAM_TABLES, ""))
+    except (MalformedScnError, TableFilterError) as exc:
+        name = wire.PARAM_TABLES if isinstance(exc, TableFilterError) else wire.PARAM_AFTER
+        raise BadQuery(f"{name}: {exc}") from exc
+    max_events = _int(values, wire.PARAM_MAX_EVENTS, 1, min(DEFAULT_MAX_EVENTS, server.max_events))
+    max_bytes = _int(values, wire.PARAM_MAX_BYTES, 1, server.max_bytes)
+    wait_ms = _int(values, wire.PARAM_WAIT_MS, wire.WAIT_NONE, wire.WAIT_NONE)
+    return PullQuery(
+        after=after,
+        selection=Selection(tables, _bool(values, wire.PARAM_SKIP_DRC)),
+        limits=Limits(min(max_events, server.max_events), min(max_bytes, server.max_bytes)),
+        wait_ms=min(wait_ms, server.max_wait_ms) if wait_ms > 0 else wait_ms,
+        epoch=_epoch(values),
+        max_wait_ms=_longest_wait(wait_ms, server.max_wait_ms),
+    )
+
+
+def _longest_wait(wait_ms: int, server_max_ms: int) -> int:
+    if wait_ms == wire.WAIT_NONE:
+        return 0
+    return server_max_ms if wait_ms == wire.WAIT_FULL else min(wait_ms, server_max_ms)
+
+
+def _single_values(params: Sequence[tuple[str, str]]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for name, value in params:
+        if name not in _KNOWN:
+            raise BadQuery(f"unknown parameter {_show(name)}; known: {', '.join(_KNOWN)}")
+        if name in values:
+            raise BadQuery(f"{name} is given more than once")
+        values[name] = value
+    return values
+
+
+def _int(values: dict[str, str], name: str, low: int, default: int) -> int:
+    text = values.get(name)
+    if text is None:
+        return default
+    if not _INT.fullmatch(text):
+        raise BadQuery(f"{name} must be a decimal integer >= {low}, got {_show(text)}")
+    value = int(text)
+    if value < low:
+        raise BadQuery(f"{name} must be >= {low}, got {value}")
+    return value
+
+
+def _bool(values: dict[str, str], name: str) -> bool:
+    text = values.get(name, "0")
+    if text not in _BOOLS:
+        raise BadQuery(f"{name} must be 0 or 1, got {_show(text)}")
+    return _BOOLS[text]
+
+
+def _epoch(values: dict[str, str]) -> str | None:
+    text = values.get(wire.PARAM_EPOCH)
+    if text is not None and not _EPOCH.fullmatch(text):
+        raise BadQuery(
+            f"epoch must be a buffer epoch (hex text) from an earlier answer, got {_show(text)}"
+        )
+    return text
+
+
+def _show(text: str) -> str:
+    return repr(text[:_MAX_SHOWN]) + ("..." if len(text) > _MAX_SHOWN else "")

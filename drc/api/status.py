@@ -1,0 +1,80 @@
+"""``GET /v1/status``: role, datacenter, source, buffer, capture position, lag and counters.
+
+Lag is the age of the newest stored commit (its binlog timestamp, second resolution) and
+``caught_up`` says whether capture has read everything the source reported: an idle source
+makes the age grow while ``caught_up`` stays true, so an alert should use both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends
+
+from drc.api import wire
+from drc.api.deps import ApiDeps, Deps, require_token
+
+router = APIRouter(dependencies=[Depends(require_token)])
+
+CAPTURE_COUNTERS = ("transactions", "rows", "bytes", "commits", "filtered_out", "reconnects")
+
+
+@router.get(wire.PATH_STATUS)
+async def get_status(deps: Deps) -> dict[str, Any]:
+    return await anyio.to_thread.run_sync(status, deps)
+
+
+def status(deps: ApiDeps) -> dict[str, Any]:
+    stats = deps.capture_stats() if deps.capture_stats is not None else None
+    buffer = buffer_status(deps.buffer)
+    position = getattr(stats, "source_position", None)
+    failure = deps.capture_failure() if deps.capture_failure is not None else None
+    return {
+        "role": deps.role,
+        "datacenter": deps.datacenter,
+        "source": deps.source,
+        "buffer": buffer,
+        "source_position": None
+        if position is None
+        else {"log_index": position[0], "log_pos": position[1]},
+        "lag": lag(deps, buffer["newest_commit_ms"], position),
+        "capture": None if stats is None else capture_status(stats, failure),
+    }
+
+
+def buffer_status(buffer: Any) -> dict[str, Any]:
+    first, last = buffer.first_scn, buffer.last_scn
+    return {
+        "epoch": buffer.epoch,
+        "first_scn": None if first is None else str(first),
+        "last_scn": None if last is None else str(last),
+        "oldest_servable": str(buffer.oldest_servable),
+        "records": buffer.record_count,
+        "bytes": buffer.size_bytes,
+        "newest_commit_ms": newest_commit_ms(buffer),
+    }
+
+
+def newest_commit_ms(buffer: Any) -> int | None:
+    """The newest record timestamp; progress markers carry 0 and are skipped."""
+    for segment in reversed(buffer.segments()):
+        if segment.max_ts:
+            return int(segment.max_ts)
+    return None
+
+
+def lag(deps: ApiDeps, newest_ms: int | None, position: tuple[int, int] | None) -> dict[str, Any]:
+    last = deps.buffer.last_scn
+    caught_up = None  # unknown until capture has seen the source's position
+    if position is not None:
+        caught_up = last is not None and (last.log_index, last.log_pos) >= tuple(position)
+    seconds = None if newest_ms is None else max(0.0, deps.wall_clock() - newest_ms / 1000)
+    return {"seconds": seconds, "caught_up": caught_up}
+
+
+def capture_status(stats: Any, failure: BaseException | None) -> dict[str, Any]:
+    out: dict[str, Any] = {name: getattr(stats, name, None) for name in CAPTURE_COUNTERS}
+    out["last_error"] = getattr(stats, "last_error", None)
+    out["failed"] = None if failure is None else f"{type(failure).__name__}: {failure}"
+    return out

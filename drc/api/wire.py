@@ -1,0 +1,84 @@
+"""What a client of the pull API needs to speak it: paths, media types, headers, record split.
+
+Pure (no FastAPI, no I/O) so the subscriber SDK imports it without the server side.
+
+``GET /v1/events`` answers in one of two forms:
+
+- JSON (default, :data:`MEDIA_JSON`)::
+
+      {"epoch": "<buffer uuid>", "next": "c:s:i:p", "newest": "c:s:i:p" | null,
+       "transactions": [drc.core.jsonwire.transaction_to_json(txn), ...]}
+
+- Records (``Accept: application/x-drc-records``, :data:`MEDIA_RECORDS`): the body is the
+  concatenation of drc.core.codec records, one per transaction (fragment), in SCN order; the
+  batch's metadata travels in the :data:`HEADER_EPOCH`, :data:`HEADER_NEXT`,
+  :data:`HEADER_NEWEST` (empty when the buffer is empty) and :data:`HEADER_COUNT` (records in
+  the body) headers. :func:`split_records` turns such a body back into transactions.
+
+Both forms carry the same records: one per stored transaction fragment that the filter kept.
+``next`` is the SCN to pass as ``after`` in the next pull; it moves on even when the filter kept
+nothing. ``newest`` is the newest SCN the replicator holds (``next == newest``: caught up).
+A transaction is complete at its ``last_fragment`` record; with a table filter, fragments left
+empty are dropped (so ``fragment`` numbers may skip) but the last one is always sent.
+With no ``tables`` and no ``skip_drc`` every stored record is sent as stored, including the
+replicator's empty progress markers (no changes, no DDL), so followers copy the buffer exactly.
+
+``wait_ms``: ``-1`` answers with what is there now; ``>0`` waits up to that many ms but answers
+as soon as one matching transaction is there (latency first); ``0`` waits until the batch is
+full (``max_events`` transactions or ``max_bytes`` record bytes), at most the server's
+``max_wait_ms`` (Canal's "wait until full"). Limits above the server's are clamped to them.
+
+Errors are JSON in both cases: ``{"error": code, "message": text, ...}`` with the codes below.
+"""
+
+from __future__ import annotations
+
+from drc.core.codec import decode_transaction
+from drc.core.events import Transaction
+
+PATH_EVENTS = "/v1/events"
+PATH_STATUS = "/v1/status"
+PATH_SCHEMA = "/v1/schema"  # + /{db}/{table}?scn=S
+PATH_METRICS = "/metrics"
+PATH_HEALTH = "/healthz"
+
+MEDIA_JSON = "application/json"
+MEDIA_RECORDS = "application/x-drc-records"
+
+HEADER_EPOCH = "X-DRC-Epoch"
+HEADER_NEXT = "X-DRC-Next"
+HEADER_NEWEST = "X-DRC-Newest"
+HEADER_COUNT = "X-DRC-Count"
+
+# Query parameters of GET /v1/events.
+PARAM_AFTER = "after"
+PARAM_TABLES = "tables"
+PARAM_MAX_EVENTS = "max_events"
+PARAM_MAX_BYTES = "max_bytes"
+PARAM_WAIT_MS = "wait_ms"
+PARAM_EPOCH = "epoch"
+PARAM_SKIP_DRC = "skip_drc"
+
+# wait_ms values with a special meaning; any other positive value waits up to that many ms
+# but returns as soon as one matching transaction is there (latency first).
+WAIT_NONE = -1  # return what is there now
+WAIT_FULL = 0  # wait until the batch is full, capped at the server's max_wait_ms
+
+# The "error" field of an error body, by HTTP status.
+ERROR_BAD_REQUEST = "bad_request"  # 400: malformed SCN, filter or parameter
+ERROR_UNAUTHORIZED = "unauthorized"  # 401: bearer token missing or wrong
+ERROR_NOT_FOUND = "not_found"  # 404: unknown table (schema) or path
+ERROR_EPOCH_MISMATCH = "epoch_mismatch"  # 409: buffer was rebuilt; body has current "epoch"
+ERROR_SCN_TOO_OLD = "scn_too_old"  # 410: body has "oldest", the oldest servable SCN
+ERROR_INTERNAL = "internal"  # 500: logged server-side; the body says nothing more
+ERROR_UNAVAILABLE = "unavailable"  # 503: buffer closed or capture failed
+
+
+def split_records(body: bytes | bytearray | memoryview) -> list[Transaction]:
+    """Decode a records body into its transactions; CorruptRecordError if any record is bad."""
+    txns: list[Transaction] = []
+    offset = 0
+    while offset < len(body):
+        txn, offset = decode_transaction(body, offset)
+        txns.append(txn)
+    return txns

@@ -1,0 +1,234 @@
+"""``drc tail`` (print the change stream as it arrives) and ``drc status`` (a replicator's state).
+
+Thin over :mod:`drc.client`, imported lazily so ``drc --help`` does not load httpx.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from drc.core.errors import DrcError
+from drc.core.events import Op, RowChange, Transaction
+from drc.core.jsonwire import transaction_to_json, value_to_json
+from drc.core.scn import SCN
+
+TRANSPORT: Any = None  # an httpx transport for tests; None = the network
+_VALUE_WIDTH = 60
+
+_api = click.option(
+    "--api",
+    "urls",
+    multiple=True,
+    required=True,
+    metavar="URL",
+    help="Replicator API base URL, e.g. http://dc1:8640; repeat for failover across a group.",
+)
+_token = click.option(
+    "--token",
+    envvar="DRC_TOKEN",
+    show_envvar=True,
+    default=None,
+    help="Bearer token of the API (prefer the env var: arguments show in ps).",
+)
+
+
+@click.command()
+@_api
+@click.option("--after", default=None, metavar="SCN", help="Start after this SCN (c:s:i:p).")
+@click.option("--tables", default=None, help="Comma-separated db.table patterns, e.g. shop.*.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table: one line per row change; json: one transaction per line (lossless).",
+)
+@_token
+@click.option(
+    "--checkpoint",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="File that keeps the position across runs (resumes from it; saved after each batch).",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N txns.")
+@click.option("--skip-drc", is_flag=True, help="Leave out transactions DRC itself applied.")
+@click.option(
+    "--retry-for",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to keep retrying unreachable APIs before giving up (0: forever).",
+)
+def tail(
+    urls: tuple[str, ...],
+    after: str | None,
+    tables: str | None,
+    fmt: str,
+    token: str | None,
+    checkpoint: str | None,
+    limit: int | None,
+    skip_drc: bool,
+    retry_for: float,
+) -> None:
+    """Print changes from a replicator's pull API as they arrive, until Ctrl-C or --limit.
+
+    The start position is the --checkpoint file's if it exists, else --after, else the
+    beginning of the buffer. Empty progress markers are not printed.
+    """
+    from drc.client import FileCheckpointStore, Subscriber
+
+    start = _parse_scn(after)
+    store = FileCheckpointStore(checkpoint) if checkpoint else None
+    emit = _json_line if fmt == "json" else _table_lines
+    with (
+        _client_errors(),
+        Subscriber(
+            urls,
+            start,
+            tables,
+            checkpoint=store,
+            token=token,
+            skip_drc=skip_drc,
+            transport=TRANSPORT,
+        ) as sub,
+    ):
+        try:
+            _follow(sub, emit, limit, retry_for or None)
+        except KeyboardInterrupt:
+            pass
+        except BrokenPipeError:  # `drc tail | head`: the reader is gone, stop quietly
+            _silence_stdout()
+
+
+def _follow(sub: Any, emit: Callable[[Transaction], None], limit: int | None, timeout: Any) -> None:
+    """Print batches; a batch is acked (checkpointed) only once all of it was printed."""
+    printed, shown = 0, None
+    while limit is None or printed < limit:
+        batch = sub.get(timeout=timeout)
+        for txn in batch.transactions:
+            if limit is not None and printed >= limit:
+                return  # part of this batch unprinted: leave it unacked
+            if txn.changes or txn.ddl:
+                emit(txn)
+                shown = txn.scn
+            if txn.last_fragment and shown == txn.scn:  # a filtered last fragment may be empty
+                printed += 1
+        sub.ack(batch)
+
+
+@click.command()
+@_api
+@_token
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: readable lines; json: the API's document as is.",
+)
+def status(urls: tuple[str, ...], token: str | None, fmt: str) -> None:
+    """Show each replicator's role, datacenter, source, buffer SCN range and lag."""
+    from drc.client import fetch_status
+
+    for url in urls:
+        with _client_errors():
+            doc = fetch_status(url, token, transport=TRANSPORT)
+        if fmt == "json":
+            click.echo(json.dumps(doc, indent=2, sort_keys=True))
+            continue
+        click.echo(url)
+        for line in _status_lines(doc, "  "):
+            click.echo(line)
+
+
+def _status_lines(doc: dict[str, Any], indent: str) -> Iterator[str]:
+    width = max((len(str(k)) for k in doc), default=0)
+    for key, value in doc.items():
+        if isinstance(value, dict) and value:
+            yield f"{indent}{key}:"
+            yield from _status_lines(value, indent + "  ")
+        else:
+            shown = "-" if value is None else value
+            if isinstance(value, list | dict):
+                shown = json.dumps(value)
+            yield f"{indent}{str(key) + ':':<{width + 1}} {shown}"
+
+
+@contextmanager
+def _client_errors() -> Iterator[None]:
+    """SDK errors become one line (exit 1); their messages name the URL and what to check."""
+    try:
+        yield
+    except (DrcError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _silence_stdout() -> None:
+    # Python's recipe: point stdout at /dev/null so the flush at exit does not fail again.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (tests): nothing will flush it at exit
+
+
+def _parse_scn(text: str | None) -> SCN | None:
+    if text is None:
+        return None
+    try:
+        return SCN.parse(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--after") from None
+
+
+# ---------------------------------------------------------------- output
+
+
+def _json_line(txn: Transaction) -> None:
+    click.echo(json.dumps(transaction_to_json(txn), ensure_ascii=False, separators=(",", ":")))
+
+
+def _table_lines(txn: Transaction) -> None:
+    flag = " [drc]" if txn.drc_originated else ""
+    for change in txn.changes:
+        name = f"{change.schema}.{change.table}"
+        click.echo(f"{txn.scn}  {change.op.value:<6} {name}  {_row_text(change)}{flag}")
+    for ddl in txn.ddl:
+        click.echo(f"{txn.scn}  ddl    {ddl.schema}  {ddl.statement}{flag}")
+
+
+def _row_text(change: RowChange) -> str:
+    """insert: the new row; delete: the old row; update: the first column (the API carries no
+    schema, so it stands in for the key) and each changed column as old -> new."""
+    if change.op is not Op.UPDATE:
+        return " ".join(f"{k}={_value(v)}" for k, v in change.row.items())
+    before, after = change.before or {}, change.after or {}
+    first = next(iter(before), None)
+    parts = [f"{first}={_value(before[first])}"] if first is not None else []
+    parts += [
+        f"{k}: {_value(before.get(k))} -> {_value(v)}"
+        for k, v in after.items()
+        if k not in before or before[k] != v
+    ]
+    return " ".join(parts)
+
+
+def _value(value: Any) -> str:
+    shown = value_to_json(value)
+    if isinstance(shown, dict):  # a tagged value: show its payload, the tag is noise here
+        (shown,) = shown.values()
+    text = (
+        shown
+        if isinstance(shown, str) and not isinstance(value, str)
+        else json.dumps(shown, ensure_ascii=False)
+    )
+    return text if len(text) <= _VALUE_WIDTH else text[: _VALUE_WIDTH - 3] + "..."

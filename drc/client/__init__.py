@@ -1,0 +1,44 @@
+"""The subscriber SDK: pull DRC's change stream by SCN, with ack, checkpoints and failover.
+
+    with Subscriber(["http://dc1-a:8640", "http://dc1-b:8640"], tables="shop.*",
+                    checkpoint=FileCheckpointStore("shop.ckpt"), token=token) as sub:
+        for txn in assemble(sub):          # or sub.get() / sub.ack(batch) / sub.rollback()
+            apply(txn)
+
+Only this package and the CLI import httpx.
+"""
+
+from drc.client.checkpoint import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
+from drc.client.errors import (
+    AckError,
+    ApiAuthError,
+    ApiRequestError,
+    ApiUnavailableError,
+    BufferRebuiltError,
+    CheckpointError,
+    FragmentError,
+    PositionTooOldError,
+    ProtocolError,
+)
+from drc.client.fragments import assemble
+from drc.client.status import fetch_status
+from drc.client.subscriber import Batch, Subscriber
+
+__all__ = [
+    "AckError",
+    "ApiAuthError",
+    "ApiRequestError",
+    "ApiUnavailableError",
+    "Batch",
+    "BufferRebuiltError",
+    "CheckpointError",
+    "CheckpointStore",
+    "FileCheckpointStore",
+    "FragmentError",
+    "MemoryCheckpointStore",
+    "PositionTooOldError",
+    "ProtocolError",
+    "Subscriber",
+    "assemble",
+    "fetch_status",
+]

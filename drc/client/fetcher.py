@@ -1,0 +1,221 @@
+"""Fetch one page after a position from any of a replicator group's URLs.
+
+Every replicator of a group (leader and followers) serves the same SCN space, so a page after
+SCN s from one URL continues a page from another. Each has its own buffer epoch, though, so the
+fetcher remembers the epoch per URL and sends ``epoch=`` only to the URL that gave it.
+
+Failover and backoff (kazoo's KazooRetry shape, with injected sleep)::
+
+    try the current URL
+      ok            -> stay on it, reset the backoff, return the page
+      transient     -> next URL (round-robin) at once; after a full round of failures sleep
+                       backoff_initial, doubling per round up to backoff_max
+      410 too old   -> next URL like a transient; if every URL of a round said 410, raise
+                       PositionTooOldError (never skip ahead)
+      409 epoch     -> on_rebuild="raise": BufferRebuiltError; "continue": forget that URL's
+                       epoch and ask again from the same SCN
+      400/401/404.. -> raise at once (the same request fails everywhere)
+
+Pages are checked against the contract before they are returned: transactions after the
+requested SCN, in SCN order, fragments of one SCN in order and complete within the page, and
+``next`` not behind them. A page that breaks it raises ProtocolError rather than risking a gap.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import httpx
+
+from drc.api import wire
+from drc.client import http
+from drc.client.errors import BufferRebuiltError, PositionTooOldError, ProtocolError
+from drc.core.scn import SCN
+
+log = logging.getLogger("drc.client")
+
+ON_REBUILD = ("raise", "continue")
+
+
+class Cancelled(Exception):
+    """The subscriber no longer wants this fetch (rollback, close)."""
+
+
+class Fetcher:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        client: httpx.Client,
+        params: dict[str, str],
+        *,
+        token: str | None,
+        binary: bool,
+        wait_ms: int,
+        on_rebuild: str,
+        backoff_initial: float,
+        backoff_max: float,
+        sleep: Callable[[float], None] | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.urls = tuple(urls)
+        self._client = client
+        self._params = params
+        self._token = token
+        self._binary = binary
+        self._timeout = http.read_timeout(wait_ms)
+        self._on_rebuild = on_rebuild
+        self._backoff = (backoff_initial, backoff_max)
+        self._sleep = sleep
+        self._clock = clock
+        self._lock = threading.Lock()  # guards the fields below (prefetch runs in a thread)
+        self._current = 0
+        self._epochs: dict[str, str] = {}
+        self.last_errors: dict[str, str] = {}
+        self.failing_since: float | None = None
+
+    def fetch(self, after: SCN, cancelled: threading.Event) -> tuple[str, http.Page]:
+        """The next page after ``after`` and the URL that served it; retries until it has one."""
+        delay, failed_in_round, too_old = self._backoff[0], 0, {}
+        while True:
+            if cancelled.is_set():
+                raise Cancelled()
+            url = self.current_url
+            try:
+                return url, self._try(url, after)
+            except http.Transient as exc:
+                self._note_failure(url, str(exc))
+            except http.TooOld as exc:
+                too_old[url] = exc
+                self._note_failure(url, f"HTTP 410 scn_too_old: {exc}")
+            self._advance(url)
+            failed_in_round += 1
+            if failed_in_round == len(self.urls):
+                if len(too_old) == len(self.urls):
+                    raise _too_old_error(after, too_old)
+                self._pause(delay, cancelled)
+                delay, failed_in_round, too_old = min(delay * 2, self._backoff[1]), 0, {}
+
+    def forget_epochs(self) -> None:
+        with self._lock:
+            self._epochs.clear()
+
+    def epoch(self, url: str) -> str | None:
+        with self._lock:
+            return self._epochs.get(url)
+
+    def _try(self, url: str, after: SCN) -> http.Page:
+        for _ in range(2):  # a second pass only after forgetting a rebuilt buffer's epoch
+            expected = self.epoch(url)
+            params = dict(self._params, **{wire.PARAM_AFTER: str(after)})
+            if expected is not None:
+                params[wire.PARAM_EPOCH] = expected
+            try:
+                page = http.get_events(
+                    self._client, url, params, self._binary, self._timeout, self._token
+                )
+            except http.EpochMismatch as exc:
+                self._rebuilt(url, expected or "", exc.current, after)
+                continue
+            if expected is not None and page.epoch != expected:  # server did not check it
+                self._rebuilt(url, expected, page.epoch, after)
+                continue
+            check_page(after, page, url)
+            self._succeeded(url, page.epoch)
+            return page
+        raise ProtocolError(f"{url} kept reporting an epoch mismatch without an epoch sent")
+
+    def _rebuilt(self, url: str, expected: str, current: str | None, after: SCN) -> None:
+        text = (
+            f"the EventBuffer behind {url} was rebuilt (epoch {expected} -> {current}) since "
+            f"this subscriber read it"
+        )
+        if self._on_rebuild == "raise":
+            raise BufferRebuiltError(
+                f"{text}; decide how to continue: accept_rebuilt_buffer() resumes after {after} "
+                "(SCNs are shared, so normally safe), or resynchronise from a snapshot",
+                url,
+                expected,
+                current,
+                after,
+            )
+        log.warning("%s; continuing after %s as configured (on_rebuild=continue)", text, after)
+        with self._lock:
+            self._epochs.pop(url, None)
+
+    @property
+    def current_url(self) -> str:
+        with self._lock:
+            return self.urls[self._current]
+
+    def _advance(self, failed: str) -> None:
+        with self._lock:
+            if self.urls[self._current] == failed:  # another thread may have moved on already
+                self._current = (self._current + 1) % len(self.urls)
+            if len(self.urls) > 1:
+                log.warning(
+                    "%s failed (%s); trying %s",
+                    failed,
+                    self.last_errors[failed],
+                    self.urls[self._current],
+                )
+
+    def _note_failure(self, url: str, text: str) -> None:
+        with self._lock:
+            self.last_errors[url] = text
+            if self.failing_since is None:
+                self.failing_since = self._clock()
+
+    def _succeeded(self, url: str, epoch: str) -> None:
+        with self._lock:
+            self._epochs.setdefault(url, epoch)
+            self.last_errors.clear()
+            self.failing_since = None
+
+    def _pause(self, delay: float, cancelled: threading.Event) -> None:
+        log.warning("no API URL answered (%s); retrying in %.1fs", self._summary(), delay)
+        if self._sleep is None:
+            cancelled.wait(delay)  # wakes at once on rollback/close
+        else:
+            self._sleep(delay)
+
+    def _summary(self) -> str:
+        with self._lock:
+            return "; ".join(f"{url}: {text}" for url, text in self.last_errors.items())
+
+
+def _too_old_error(after: SCN, answers: dict[str, http.TooOld]) -> PositionTooOldError:
+    oldest = [a.oldest for a in answers.values() if a.oldest is not None]
+    best = max(oldest) if oldest else None
+    detail = "; ".join(f"{url}: oldest {a.oldest}" for url, a in answers.items())
+    return PositionTooOldError(
+        f"no URL still holds the changes after {after} ({detail}); retention deleted them. "
+        f"The subscriber does not skip ahead: resynchronise from a snapshot and resume after "
+        f"its SCN (at the earliest after {best})",
+        best,
+        after,
+    )
+
+
+def check_page(after: SCN, page: http.Page, url: str) -> None:
+    """Raise ProtocolError unless the page continues ``after`` without reorder or split."""
+    prev = None
+    for txn in page.transactions:
+        if txn.scn <= after:
+            _broken(url, after, f"transaction {txn.scn} is not after the requested position")
+        if prev is not None and txn.scn == prev.scn:
+            if prev.last_fragment or txn.fragment <= prev.fragment:
+                _broken(url, after, f"fragment {txn.fragment} of {txn.scn} is out of order")
+        elif prev is not None and (txn.scn < prev.scn or not prev.last_fragment):
+            _broken(url, after, f"{txn.scn} follows {prev.scn} fragment {prev.fragment}")
+        prev = txn
+    if prev is not None and not prev.last_fragment:
+        _broken(url, after, f"the page ends inside transaction {prev.scn}")
+    if page.next < after or (prev is not None and page.next < prev.scn):
+        _broken(url, after, f"next {page.next} is behind the page")
+
+
+def _broken(url: str, after: SCN, problem: str) -> None:
+    raise ProtocolError(f"{url} answered a page after {after} that breaks the contract: {problem}")

@@ -1,0 +1,184 @@
+"""One HTTP exchange with the pull API, and what its answer means.
+
+The only module of the SDK (with ``status``) that touches httpx. ``get_events`` sends one
+``GET /v1/events`` and returns a :class:`Page`, or raises one of:
+
+- :class:`Transient`: the network failed or the server said 5xx/429; another URL or a later
+  attempt may succeed (the fetcher decides).
+- :class:`EpochMismatch` (409) and :class:`TooOld` (410): the fetcher decides what they mean
+  across URLs.
+- ApiRequestError / ApiAuthError / ProtocolError: the same request will fail again anywhere.
+
+The bearer token lives only in the httpx client's default headers; httpx masks Authorization in
+its own reprs, and no message built here includes a header.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from drc import __version__
+from drc.api import wire
+from drc.client.errors import ApiAuthError, ApiRequestError, ProtocolError
+from drc.core.errors import CorruptRecordError, MalformedScnError
+from drc.core.events import Transaction
+from drc.core.jsonwire import JsonWireError, transaction_from_json
+from drc.core.scn import SCN
+
+CONNECT_TIMEOUT_S = 5.0
+# A long poll may legitimately take wait_ms (or the server's cap when wait_ms=0) before answering.
+FULL_WAIT_CAP_S = 60.0
+READ_MARGIN_S = 30.0
+_MAX_SHOWN = 300
+
+
+class Transient(Exception):
+    """A failure another attempt may not see: connection error, timeout, 5xx or 429."""
+
+
+class EpochMismatch(Exception):
+    def __init__(self, current: str | None) -> None:
+        super().__init__(f"epoch mismatch, server epoch {current}")
+        self.current = current
+
+
+class TooOld(Exception):
+    def __init__(self, oldest: SCN | None, message: str) -> None:
+        super().__init__(message)
+        self.oldest = oldest
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One successful /v1/events answer."""
+
+    epoch: str
+    next: SCN
+    newest: SCN | None
+    transactions: tuple[Transaction, ...]
+
+
+def make_client(
+    token: str | None, transport: httpx.BaseTransport | None = None, verify: Any = True
+) -> httpx.Client:
+    headers = {"User-Agent": f"drc-client/{__version__}"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.Client(headers=headers, transport=transport, verify=verify)
+
+
+def read_timeout(wait_ms: int) -> httpx.Timeout:
+    wait_s = FULL_WAIT_CAP_S if wait_ms == wire.WAIT_FULL else max(wait_ms, 0) / 1000
+    return httpx.Timeout(CONNECT_TIMEOUT_S, read=wait_s + READ_MARGIN_S)
+
+
+def get_events(
+    client: httpx.Client,
+    url: str,
+    params: dict[str, str],
+    binary: bool,
+    timeout: httpx.Timeout,
+    token: str | None,
+) -> Page:
+    accept = wire.MEDIA_RECORDS if binary else wire.MEDIA_JSON
+    response = send(client, url + wire.PATH_EVENTS, params, accept, timeout, token)
+    if response.headers.get("content-type", "").startswith(wire.MEDIA_RECORDS):
+        return _records_page(response, url)
+    return _json_page(_json(response, url), url)
+
+
+def send(
+    client: httpx.Client,
+    target: str,
+    params: dict[str, str],
+    accept: str,
+    timeout: httpx.Timeout,
+    token: str | None,
+) -> httpx.Response:
+    """GET ``target``; returns a 2xx response or raises by the classification above."""
+    try:
+        response = client.get(target, params=params, headers={"Accept": accept}, timeout=timeout)
+    except httpx.TransportError as exc:  # connect, read, protocol errors and timeouts
+        raise Transient(redact(f"{type(exc).__name__}: {exc}", token)) from exc
+    except httpx.HTTPError as exc:  # undecodable body, redirect loop: retrying will not help
+        raise ProtocolError(redact(f"{target}: {type(exc).__name__}: {exc}", token)) from exc
+    if response.is_success:
+        return response
+    raise _status_error(response, target, token)
+
+
+def _status_error(response: httpx.Response, target: str, token: str | None) -> Exception:
+    status = response.status_code
+    body = _error_body(response)
+    code = str(body.get("error", "")) or f"http_{status}"
+    message = redact(str(body.get("message", "")) or response.reason_phrase, token)
+    if status >= 500 or status == 429:
+        return Transient(f"HTTP {status} {code}: {message}")
+    if status == 409 and code == wire.ERROR_EPOCH_MISMATCH:
+        return EpochMismatch(str(body["epoch"]) if body.get("epoch") else None)
+    if status == 410 and code == wire.ERROR_SCN_TOO_OLD:
+        return TooOld(_maybe_scn(body.get("oldest")), message)
+    text = f"{target} refused the request: HTTP {status} {code}: {message}"
+    if status in (401, 403):
+        hint = "pass the bearer token the server's [api] tokens list (--token or DRC_TOKEN)"
+        return ApiAuthError(f"{text}; {hint}", target, status, code, message)
+    return ApiRequestError(text, target, status, code, message)
+
+
+def _error_body(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {"message": response.text[:_MAX_SHOWN]}
+    return body if isinstance(body, dict) else {}
+
+
+def _json(response: httpx.Response, url: str) -> Any:
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"{url} answered with a body that is not JSON: {exc}") from exc
+
+
+def _json_page(data: Any, url: str) -> Page:
+    try:
+        txns = tuple(transaction_from_json(item) for item in data["transactions"])
+        return Page(
+            epoch=str(data["epoch"]),
+            next=SCN.parse(data["next"]),
+            newest=_maybe_scn(data.get("newest")),
+            transactions=txns,
+        )
+    except (KeyError, TypeError, JsonWireError, MalformedScnError) as exc:
+        raise ProtocolError(f"{url} answered with a malformed events page: {exc}") from exc
+
+
+def _records_page(response: httpx.Response, url: str) -> Page:
+    headers = response.headers
+    try:
+        txns = tuple(wire.split_records(response.content))
+        page = Page(
+            epoch=headers[wire.HEADER_EPOCH],
+            next=SCN.parse(headers[wire.HEADER_NEXT]),
+            newest=_maybe_scn(headers.get(wire.HEADER_NEWEST)),
+            transactions=txns,
+        )
+        count = int(headers[wire.HEADER_COUNT])
+    except (KeyError, ValueError, CorruptRecordError) as exc:
+        raise ProtocolError(f"{url} answered with a malformed records page: {exc}") from exc
+    if count != len(txns):
+        raise ProtocolError(f"{url} sent {len(txns)} records, {wire.HEADER_COUNT} says {count}")
+    return page
+
+
+def _maybe_scn(text: Any) -> SCN | None:
+    return SCN.parse(text) if text else None
+
+
+def redact(text: str, token: str | None) -> str:
+    """``text`` with the token masked, in case a server or proxy echoes it back."""
+    return text.replace(token, "[token]") if token else text

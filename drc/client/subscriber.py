@@ -1,0 +1,328 @@
+"""The subscriber: pull the change stream from a replicator group with get / ack / rollback.
+
+Positions (Otter's get/ack/rollback, Debezium's "move the restart position only at commit")::
+
+      acked position ----> [ batch awaiting ack ] ----> [ prefetched batch ]
+      (checkpointed)          returned by get()           fetched in the background
+
+- ``get()`` returns the batch after the acked position. Until it is acked, every ``get()``
+  returns that same batch again (same ``id``): nothing is skipped because a caller forgot an ack.
+- ``ack(batch)`` moves the acked position to ``batch.next`` and saves it in the checkpoint store
+  before returning. Only the batch awaiting ack can be acked, once.
+- ``rollback()`` drops the batch awaiting ack and any prefetched batch; the next ``get()`` asks
+  the server again from the acked position, so the same changes are delivered again.
+
+A batch may be empty (nothing matched the table filter within ``wait_ms``) while its ``next``
+still moves forward past filtered-out changes: ack it too, so the checkpoint keeps up.
+
+Prefetch: right after ``get()`` hands out a batch, a background thread fetches the batch after
+its ``next``. It is used only if the caller acks and asks for exactly that position; rollback
+and close discard it. Order is never changed and nothing is skipped.
+
+Iteration (``for txn in subscriber``) yields transactions in SCN order and acks a batch when the
+caller asks for the transaction after its last one, so a crash mid-batch redelivers the whole
+batch. Large transactions arrive as fragments sharing one SCN (``fragment`` 0, 1, ...;
+``last_fragment`` on the final one, always in the same batch): apply the transaction when its
+last fragment arrives, or wrap the iterator in :func:`drc.client.assemble`.
+
+The subscriber is meant for one consuming thread; only the prefetch runs beside it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from drc.api import wire
+from drc.client import http
+from drc.client.checkpoint import CheckpointStore
+from drc.client.errors import AckError, ApiUnavailableError
+from drc.client.fetcher import ON_REBUILD, Cancelled, Fetcher
+from drc.core.events import Transaction
+from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter
+
+log = logging.getLogger("drc.client")
+
+DEFAULT_MAX_BYTES = 8 << 20
+_JOIN_ON_CLOSE_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One page of the stream: the transactions (fragments) after ``after`` up to ``next``.
+
+    ``id`` grows by one per batch a subscriber hands out; ``epoch`` and ``url`` say which
+    replicator buffer served it; ``newest`` is the newest SCN that buffer held (lag hint).
+    """
+
+    id: int
+    after: SCN
+    next: SCN
+    transactions: tuple[Transaction, ...]
+    epoch: str
+    url: str
+    newest: SCN | None
+
+    def __len__(self) -> int:
+        return len(self.transactions)
+
+
+class _Fetch:
+    """One background fetch of the page after ``after``."""
+
+    def __init__(self, after: SCN) -> None:
+        self.after = after
+        self.done = threading.Event()
+        self.cancelled = threading.Event()
+        self.result: tuple[str, http.Page] | None = None
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+
+class Subscriber:
+    """Pull transactions after a position from one or more replicator API URLs.
+
+    Start position: the checkpoint store's saved SCN if it has one, else ``after``, else the
+    beginning. ``tables`` is a comma-separated filter (``db.t,db2.*``); ``skip_drc`` leaves out
+    transactions DRC itself applied. ``on_rebuild`` is "raise" (BufferRebuiltError) or
+    "continue". ``transport`` replaces httpx's network transport (tests, custom TLS); ``sleep``
+    and ``clock`` replace time.sleep and time.monotonic for the retry backoff.
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str] | str,
+        after: SCN | None = None,
+        tables: str | None = None,
+        *,
+        checkpoint: CheckpointStore | None = None,
+        token: str | None = None,
+        max_events: int = 1000,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        wait_ms: int = 1000,
+        binary: bool = True,
+        skip_drc: bool = False,
+        prefetch: bool = True,
+        on_rebuild: str = "raise",
+        backoff_initial: float = 0.2,
+        backoff_max: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        verify: Any = True,
+    ) -> None:
+        self.urls = _check_args(urls, tables, max_events, max_bytes, wait_ms, on_rebuild)
+        self.tables = tables
+        self._checkpoint = checkpoint
+        saved = checkpoint.load() if checkpoint is not None else None
+        self._position = saved or after or SCN.zero()
+        self._prefetch = prefetch
+        self._clock = clock
+        self._client = http.make_client(token, transport, verify)
+        self._fetcher = Fetcher(
+            self.urls,
+            self._client,
+            _params(tables, max_events, max_bytes, wait_ms, skip_drc),
+            token=token,
+            binary=binary,
+            wait_ms=wait_ms,
+            on_rebuild=on_rebuild,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            sleep=sleep,
+            clock=clock,
+        )
+        self._ids = itertools.count(1)
+        self._pending: Batch | None = None
+        self._inflight: _Fetch | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ get / ack / rollback
+
+    @property
+    def position(self) -> SCN:
+        """The acked position: everything up to it is processed; the checkpoint holds it."""
+        return self._position
+
+    @property
+    def pending(self) -> Batch | None:
+        """The batch get() returned that is not acked yet, if any."""
+        return self._pending
+
+    def get(self, timeout: float | None = None) -> Batch:
+        """The batch after the acked position (the same one again until it is acked).
+
+        Waits for the server's answer, retrying and failing over as needed, for up to
+        ``timeout`` seconds (None: as long as it takes). On timeout raises ApiUnavailableError
+        naming each URL's last failure; the fetch goes on, and the next get() picks it up.
+        """
+        self._check_open()
+        if self._pending is not None:
+            return self._pending
+        fetch = self._inflight
+        if fetch is None or fetch.after != self._position:
+            self._discard_inflight()
+            fetch = self._inflight = self._start(self._position)
+        if not fetch.done.wait(timeout):
+            raise self._unavailable(timeout)
+        self._inflight = None
+        if fetch.error is not None:
+            raise fetch.error
+        assert fetch.result is not None
+        url, page = fetch.result
+        batch = Batch(
+            next(self._ids), fetch.after, page.next, page.transactions, page.epoch, url, page.newest
+        )
+        self._pending = batch
+        if self._prefetch:
+            self._inflight = self._start(batch.next)
+        return batch
+
+    def ack(self, batch: Batch) -> None:
+        """Mark ``batch`` processed: save ``batch.next`` as the checkpoint, then move there."""
+        if self._pending is None or batch.id != self._pending.id:
+            awaiting = f"batch {self._pending.id}" if self._pending else "no batch"
+            raise AckError(
+                f"batch {batch.id} is not awaiting an ack ({awaiting} is): it was acked already, "
+                "dropped by rollback(), or came from another subscriber"
+            )
+        if batch.next != self._position and self._checkpoint is not None:
+            self._checkpoint.save(batch.next)  # before moving: a failed save keeps it pending
+        self._position = batch.next
+        self._pending = None
+
+    def rollback(self) -> None:
+        """Drop the unacked batch and any prefetched one; the next get() redelivers them."""
+        self._pending = None
+        self._discard_inflight()
+
+    def accept_rebuilt_buffer(self) -> None:
+        """After BufferRebuiltError: forget every URL's epoch and go on after the same SCN."""
+        self._fetcher.forget_epochs()
+        self._discard_inflight()
+
+    # ------------------------------------------------------------------ iteration
+
+    def transactions(self, timeout: float | None = None) -> Iterator[Transaction]:
+        """Every transaction (fragment) in SCN order; a batch is acked when the caller asks for
+        the transaction after its last one. ``timeout`` is passed to each get()."""
+        while not self._closed:
+            batch = self.get(timeout)
+            yield from batch.transactions
+            if self._pending is batch:  # the caller may have rolled back meanwhile
+                self.ack(batch)
+
+    def __iter__(self) -> Iterator[Transaction]:
+        return self.transactions()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Stop the prefetch and close the connections; the acked position stays saved."""
+        if self._closed:
+            return
+        self._closed = True
+        fetch = self._inflight
+        self._discard_inflight()
+        if fetch is not None and fetch.thread is not None:
+            fetch.thread.join(_JOIN_ON_CLOSE_S)  # a long poll may outlive this; it is a daemon
+        self._client.close()
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:  # no token: it lives only in the httpx client's headers
+        return (
+            f"Subscriber(urls={list(self.urls)!r}, tables={self.tables!r}, "
+            f"position={self._position}, pending={self._pending.id if self._pending else None})"
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _start(self, after: SCN) -> _Fetch:
+        fetch = _Fetch(after)
+
+        def run() -> None:
+            try:
+                fetch.result = self._fetcher.fetch(after, fetch.cancelled)
+            except Cancelled:
+                pass
+            except BaseException as exc:  # handed to the caller's get()
+                fetch.error = exc
+            finally:
+                fetch.done.set()
+
+        fetch.thread = threading.Thread(target=run, name=f"drc-fetch-{after}", daemon=True)
+        fetch.thread.start()
+        return fetch
+
+    def _discard_inflight(self) -> None:
+        if self._inflight is not None:
+            self._inflight.cancelled.set()
+            self._inflight = None
+
+    def _unavailable(self, timeout: float | None) -> ApiUnavailableError:
+        errors = dict(self._fetcher.last_errors)
+        since = self._fetcher.failing_since
+        if not errors:
+            url = self._fetcher.current_url
+            return ApiUnavailableError(f"no answer within {timeout}s from {url} (server slow?)", {})
+        failing = f" for {self._clock() - since:.1f}s" if since is not None else ""
+        detail = "; ".join(f"{url}: {text}" for url, text in errors.items())
+        return ApiUnavailableError(
+            f"no API URL answered{failing} ({detail}). Check the URLs, that the replicators "
+            "are running with their API enabled, and the network between here and them",
+            errors,
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the subscriber is closed")
+
+
+def _check_args(
+    urls: Sequence[str] | str,
+    tables: str | None,
+    max_events: int,
+    max_bytes: int,
+    wait_ms: int,
+    on_rebuild: str,
+) -> tuple[str, ...]:
+    listed = (urls,) if isinstance(urls, str) else tuple(urls)
+    if not listed or not all(
+        isinstance(u, str) and u.startswith(("http://", "https://")) for u in listed
+    ):
+        raise ValueError(f"urls must be one or more http(s):// URLs, got {listed!r}")
+    if tables is not None:
+        TableFilter.parse_list(tables)  # a bad pattern fails here, not at the first request
+    if max_events < 1 or max_bytes < 1 or wait_ms < wire.WAIT_NONE:
+        raise ValueError("max_events and max_bytes must be >= 1 and wait_ms >= -1")
+    if on_rebuild not in ON_REBUILD:
+        raise ValueError(f"on_rebuild must be one of {ON_REBUILD}, got {on_rebuild!r}")
+    return tuple(u.rstrip("/") for u in listed)
+
+
+def _params(
+    tables: str | None, max_events: int, max_bytes: int, wait_ms: int, skip_drc: bool
+) -> dict[str, str]:
+    params = {
+        wire.PARAM_MAX_EVENTS: str(max_events),
+        wire.PARAM_MAX_BYTES: str(max_bytes),
+        wire.PARAM_WAIT_MS: str(wait_ms),
+    }
+    if tables:
+        params[wire.PARAM_TABLES] = tables
+    if skip_drc:
+        params[wire.PARAM_SKIP_DRC] = "1"
+    return params
