@@ -8,13 +8,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from drc.eventbuffer import EventBuffer
-from drc.metastore.store import MetaStore
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import MariadbGtidEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from drc.core.codec import decode_transaction
 from drc.core.events import Transaction
 from drc.core.scn import SCN
+from drc.eventbuffer import EventBuffer
+from drc.metastore.store import MetaStore
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, split_binlog_name
 from drc.sandbox.sandbox import ServerInfo
@@ -106,3 +110,58 @@ def read_all(buffer: EventBuffer, after: SCN = ZERO) -> list[Transaction]:
         for record in records:
             out.append(decode_transaction(record.payload)[0])
         after = records[-1].scn
+
+
+SourceTxn = tuple[str, list[tuple[str, str, Any, Any]]]
+
+
+def source_transactions(
+    server: ServerInfo, start: tuple[str, int], schemas: list[str]
+) -> list[SourceTxn]:
+    """The source binlog from ``start``, read independently of DRC by python-mysql-replication:
+    (GTID, [(schema, table, before, after), ...]) per transaction that touched ``schemas``."""
+    reader = BinLogStreamReader(
+        connection_settings={
+            "host": server.host,
+            "port": server.port,
+            "user": server.user,
+            "password": server.password,
+        },
+        server_id=88012,
+        log_file=start[0],
+        log_pos=start[1],
+        resume_stream=True,
+        blocking=False,
+        is_mariadb=False,  # True ignores log_file/log_pos without a GTID (library bug)
+        only_schemas=schemas,
+        only_events=[MariadbGtidEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent],
+    )
+    out: list[SourceTxn] = []
+    gtid, changes = "", []
+    for event in reader:
+        if isinstance(event, MariadbGtidEvent):
+            gtid, changes = event.gtid, []
+        elif isinstance(event, XidEvent):
+            if changes:
+                out.append((gtid, changes))
+        else:
+            for row in event.rows:
+                before = row.get("before_values") or (
+                    row["values"] if isinstance(event, DeleteRowsEvent) else None
+                )
+                after = row.get("after_values") or (
+                    row["values"] if isinstance(event, WriteRowsEvent) else None
+                )
+                changes.append((event.schema, event.table, before, after))
+    reader.close()
+    return out
+
+
+def source_table_rows(
+    server: ServerInfo, start: tuple[str, int], schema: str
+) -> list[tuple[str, list[tuple[str, Any, Any]]]]:
+    """Like source_transactions for one schema, each change as (table, before, after)."""
+    return [
+        (gtid, [(table, before, after) for _db, table, before, after in changes])
+        for gtid, changes in source_transactions(server, start, [schema])
+    ]

@@ -18,9 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import MariadbGtidEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from drc.api import wire
 from drc.config import DrcConfig
@@ -29,7 +26,7 @@ from drc.core.jsonwire import transaction_from_json
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position
+from tests.integration.capture import master_position, source_table_rows
 from tests.integration.servers import connect
 
 TOKEN = "integration-token"
@@ -121,44 +118,6 @@ def _workload(server: ServerInfo, seed: int) -> None:
     conn.close()
 
 
-def _source_transactions(server: ServerInfo, start: tuple[str, int]) -> list[tuple[str, Rows]]:
-    reader = BinLogStreamReader(
-        connection_settings={
-            "host": server.host,
-            "port": server.port,
-            "user": server.user,
-            "password": server.password,
-        },
-        server_id=91002,
-        log_file=start[0],
-        log_pos=start[1],
-        resume_stream=True,
-        blocking=False,
-        is_mariadb=False,  # True ignores log_file/log_pos without a GTID (library bug)
-        only_schemas=["api_db"],
-        only_events=[MariadbGtidEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent],
-    )
-    out: list[tuple[str, Rows]] = []
-    gtid, changes = "", []
-    for event in reader:
-        if isinstance(event, MariadbGtidEvent):
-            gtid, changes = event.gtid, []
-        elif isinstance(event, XidEvent):
-            if changes:
-                out.append((gtid, changes))
-        else:
-            for row in event.rows:
-                before = row.get("before_values") or (
-                    row["values"] if isinstance(event, DeleteRowsEvent) else None
-                )
-                after = row.get("after_values") or (
-                    row["values"] if isinstance(event, WriteRowsEvent) else None
-                )
-                changes.append((event.table, before, after))
-    reader.close()
-    return out
-
-
 def _pull_all(url: str, binary: bool, **params: Any) -> list[Transaction]:
     """Every transaction from SCN zero to the replicator's newest, in batches."""
     headers = {**AUTH, "Accept": wire.MEDIA_RECORDS} if binary else AUTH
@@ -235,7 +194,7 @@ def test_subscribers_read_exactly_the_source_stream(
     done.set()
     subscriber.join(timeout=60)
 
-    expected = _source_transactions(dc1, start)
+    expected = source_table_rows(dc1, start, "api_db")
     assert len(expected) > TXNS * 0.8
     as_json, as_records = _pull_all(url, binary=False), _pull_all(url, binary=True)
     assert as_json == as_records

@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import MariadbGtidEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from drc.eventbuffer import EventBuffer
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position, read_all
+from tests.integration.capture import master_position, read_all, source_table_rows
 from tests.integration.servers import connect
 
 TXNS = 1200
@@ -96,44 +93,6 @@ def _workload(server: ServerInfo, seed: int, done: threading.Event) -> None:
     done.set()
 
 
-def _source_transactions(server: ServerInfo, start: tuple[str, int]) -> list[tuple[str, list[Any]]]:
-    reader = BinLogStreamReader(
-        connection_settings={
-            "host": server.host,
-            "port": server.port,
-            "user": server.user,
-            "password": server.password,
-        },
-        server_id=88002,
-        log_file=start[0],
-        log_pos=start[1],
-        resume_stream=True,
-        blocking=False,
-        is_mariadb=False,  # True ignores log_file/log_pos without a GTID (library bug)
-        only_schemas=["crash_db"],
-        only_events=[MariadbGtidEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent],
-    )
-    out: list[tuple[str, list[Any]]] = []
-    gtid, changes = "", []
-    for event in reader:
-        if isinstance(event, MariadbGtidEvent):
-            gtid, changes = event.gtid, []
-        elif isinstance(event, XidEvent):
-            if changes:
-                out.append((gtid, changes))
-        else:
-            for row in event.rows:
-                before = row.get("before_values") or (
-                    row["values"] if isinstance(event, DeleteRowsEvent) else None
-                )
-                after = row.get("after_values") or (
-                    row["values"] if isinstance(event, WriteRowsEvent) else None
-                )
-                changes.append((event.table, before, after))
-    reader.close()
-    return out
-
-
 @pytest.mark.slow
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
     dc2: ServerInfo, tmp_path: Path
@@ -168,7 +127,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
         proc.wait(timeout=30)
 
     assert kills >= 3, "the workload ended before the replicator could be killed a few times"
-    expected = _source_transactions(dc2, start)
+    expected = source_table_rows(dc2, start, "crash_db")
     by_scn: dict[Any, list[Any]] = {}
     gtids: dict[Any, str | None] = {}
     for txn in stored:

@@ -24,9 +24,6 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import MariadbGtidEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
@@ -38,7 +35,14 @@ from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import FragmentLimits
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import Capture, capturing, master_position, read_all
+from tests.integration.capture import (
+    Capture,
+    SourceTxn,
+    capturing,
+    master_position,
+    read_all,
+    source_transactions,
+)
 from tests.integration.servers import connect
 
 pytestmark = pytest.mark.integration
@@ -95,48 +99,6 @@ def serving(server: ServerInfo, tmp: Path, schemas: list[str], ddl: list[str]) -
 
 
 # ---------------------------------------------------------------- the source, read independently
-
-SourceTxn = tuple[str, list[tuple[str, str, Any, Any]]]
-
-
-def source_transactions(
-    server: ServerInfo, start: tuple[str, int], schemas: list[str]
-) -> list[SourceTxn]:
-    reader = BinLogStreamReader(
-        connection_settings={
-            "host": server.host,
-            "port": server.port,
-            "user": server.user,
-            "password": server.password,
-        },
-        server_id=88012,
-        log_file=start[0],
-        log_pos=start[1],
-        resume_stream=True,
-        blocking=False,
-        is_mariadb=False,  # True ignores log_file/log_pos without a GTID (library bug)
-        only_schemas=schemas,
-        only_events=[MariadbGtidEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent],
-    )
-    out: list[SourceTxn] = []
-    gtid, changes = "", []
-    for event in reader:
-        if isinstance(event, MariadbGtidEvent):
-            gtid, changes = event.gtid, []
-        elif isinstance(event, XidEvent):
-            if changes:
-                out.append((gtid, changes))
-        else:
-            for row in event.rows:
-                before = row.get("before_values") or (
-                    row["values"] if isinstance(event, DeleteRowsEvent) else None
-                )
-                after = row.get("after_values") or (
-                    row["values"] if isinstance(event, WriteRowsEvent) else None
-                )
-                changes.append((event.schema, event.table, before, after))
-    reader.close()
-    return out
 
 
 def narrowed(source: list[SourceTxn], tables: str | None) -> list[SourceTxn]:
@@ -300,6 +262,17 @@ def start_subscriber(
         return subprocess.Popen(argv, env=env, stderr=err)
 
 
+def wait_processing(log: Path, run: int, proc: subprocess.Popen[bytes], count: int = 3) -> None:
+    deadline = time.monotonic() + 60
+    marker = f'"run": {run},'
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.with_suffix(".err").read_text()[-3000:]
+        if log.exists() and log.read_text().count(marker) >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"subscriber run {run} processed nothing in 60s")
+
+
 def kill_workload(server: ServerInfo, txns: int, done: threading.Event) -> None:
     conn = connect(server, autocommit=False)
     with conn.cursor() as cur:
@@ -323,11 +296,14 @@ def test_a_subscriber_killed_before_acking_resumes_without_gap_or_reorder(
     checkpoints: list[SCN] = []  # the checkpoint each restart resumed from
     with serving(dc1, tmp_path, ["subk"], ddl) as served:
         done = threading.Event()
-        writer = threading.Thread(target=kill_workload, args=(dc1, 700, done), daemon=True)
+        writer = threading.Thread(target=kill_workload, args=(dc1, 1500, done), daemon=True)
         writer.start()
         proc = start_subscriber(script, served.url, ckpt, log, 0)
         for run in range(1, 5):
-            time.sleep(rng.uniform(0.8, 1.4))
+            # Kill only once this run is processing (a slow start on a loaded machine must not
+            # turn into a run that did nothing), at a random moment inside its batches.
+            wait_processing(log, run - 1, proc)
+            time.sleep(rng.uniform(0.05, 0.4))
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             checkpoints.append(FileCheckpointStore(ckpt).load() or SCN.zero())
