@@ -10,7 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ["bench_codec.py", "bench_eventbuffer.py", "bench_api.py"]
+BENCHMARKS = [
+    "bench_codec.py",
+    "bench_eventbuffer.py",
+    "bench_replicator.py",
+    "bench_api.py",
+    "bench_latency.py",
+]
 
 
 def main() -> int:
