@@ -32,5 +32,6 @@ def demo(directory: str, seconds: float) -> None:
 
     say = lambda line: click.echo(line, err=False)  # noqa: E731
     description = Sandbox(directory).up(2, progress=say)
+    say(description.to_json(reveal_password=False))
     ok = run_demo(description, Path(description.dir) / "demo", seconds, say)
     sys.exit(0 if ok else 1)
