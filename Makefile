@@ -42,9 +42,9 @@ test-slow: setup
 	$(BIN)/pytest -m slow tests
 
 demo: setup
-	$(BIN)/drc sandbox up --dir $(SANDBOX_DIR)
+	$(BIN)/drc demo --dir $(SANDBOX_DIR)
 	$(BIN)/drc sandbox status --dir $(SANDBOX_DIR)
-	@echo "sandbox running; stop it with: $(BIN)/drc sandbox down --dir $(SANDBOX_DIR)"
+	@echo "sandbox still running; stop it with: make demo-down"
 
 demo-down: setup
 	$(BIN)/drc sandbox down --dir $(SANDBOX_DIR)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 
 import click
 
@@ -66,9 +67,14 @@ def run(config_path: str, progress_every: float) -> None:
     worker = threading.Thread(target=capture, name="capture")
     worker.start()
     try:
+        last_progress = time.monotonic()
         while worker.is_alive():
-            worker.join(timeout=progress_every or None)
-            if progress_every and worker.is_alive():
+            # Bounded: an unbounded join can keep a SIGTERM delivered to another thread from
+            # ever running its handler.
+            worker.join(timeout=1.0)
+            due = progress_every and time.monotonic() - last_progress >= progress_every
+            if due and worker.is_alive():
+                last_progress = time.monotonic()
                 stats = service.replicator.stats
                 click.echo(
                     f"captured {stats.transactions} txns, {stats.rows} rows, "

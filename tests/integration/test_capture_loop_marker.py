@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from drc.apply import checkpoint
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
@@ -17,8 +18,8 @@ def test_apply_writes_are_flagged_and_ordinary_writes_are_not(
     conn = connect(dc1)
     with conn.cursor() as cur:
         cur.execute("CREATE DATABASE IF NOT EXISTS marker_db")
-        cur.execute("CREATE DATABASE IF NOT EXISTS drc")
-        cur.execute("CREATE TABLE IF NOT EXISTS drc.checkpoint (channel VARCHAR(64) PRIMARY KEY)")
+        for statement in checkpoint.create_statements():  # the table exactly as apply makes it
+            cur.execute(statement)
         start = master_position(dc1)
         cur.execute("CREATE TABLE marker_db.local_ddl (id INT PRIMARY KEY)")
         cur.execute("INSERT INTO marker_db.local_ddl VALUES (1)")
@@ -28,7 +29,7 @@ def test_apply_writes_are_flagged_and_ordinary_writes_are_not(
         cur.execute("SET SESSION skip_replication = 0")
         cur.execute("BEGIN")
         cur.execute("INSERT INTO marker_db.local_ddl VALUES (3)")
-        cur.execute("REPLACE INTO drc.checkpoint VALUES ('from-dc2')")
+        cur.execute("REPLACE INTO drc.checkpoint (channel, origin) VALUES ('marker-test', 'dc2')")
         cur.execute("COMMIT")
         end = master_position(dc1)
     conn.close()

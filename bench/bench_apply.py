@@ -1,0 +1,244 @@
+"""Apply throughput against native MariaDB replication, on the same binlog, in the same run.
+
+For each workload written on dc1 of a fresh sandbox (bulk: 1000-row transactions; sysbench
+oltp_write_only), the same binlog range is applied into dc2
+  - by native MariaDB replication (dc2 as a replica of dc1, one SQL thread), timed from
+    START SLAVE until it has executed the range;
+  - by a DRC apply channel in its own process (``python -m drc.apply``), pulling from the pull
+    API of a replicator that already captured the range, writing into a copy of the schema
+    (map_tables db.* -> db_drc.*, same starting rows), timed from the channel's start until its
+    checkpoint reaches the end of the range; once with the default grouping and once with one
+    source transaction per target transaction.
+The copies are compared with CHECKSUM TABLE afterwards. Usage:
+
+    python bench/bench_apply.py [--bulk-rows 200000] [--sysbench-seconds 15] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_replicator import (  # noqa: E402
+    _first_binlog,
+    bulk_workload,
+    connect,
+    count_transactions,
+    native_replication,
+    position,
+    sysbench,
+)
+from drc.api.app import create_app  # noqa: E402
+from drc.api.deps import ApiDeps  # noqa: E402
+from drc.api.server import ApiServer  # noqa: E402
+from drc.core.scn import SCN  # noqa: E402
+from drc.core.tablefilter import TableFilter  # noqa: E402
+from drc.eventbuffer import EventBuffer  # noqa: E402
+from drc.metastore.store import MetaStore  # noqa: E402
+from drc.replicator.replicator import CaptureOptions, Replicator  # noqa: E402
+from drc.replicator.source import SourceSettings, split_binlog_name  # noqa: E402
+from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
+
+
+class Served:
+    """dc1's binlog range captured into a buffer and served by the pull API (this process)."""
+
+    def __init__(self, server: ServerInfo, start: tuple[str, int], directory: Path) -> None:
+        directory.mkdir(parents=True)
+        self.buffer = EventBuffer.open(directory)
+        self.metastore = MetaStore.open(directory / "metastore.sqlite3")
+        settings = SourceSettings(server.host, server.port, server.user, server.password, 99101)
+        options = CaptureOptions(start_from=f"{start[0]}:{start[1]}", capture=TableFilter())
+        self.replicator = Replicator(settings, self.buffer, self.metastore, options)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.replicator.run, args=(self.stop,), daemon=True)
+        self.thread.start()
+        deps = ApiDeps(buffer=self.buffer, metastore=self.metastore)
+        self.api = ApiServer(create_app(deps), "127.0.0.1", 0, open_access=True).start()
+
+    def wait_for(self, end: tuple[str, int]) -> None:
+        target = (split_binlog_name(end[0])[1], end[1])
+        while (last := self.buffer.last_scn) is None or (last.log_index, last.log_pos) < target:
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.api.stop()
+        self.stop.set()
+        self.thread.join()
+        self.buffer.close()
+        self.metastore.close()
+
+
+def copy_schema(server: ServerInfo, schema: str, copy: str) -> None:
+    """``copy`` on dc2 with the rows ``schema`` has now (kept out of dc2's binlog)."""
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"DROP DATABASE IF EXISTS {copy}")
+        cur.execute(f"CREATE DATABASE {copy}")
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
+                    (schema,))  # fmt: skip
+        for (table,) in cur.fetchall():
+            cur.execute(f"CREATE TABLE {copy}.{table} LIKE {schema}.{table}")
+            cur.execute(f"INSERT INTO {copy}.{table} SELECT * FROM {schema}.{table}")
+    conn.close()
+
+
+def checksums(server: ServerInfo, schema: str) -> list[object]:
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                    "ORDER BY TABLE_NAME", (schema,))  # fmt: skip
+        tables = [r[0] for r in cur.fetchall()]
+        cur.execute("CHECKSUM TABLE " + ", ".join(f"{schema}.{t}" for t in tables))
+        sums = [r[1] for r in cur.fetchall()]
+    conn.close()
+    return sums
+
+
+def drc_apply(
+    dc2: ServerInfo, url: str, schema: str, end: tuple[str, int], workdir: Path, grouping: bool
+) -> float:
+    """Seconds for a `python -m drc.apply` process to apply everything up to ``end``."""
+    name = f"bench-{schema}-{'grouped' if grouping else 'single'}"
+    config = workdir / f"{name}.toml"
+    config.write_text(f"""
+[datacenter]
+name = "dc2"
+[source]
+host = "{dc2.host}"
+port = {dc2.port}
+user = "{dc2.user}"
+password = "{dc2.password}"
+[replicator]
+buffer_dir = "{workdir / "unused"}"
+[[channels]]
+name = "{name}"
+origin = "dc1"
+remote = ["{url}"]
+tables = ["{schema}.*"]
+map_tables = {{ "{schema}.*" = "{schema}_drc.*" }}
+max_txns_per_commit = {500 if grouping else 1}
+""")  # fmt: skip
+    log = workdir / f"{name}.log"
+    target = (split_binlog_name(end[0])[1], end[1])
+    with open(log, "wb") as out:
+        began = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-m", "drc.apply", "--config", str(config)],
+                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        conn = connect(dc2)
+        with conn.cursor() as cur:
+            while True:
+                if child.poll() is not None:
+                    raise RuntimeError(f"drc.apply exited: {log.read_text()[-2000:]}")
+                if "resumes after" in log.read_text():  # connected: start the clock here
+                    began = time.perf_counter()
+                    break
+                time.sleep(0.005)
+            while True:
+                cur.execute("SELECT scn FROM drc.checkpoint WHERE channel = %s", (name,))
+                row = cur.fetchone()
+                if row is not None:
+                    scn = SCN.parse(row[0])
+                    if (scn.log_index, scn.log_pos) >= target:
+                        elapsed = time.perf_counter() - began
+                        break
+                if child.poll() is not None:
+                    raise RuntimeError(f"drc.apply exited: {log.read_text()[-2000:]}")
+                time.sleep(0.01)
+        conn.close()
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=90)  # drc.apply exits on its own within 60 s of SIGTERM
+        except subprocess.TimeoutExpired:
+            child.kill()
+            raise
+    return elapsed
+
+
+def run_workload(
+    name: str, dc1: ServerInfo, dc2: ServerInfo, schema: str, write, workdir: Path
+) -> list[str]:
+    before = position(dc1)
+    native_replication(dc1, dc2, _first_binlog(dc1), before)  # dc2 holds the starting rows
+    copy_schema(dc2, schema, f"{schema}_start")
+    write()
+    end = position(dc1)
+    txns, rows, _ = count_transactions(dc1, before, end)
+    native_s = native_replication(dc1, dc2, before, end)
+    served = Served(dc1, before, workdir / f"buffer-{schema}")
+    results: dict[bool, tuple[float, bool]] = {}
+    try:
+        served.wait_for(end)
+        for grouping in (True, False):
+            copy_schema(dc2, f"{schema}_start", f"{schema}_drc")
+            seconds = drc_apply(dc2, served.api.url, schema, end, workdir, grouping)
+            same = checksums(dc1, schema) == checksums(dc2, f"{schema}_drc")
+            results[grouping] = (seconds, same)
+    finally:
+        served.close()
+    lines = [
+        f"\n### {name}: {txns} transactions, {rows} rows\n",
+        "| system | seconds | txn/s | rows/s | vs native | result = source |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for label, (seconds, same) in (
+        ("native MariaDB replication (1 SQL thread)", (native_s, True)),
+        ("DRC apply, grouped (max_txns_per_commit=500)", results[True]),
+        ("DRC apply, one source txn per target txn", results[False]),
+    ):
+        lines.append(
+            f"| {label} | {seconds:.2f} | {txns / seconds:,.0f} | {rows / seconds:,.0f} "
+            f"| {native_s / seconds:.2f}x | {'yes' if same else 'NO'} |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--bulk-rows", type=int, default=200_000)
+    parser.add_argument("--sysbench-seconds", type=int, default=15)
+    parser.add_argument("--quick", action="store_true", help="small workloads, for a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.bulk_rows, args.sysbench_seconds = 20_000, 3
+    workdir = Path(tempfile.mkdtemp(prefix="drc-bench-apply-"))
+    box = Sandbox(workdir / "sbx")
+    try:
+        description = box.up(2)
+        dc1, dc2 = description.server("dc1"), description.server("dc2")
+        conn = connect(dc1)
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE bench")
+            cur.execute("CREATE DATABASE sbtest")
+            cur.execute("CREATE TABLE bench.bulk (id BIGINT PRIMARY KEY, a INT, b VARCHAR(100), "
+                        "c DATETIME(6), d DECIMAL(12,2))")  # fmt: skip
+        conn.close()
+        sysbench(dc1, "prepare")
+        print(f"# Apply throughput (`python bench/bench_apply.py`, {time.strftime('%Y-%m-%d')})")
+        lines = run_workload("bulk, 1000-row transactions", dc1, dc2, "bench",
+                             lambda: bulk_workload(dc1, args.bulk_rows), workdir)  # fmt: skip
+        lines += run_workload(
+            f"sysbench oltp_write_only, 2 threads, {args.sysbench_seconds}s", dc1, dc2, "sbtest",
+            lambda: sysbench(dc1, "run", args.sysbench_seconds), workdir,
+        )  # fmt: skip
+        print("\n".join(lines))
+    finally:
+        box.down()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""Apply: write a remote datacenter's change stream into the local database, exactly once.
+
+    channel.py     the loop: subscribe, filter, group, write, checkpoint (start here)
+    stages.py      the filter chain (loop suppression, tables, mapping, idempotency, conflicts)
+    group.py       many source transactions -> one target transaction, and its bounds
+    plan.py        row changes -> idempotent, grouped writes
+    sql.py         SQL text and bound values (pure)
+    checkpoint.py  the drc.checkpoint row
+    retry.py       which errors are retried, and how
+    sink.py        the pymysql adapter (the only module here that talks to the target)
+    service.py     build_channels(config) for the composition root
+
+``python -m drc.apply --config FILE`` runs the channels of a config on their own.
+"""
+
+from drc.apply.channel import ApplyChannel, default_subscriber
+from drc.apply.service import build_channels, run_channels
+from drc.apply.sink import TargetSettings
+from drc.apply.stats import ApplyStats
+
+__all__ = [
+    "ApplyChannel",
+    "ApplyStats",
+    "TargetSettings",
+    "build_channels",
+    "default_subscriber",
+    "run_channels",
+]

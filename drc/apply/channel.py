@@ -1,0 +1,333 @@
+"""An apply channel: a remote datacenter's change stream, written into the local target.
+
+    Subscriber (skip_drc, binary; prefetches the next batch while this one is applied)
+      -> filter chain (drc.apply.stages)
+      -> group (drc.apply.group): many source transactions, one target transaction
+      -> writes (drc.apply.plan) + checkpoint row, committed together (drc.apply.sink)
+
+Exactly once: the checkpoint row (drc.apply.checkpoint) commits with the changes it covers. On
+start the channel reads it and subscribes after its SCN, so a crash anywhere resumes right
+after the last committed group: nothing lost, nothing applied twice. The subscriber's own
+position is only in memory; batches are acked as they are taken into a group, which the channel
+keeps until it commits, so a retried target transaction is rebuilt from memory.
+
+Loops: every apply session sets skip_replication = 1, so the local replicator flags everything
+the channel writes as DRC-originated, DDL included (DDL has no transaction for the checkpoint
+row to ride in: Otter issue #32 looped forever on that); the checkpoint write flags it too, and
+both the API (skip_drc) and the chain (SkipDrcOriginated) drop flagged transactions.
+
+DDL: the open group is committed first; then the checkpoint row gets ``pending_ddl_scn`` (with
+the transaction's row changes, if any), the statement runs on its own session with the source's
+default database, and the checkpoint moves to the DDL's SCN. After a crash in between, the same
+DDL is delivered again and only then its "already applied" errors (checkpoint.ALREADY_APPLIED)
+count as done. The target's table definitions are read again after every DDL.
+
+Privileges of the apply user on the target:
+
+    SELECT, INSERT, UPDATE, DELETE       on the replicated tables
+    CREATE, ALTER, DROP, INDEX           for replicated DDL (CREATE VIEW too, if views are)
+    ALL on drc.*                         the checkpoint table (created on first start)
+    SELECT on information_schema         (implicit) to read column and key definitions
+    setting skip_replication             no privilege on MariaDB 10.11; SUPER on older servers
+
+It must NOT have SUPER or READ_ONLY ADMIN: those bypass read_only, and a target made read-only
+for a switchover must make the channel wait, not write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Protocol
+
+from drc.apply import checkpoint, plan
+from drc.apply.errors import ApplyError, CheckpointMismatchError, MissingColumnError
+from drc.apply.group import Group, GroupLimits, worth_saving
+from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
+from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.stages import (
+    Chain,
+    ConflictHook,
+    Idempotency,
+    KeepApplicableDdl,
+    KeepTables,
+    MapNames,
+    NameMap,
+    Resolver,
+    SkipDrcOriginated,
+)
+from drc.apply.stats import ApplyStats
+from drc.client import ApiUnavailableError, Subscriber
+from drc.config import ChannelConfig
+from drc.core.errors import DrcError
+from drc.core.events import Transaction
+from drc.core.scn import SCN
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked at again
+UNAVAILABLE_LOG_EVERY_S = 30.0
+
+
+class SubscriberLike(Protocol):
+    def get(self, timeout: float | None = None) -> Any: ...
+
+    def ack(self, batch: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+SubscriberFactory = Callable[[ChannelConfig, SCN], SubscriberLike]
+
+
+def default_subscriber(channel: ChannelConfig, after: SCN) -> SubscriberLike:
+    return Subscriber(
+        list(channel.remote),
+        after=after,
+        tables=",".join(channel.tables) or None,
+        token=channel.secret(),
+        skip_drc=True,
+        binary=True,
+        wait_ms=channel.wait_ms,
+    )
+
+
+def target_settings(target: Any) -> TargetSettings:
+    """TargetSettings from anything with host, port, user and password (str or SecretStr)."""
+    if isinstance(target, TargetSettings):
+        return target
+    password: Any = getattr(target, "password", None)
+    if hasattr(target, "secret"):
+        password = target.secret()
+    elif password is not None and hasattr(password, "get_secret_value"):
+        password = password.get_secret_value()
+    return TargetSettings(target.host, target.port, target.user, password or "")
+
+
+class ApplyChannel:
+    def __init__(
+        self,
+        channel: ChannelConfig,
+        target: Any,
+        *,
+        subscriber_factory: SubscriberFactory | None = None,
+        connect: Callable[..., Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] | None = None,
+        resolver: Resolver | None = None,
+    ) -> None:
+        self.channel = channel
+        self.name = channel.name
+        self.stats = ApplyStats()
+        self.session = (
+            TargetSession(target_settings(target))
+            if connect is None
+            else TargetSession(target_settings(target), connect)
+        )
+        self._factory = subscriber_factory or default_subscriber
+        self._clock, self._wall_clock, self._sleep = clock, wall_clock, sleep
+        self._policy = RetryPolicy(retries=channel.retries)
+        self._limits = GroupLimits(
+            max_txns=channel.max_txns_per_commit,
+            max_bytes=int(channel.max_bytes_per_commit_mb * (1 << 20)),
+            max_delay_s=channel.max_commit_delay_ms / 1000,
+        )
+        self._applied = SCN.zero()  # the checkpoint row's SCN
+        self._replay_ddl: SCN | None = None  # a DDL that may have run before a crash
+        self._stop = threading.Event()
+        self._skip_drc = SkipDrcOriginated()
+        self._ddl_filter = KeepApplicableDdl()
+        self._mapping = MapNames(NameMap(channel.map_tables, channel.map_columns))
+        self._idempotency = Idempotency(lambda: self._applied)
+        self.conflicts = ConflictHook(lookup=self.session, resolver=resolver)
+        self.chain = Chain(
+            [self._skip_drc, KeepTables(channel.table_filter()), self._ddl_filter,
+             self._mapping, self._idempotency, self.conflicts]
+        )  # fmt: skip
+        self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, stop: threading.Event) -> None:
+        """Apply until ``stop`` is set. Fatal errors are raised (the channel stops, its
+        checkpoint unmoved); a target that is down or read-only is waited for."""
+        self._stop = stop
+        try:
+            self._retrying(self._start)
+            subscriber = self._factory(self.channel, self._applied)
+            try:
+                self._loop(subscriber)
+            finally:
+                subscriber.close()
+        except Stopped:
+            pass
+        except DrcError as exc:
+            self.stats.last_error = str(exc)
+            log.error("channel %s stopped: %s", self.name, exc)
+            raise
+        finally:
+            self.session.close()
+
+    def _start(self) -> None:
+        self.session.ensure_checkpoint_table()
+        row = self.session.read_checkpoint(self.name)
+        if row is not None:
+            if row.origin and row.origin != self.channel.origin:
+                raise _origin_mismatch(self.name, row.origin, self.channel.origin)
+            self._applied, self._replay_ddl = row.scn, row.pending_ddl_scn
+        self.stats.last_scn = self._applied
+        log.info("channel %s (from %s) resumes after %s", self.name, self.channel.origin,
+                 self._applied)  # fmt: skip
+
+    def _loop(self, subscriber: SubscriberLike) -> None:
+        group = Group(checkpoint=self._applied)
+        while not self._stop.is_set():
+            batch = self._get(subscriber, group)
+            if batch is None:
+                if group.due(self._limits, self._clock()):
+                    self._flush(group)
+                continue
+            group.epoch = batch.epoch
+            for txn in batch.transactions:
+                self._take(txn, group)
+            subscriber.ack(batch)
+            group.consumed(batch.next, batch.epoch)
+            caught_up = batch.newest is None or batch.next >= batch.newest
+            if caught_up and not group.writes:
+                self.stats.lag_seconds = 0.0
+            if caught_up or group.due(self._limits, self._clock()):
+                self._flush(group)
+        self._flush(group)  # on stop: what was received is complete transactions; keep it
+
+    def _get(self, subscriber: SubscriberLike, group: Group) -> Any:
+        remaining = group.remaining_s(self._limits, self._clock())
+        timeout = IDLE_POLL_S if remaining is None else min(remaining, IDLE_POLL_S)
+        try:
+            return subscriber.get(timeout=timeout)
+        except ApiUnavailableError as exc:
+            now = self._clock()
+            if exc.errors and now - self._unavailable_logged >= UNAVAILABLE_LOG_EVERY_S:
+                self._unavailable_logged = now
+                log.warning("channel %s: remote API unavailable, retrying: %s", self.name, exc)
+            return None
+
+    # ------------------------------------------------------------------ transactions
+
+    def _take(self, txn: Transaction, group: Group) -> None:
+        kept = self.chain(txn)
+        if kept is not None and kept.ddl:
+            self._apply_ddl(kept, group)
+            return
+        if kept is not None:
+            group.add(kept, self._clock())
+        if txn.last_fragment:
+            wrote = bool(group.transactions) and group.transactions[-1].scn == txn.scn
+            if not wrote:
+                self.stats.skipped += 1
+            group.finished(txn, wrote)
+            if group.full(self._limits):
+                self._flush(group)
+
+    def _apply_ddl(self, txn: Transaction, group: Group) -> None:
+        """Commit what is open with the DDL marked pending, run it, then move past it."""
+        if txn.changes:
+            group.add(txn, self._clock())
+        before = group.checkpoint or self._applied
+        self._flush(group, pending_ddl=txn.scn)
+        tolerate = checkpoint.ALREADY_APPLIED if txn.scn == self._replay_ddl else frozenset()
+        for number, change in enumerate(txn.ddl):
+            try:
+                if self._retrying(partial(self.session.run_ddl, change, tolerate)):
+                    self.stats.ddl += 1
+            except ApplyError:
+                if number == 0:  # it failed, so it did not run: no leniency after a restart
+                    self._retrying(partial(self._clear_pending, before, group.epoch))
+                raise
+        self.session.forget_tables()
+        self._replay_ddl = None
+        group.finished(txn, wrote=False)
+        self.stats.transactions += 1
+        self._flush(group, force=True)
+
+    def _clear_pending(self, position: SCN, epoch: str | None) -> None:
+        row = checkpoint.CheckpointRow(self.name, position, self.channel.origin, epoch)
+        self.session.write_checkpoint(row)
+        self.session.commit()
+
+    def _flush(self, group: Group, *, pending_ddl: SCN | None = None, force: bool = False) -> None:
+        position = group.checkpoint or self._applied
+        if not (group.writes or pending_ddl or force or worth_saving(self._applied, position)):
+            group.clear()
+            return
+        row = checkpoint.CheckpointRow(
+            self.name, position, self.channel.origin, group.epoch, pending_ddl
+        )
+        effects = self._retrying(lambda: self._commit(group, row))
+        self._applied = row.scn
+        self._record(group, effects)
+        group.clear()
+
+    def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
+        """One attempt: every write of the group, the checkpoint row, COMMIT."""
+        session, planner = self.session, plan.Planner(self.channel.no_primary_key)
+        batch = session.batch()
+        for txn in group.transactions:
+            for change in txn.changes:
+                table = session.table(change.schema, change.table)
+                try:
+                    writes = planner.add(change, table)
+                except MissingColumnError:  # maybe altered since it was read: read it again
+                    table = session.table(change.schema, change.table, refresh=True)
+                    writes = planner.add(change, table)
+                batch.extend(writes)
+        batch.extend(planner.finish())
+        effects = batch.finish()
+        session.write_checkpoint(row)
+        session.commit()
+        return effects
+
+    def _record(self, group: Group, effects: plan.Effects) -> None:
+        stats = self.stats
+        stats.commits += 1
+        stats.transactions += group.complete
+        stats.add_effects(effects)
+        stats.last_scn = self._applied
+        stats.ddl_skipped = self._ddl_filter.skipped + self._mapping.ddl_skipped
+        if group.newest_timestamp is not None:
+            stats.lag_seconds = max(0.0, self._wall_clock() - group.newest_timestamp)
+
+    # ------------------------------------------------------------------ retries
+
+    def _retrying(self, attempt: Callable[[], Any]) -> Any:
+        return call_with_retries(
+            attempt,
+            self._policy,
+            recover=self.session.recover,
+            sleep=self._sleep or self._wait,
+            stopped=self._stop.is_set,
+            note=self._note,
+        )
+
+    def _wait(self, seconds: float) -> None:
+        self._stop.wait(seconds)  # wakes at once when the channel is stopped
+
+    def _note(self, kind: Kind, exc: BaseException, delay: float) -> None:
+        if kind is Kind.LOCK_CONFLICT:
+            self.stats.retries += 1
+        else:
+            self.stats.waits += 1
+        self.stats.last_error = str(exc)
+        log.warning("channel %s: %s; retrying in %.2fs", self.name, exc, delay)
+
+
+def _origin_mismatch(name: str, found: str, configured: str) -> DrcError:
+    return CheckpointMismatchError(
+        f"drc.checkpoint row {name!r} was written for origin {found!r} but the channel is "
+        f"configured for origin {configured!r}: resuming would use another stream's SCN. "
+        "Delete that row (the channel then starts from the beginning of the remote buffer) "
+        "or give the channel a new name"
+    )

@@ -1,0 +1,83 @@
+"""What the apply side raises, inside DRC's one exception tree (drc.core.errors).
+
+    DrcError
+    +-- RetriableError
+    |   +-- LockConflictError       deadlock (1213) or lock wait timeout (1205): re-apply the
+    |   |                           whole target transaction, at most ChannelConfig.retries times
+    |   +-- TargetUnavailableError  the target is down or dropped the connection (2003/2006/2013..)
+    |       +-- TargetReadOnlyError the target refuses writes (read_only, 1290/1836)
+    |                               both: wait and retry without limit, nothing is lost
+    +-- FatalError                  the channel stops; its checkpoint was not advanced
+        +-- ApplyError              the target rejected a statement for another reason
+        |   +-- RetriesExhaustedError  a lock conflict that kept coming back
+        +-- TargetSchemaError       the target's tables do not fit the stream
+        |   +-- MissingTableError
+        |   +-- MissingColumnError
+        |   +-- NoPrimaryKeyError   no_primary_key = "refuse" and the table has no primary key
+        +-- CheckpointMismatchError the checkpoint row belongs to another origin
+
+A fatal error never loses a change: the failed target transaction is rolled back, so the
+checkpoint row still names the last SCN that was applied, and a restart (after the operator's
+fix) resumes right after it. No message carries a password; row values appear only where the
+server's own error text quotes them (e.g. the key of a duplicate entry).
+"""
+
+from __future__ import annotations
+
+from drc.core.errors import FatalError, RetriableError
+
+
+class LockConflictError(RetriableError):
+    """The target aborted the transaction for a deadlock or lock wait timeout; retry it whole."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TargetUnavailableError(RetriableError):
+    """The target database cannot be reached or dropped the connection; wait and reconnect."""
+
+
+class TargetReadOnlyError(TargetUnavailableError):
+    """The target is read-only (e.g. a demoted primary during a switchover); wait for writes."""
+
+
+class ApplyError(FatalError):
+    """The target rejected a statement; ``code`` is the server's error number (or None)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RetriesExhaustedError(ApplyError):
+    """A target transaction hit a deadlock or lock wait timeout more than ``retries`` times.
+
+    Look for long transactions or hot rows on the target (SHOW ENGINE INNODB STATUS), then restart
+    the channel, or raise ChannelConfig.retries.
+    """
+
+
+class TargetSchemaError(FatalError):
+    """A row change that the target's table cannot take as it is defined."""
+
+
+class MissingTableError(TargetSchemaError):
+    """The target has no such table: create it (or map the source table to an existing one)."""
+
+
+class MissingColumnError(TargetSchemaError):
+    """A source column the target table lacks: add it, or map it with map_columns."""
+
+
+class NoPrimaryKeyError(TargetSchemaError):
+    """A change to a table without a primary key, and the channel is set to refuse them."""
+
+
+class CheckpointMismatchError(FatalError):
+    """The channel's checkpoint row was written for another origin datacenter.
+
+    Reusing a channel name for another stream would resume at an SCN of the wrong stream;
+    delete the row (or pick a new channel name) deliberately.
+    """

@@ -1,0 +1,329 @@
+"""Row changes -> the writes that apply them idempotently, grouped where order allows. Pure.
+
+Idempotency: applying a change whose effect is already on the target converges instead of
+failing, so a replayed SCN range changes nothing (the checkpoint makes replays rare: only an
+operator rewinding it causes one). Each fix is counted (:class:`Effects`):
+
+    change   write                                    when the row is not as expected
+    insert   upsert: INSERT .. ON DUPLICATE KEY       key already there: every column is set
+             UPDATE every column                      (a "duplicate insert", counted when the
+                                                      existing row differed)
+    update   UPDATE .. WHERE key = before key         no row matched: insert the after image
+                                                      ("missing update"); the after key taken
+                                                      by another row: delete the before row and
+                                                      upsert the after image
+    delete   DELETE .. WHERE key IN (...)             fewer rows deleted than asked: a counted
+                                                      no-op ("missing delete")
+
+Affected-row counts are *matched* rows (the session connects with CLIENT.FOUND_ROWS), so an
+update that finds the row already at its after image is not mistaken for a missing row.
+
+Tables without a primary key (``no_primary_key``): "refuse" raises NoPrimaryKeyError naming the
+table; "match_whole_row" matches updates and deletes on every before-image column with ``<=>``
+and ``LIMIT 1``, and inserts only when no identical row is there, so a replay never duplicates
+a row (identical rows in such a table are indistinguishable anyway; each skip is counted).
+
+Grouping (:class:`Planner`): consecutive inserts into the same table with the same columns
+become one multi-row upsert, consecutive deletes from the same table one multi-key delete,
+bounded by rows and bytes. Writes come out in stream order: a run only ever merges neighbours,
+so nothing moves across any other change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from drc.apply import sql
+from drc.apply.errors import MissingColumnError, NoPrimaryKeyError
+from drc.core.events import Op, RowChange
+
+NoPrimaryKey = Literal["refuse", "match_whole_row"]
+MAX_ROWS_PER_STATEMENT = 1000
+MAX_BYTES_PER_STATEMENT = 4 << 20  # well under max_allowed_packet (16 MB by default)
+
+
+class DuplicateKey(Exception):
+    """The statement hit a duplicate key (1062); raised by the executor given to :func:`run`."""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetTable:
+    """A target table as information_schema describes it (names in the target's spelling)."""
+
+    schema: str
+    table: str
+    columns: tuple[str, ...]
+    primary_key: tuple[str, ...]
+
+    def missing(self, names: Sequence[str]) -> list[str]:
+        """Columns of ``names`` the table lacks (MySQL column names are case-insensitive)."""
+        have = {c.lower() for c in self.columns}
+        return [n for n in names if n.lower() not in have]
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass
+class Effects:
+    """What applying writes did: rows written and the idempotent fixes among them."""
+
+    rows: int = 0
+    duplicate_inserts: int = 0
+    missing_updates: int = 0
+    missing_deletes: int = 0
+
+    def add(self, other: Effects) -> None:
+        self.rows += other.rows
+        self.duplicate_inserts += other.duplicate_inserts
+        self.missing_updates += other.missing_updates
+        self.missing_deletes += other.missing_deletes
+
+    @property
+    def fixes(self) -> int:
+        return self.duplicate_inserts + self.missing_updates + self.missing_deletes
+
+
+@dataclass(frozen=True, slots=True)
+class Upsert:
+    table: TargetTable
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+    def statement(self) -> sql.Statement:
+        return sql.upsert(self.table.schema, self.table.table, self.columns, self.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class InsertAbsent:
+    table: TargetTable
+    columns: tuple[str, ...]
+    row: tuple[Any, ...]
+
+    def statement(self) -> sql.Statement:
+        return sql.insert_absent(self.table.schema, self.table.table, self.columns, self.row)
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    table: TargetTable
+    columns: tuple[str, ...]
+    values: tuple[Any, ...]
+    match: sql.Statement
+    insert: Upsert | InsertAbsent  # the after image, written if no row matched
+    delete_before: Delete | None  # set when the key changes: frees it if the after key is taken
+
+    def statement(self) -> sql.Statement:
+        t = self.table
+        return sql.update(t.schema, t.table, self.columns, self.values, self.match)
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    table: TargetTable
+    match: sql.Statement
+    count: int
+
+    def statement(self) -> sql.Statement:
+        return sql.delete(self.table.schema, self.table.table, self.match)
+
+
+Write = Upsert | InsertAbsent | Update | Delete
+Executor = Callable[[sql.Statement], int]  # runs a statement, returns matched/affected rows
+
+
+def settled(write: Write, affected: int) -> Effects | None:
+    """The effects of ``write`` from its affected-row count, when no fallback is needed.
+
+    None for an update that matched no row: its fallback must run right after it, before any
+    later statement, so a batch that ran it must be rolled back and re-run with :func:`run`.
+    """
+    if isinstance(write, Update):
+        return Effects(1) if affected else None
+    if isinstance(write, Upsert):
+        # Affected = 1 per inserted row, 1 per identical existing row, 2 per changed one.
+        return Effects(len(write.rows), duplicate_inserts=max(0, affected - len(write.rows)))
+    if isinstance(write, InsertAbsent):
+        return Effects(1, duplicate_inserts=1 if affected == 0 else 0)
+    return Effects(write.count, missing_deletes=max(0, write.count - affected))
+
+
+def run(write: Write, execute: Executor) -> Effects:
+    """Apply one write with its idempotent fallbacks (see the module docstring)."""
+    if isinstance(write, Update):
+        return _run_update(write, execute)
+    effects = settled(write, execute(write.statement()))
+    assert effects is not None
+    return effects
+
+
+def _run_update(write: Update, execute: Executor) -> Effects:
+    try:
+        affected = execute(write.statement())
+    except DuplicateKey:
+        if write.delete_before is None:
+            raise
+        # The new key is already taken (a replay): the after image wins, the before row goes.
+        execute(write.delete_before.statement())
+        execute(write.insert.statement())
+        return Effects(1, duplicate_inserts=1)
+    if affected:
+        return Effects(1)
+    execute(write.insert.statement())
+    return Effects(1, missing_updates=1)
+
+
+class Planner:
+    """Turns row changes into writes, merging neighbours into multi-row statements.
+
+    ``add`` returns the writes that are complete (the pending run is emitted as soon as a change
+    cannot join it); ``finish`` returns the rest. Call ``finish`` before committing.
+    """
+
+    def __init__(
+        self,
+        no_primary_key: NoPrimaryKey = "refuse",
+        max_rows: int = MAX_ROWS_PER_STATEMENT,
+        max_bytes: int = MAX_BYTES_PER_STATEMENT,
+    ) -> None:
+        self._no_pk = no_primary_key
+        self._max_rows = max_rows
+        self._max_bytes = max_bytes
+        self._run: _Run | None = None
+        self._fitting: set[tuple[int, tuple[str, ...]]] = set()  # (id(table), columns) checked
+
+    def fits(self, change: RowChange, table: TargetTable) -> bool:
+        """Whether ``table`` has every column ``change`` writes (checked once per shape)."""
+        key = (id(table), tuple(change.row))
+        if key in self._fitting:
+            return True
+        if table.missing(key[1]):
+            return False
+        self._fitting.add(key)
+        return True
+
+    def add(self, change: RowChange, table: TargetTable) -> list[Write]:
+        if not self.fits(change, table):
+            _missing_column(change, table)
+        if not table.primary_key:
+            if self._no_pk == "refuse":
+                raise NoPrimaryKeyError(
+                    f"{table.name} has no primary key and this channel has no_primary_key = "
+                    '"refuse": add a primary key to the table, or set no_primary_key = '
+                    '"match_whole_row" for the channel; nothing after the last checkpoint '
+                    "was applied"
+                )
+            return [*self.finish(), _whole_row_write(change, table)]
+        if self._run is not None and self._run.accepts(change, table, self._limits):
+            self._run.add(change, table)
+            return []
+        out = self.finish()
+        if change.op is Op.UPDATE:
+            out.append(_keyed_update(change, table))
+        else:
+            self._run = _Run.start(change, table)
+        return out
+
+    def finish(self) -> list[Write]:
+        run_, self._run = self._run, None
+        return [] if run_ is None else [run_.write()]
+
+    @property
+    def _limits(self) -> tuple[int, int]:
+        return self._max_rows, self._max_bytes
+
+
+class _Run:
+    """Neighbouring inserts (same table and columns) or deletes (same table) being merged."""
+
+    def __init__(self, op: Op, table: TargetTable, columns: tuple[str, ...]) -> None:
+        self.op = op
+        self.table = table
+        self.columns = columns
+        self.rows: list[tuple[Any, ...]] = []
+        self.bytes = 0
+
+    @classmethod
+    def start(cls, change: RowChange, table: TargetTable) -> _Run:
+        image = change.row
+        columns = tuple(image) if change.op is Op.INSERT else table.primary_key
+        run_ = cls(change.op, table, columns)
+        run_.add(change, table)
+        return run_
+
+    def accepts(self, change: RowChange, table: TargetTable, limits: tuple[int, int]) -> bool:
+        if change.op is not self.op or table is not self.table:  # the session's cached table
+            return False
+        if len(self.rows) >= limits[0] or self.bytes >= limits[1]:
+            return False
+        return change.op is Op.DELETE or tuple(change.row) == self.columns
+
+    def add(self, change: RowChange, table: TargetTable) -> None:
+        if self.op is Op.INSERT:
+            row = tuple(change.row.values())
+        else:
+            row = _key(table, change.row)
+        self.rows.append(row)
+        self.bytes += _size(row)
+
+    def write(self) -> Write:
+        if self.op is Op.INSERT:
+            return Upsert(self.table, self.columns, tuple(self.rows))
+        return Delete(self.table, sql.by_keys(self.table.primary_key, self.rows), len(self.rows))
+
+
+def _keyed_update(change: RowChange, table: TargetTable) -> Update:
+    before, after = change.before, change.after
+    assert before is not None and after is not None
+    old_key, new_key = _key(table, before), _key(table, after)
+    insert = Upsert(table, tuple(after), (tuple(after.values()),))
+    free = None
+    if old_key != new_key:
+        free = Delete(table, sql.by_keys(table.primary_key, [old_key]), 1)
+    match = sql.by_keys(table.primary_key, [old_key])
+    return Update(table, tuple(after), tuple(after.values()), match, insert, free)
+
+
+def _whole_row_write(change: RowChange, table: TargetTable) -> Write:
+    after = change.after
+    if change.op is Op.INSERT:
+        assert after is not None
+        return InsertAbsent(table, tuple(after), tuple(after.values()))
+    before = change.before
+    assert before is not None
+    match = sql.by_whole_row(tuple(before), tuple(before.values()))
+    if change.op is Op.DELETE:
+        return Delete(table, match, 1)
+    assert after is not None
+    insert = InsertAbsent(table, tuple(after), tuple(after.values()))
+    return Update(table, tuple(after), tuple(after.values()), match, insert, None)
+
+
+def _missing_column(change: RowChange, table: TargetTable) -> None:
+    missing = table.missing(list(change.row))
+    if missing:
+        raise MissingColumnError(
+            f"target table {table.name} has no column {missing[0]!r}"
+            + (f" (nor {', '.join(map(repr, missing[1:]))})" if missing[1:] else "")
+            + ", which the source writes: add it to the target table, or map it with "
+            "map_columns; nothing after the last checkpoint was applied"
+        )
+
+
+def _key(table: TargetTable, image: Mapping[str, Any]) -> tuple[Any, ...]:
+    try:
+        return tuple(image[k] for k in table.primary_key)
+    except KeyError:  # the source spells a key column with another case
+        folded = {name.lower(): value for name, value in image.items()}
+        return tuple(folded[k.lower()] for k in table.primary_key)
+
+
+def _size(row: tuple[Any, ...]) -> int:
+    size = 8 * len(row)
+    for value in row:
+        if type(value) is str or type(value) is bytes:
+            size += len(value)
+    return size

@@ -1,0 +1,122 @@
+"""When to retry a target transaction, and how long to wait. Pure: codes, delays, a loop.
+
+    error (server code)                         what the channel does
+    deadlock 1213, lock wait timeout 1205       roll back, re-apply the whole target transaction
+                                                after a backoff; after ``retries`` attempts stop
+                                                with RetriesExhaustedError (checkpoint unmoved)
+    down 2002/2003/2006/2013/2055, 1053, 1927,  roll back (or drop the connection), wait, retry
+    too many connections 1040                   without limit, logging every wait
+    read-only 1290, 1836                        likewise: a demoted or frozen target waits
+    anything else                               fatal: the channel stops (checkpoint unmoved)
+
+The sleep and stop check are injected, so tests drive the loop with a fake clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeVar
+
+from drc.apply.errors import (
+    LockConflictError,
+    RetriesExhaustedError,
+    TargetReadOnlyError,
+    TargetUnavailableError,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Kind(Enum):
+    LOCK_CONFLICT = "lock conflict"
+    UNAVAILABLE = "unavailable"
+    READ_ONLY = "read-only"
+    FATAL = "fatal"
+
+
+LOCK_CONFLICT_CODES = frozenset({1213, 1205})
+UNAVAILABLE_CODES = frozenset({0, 1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055})
+READ_ONLY_CODES = frozenset({1290, 1836})
+
+
+def classify(code: int | None) -> Kind:
+    """What a server or client error code means for the channel (0: a closed connection)."""
+    if code in LOCK_CONFLICT_CODES:
+        return Kind.LOCK_CONFLICT
+    if code in READ_ONLY_CODES:
+        return Kind.READ_ONLY
+    if code in UNAVAILABLE_CODES:
+        return Kind.UNAVAILABLE
+    return Kind.FATAL
+
+
+class Stopped(Exception):
+    """The channel was asked to stop while waiting to retry; nothing was committed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    retries: int = 10  # lock conflicts per target transaction (ChannelConfig.retries)
+    conflict_initial_s: float = 0.05
+    conflict_max_s: float = 2.0
+    wait_initial_s: float = 0.5  # target down or read-only
+    wait_max_s: float = 5.0
+
+    def conflict_delay(self, attempt: int) -> float:
+        return min(self.conflict_initial_s * 2 ** (attempt - 1), self.conflict_max_s)
+
+    def wait_delay(self, attempt: int) -> float:
+        return min(self.wait_initial_s * 2 ** (attempt - 1), self.wait_max_s)
+
+
+Note = Callable[[Kind, BaseException, float], None]
+
+
+def call_with_retries(
+    attempt: Callable[[], T],
+    policy: RetryPolicy,
+    *,
+    recover: Callable[[BaseException], None],
+    sleep: Callable[[float], None],
+    stopped: Callable[[], bool],
+    note: Note | None = None,
+) -> T:
+    """``attempt()`` until it succeeds; ``recover(exc)`` (roll back) after every failure.
+
+    Raises RetriesExhaustedError after ``policy.retries`` lock conflicts in a row, Stopped if
+    ``stopped()`` turns true while waiting, and any other error at once.
+    """
+    conflicts = waits = 0
+    while True:
+        try:
+            return attempt()
+        except LockConflictError as exc:
+            failure: BaseException = exc
+            recover(exc)
+            conflicts += 1
+            if conflicts > policy.retries:
+                raise RetriesExhaustedError(
+                    f"{exc}; still failing after {policy.retries} retries (channel retries). "
+                    "Look for long transactions or hot rows on the target, then restart the "
+                    "channel; nothing after the last checkpoint was applied",
+                    exc.code,
+                ) from exc
+            kind, delay = Kind.LOCK_CONFLICT, policy.conflict_delay(conflicts)
+        except TargetUnavailableError as exc:
+            failure = exc
+            recover(exc)
+            waits += 1
+            read_only = isinstance(exc, TargetReadOnlyError)
+            kind = Kind.READ_ONLY if read_only else Kind.UNAVAILABLE
+            delay = policy.wait_delay(waits)
+        if note is not None:
+            note(kind, failure, delay)
+        if stopped():
+            raise Stopped()
+        sleep(delay)
+        if stopped():
+            raise Stopped()

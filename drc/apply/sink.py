@@ -1,0 +1,365 @@
+"""The target adapter: one apply connection to the local MariaDB, and what runs through it.
+
+Only this module of drc.apply imports pymysql. Every session is set up the same way::
+
+    connect: charset utf8mb4, autocommit off, CLIENT.FOUND_ROWS (affected rows = matched rows,
+             which the idempotent writes of drc.apply.plan rely on), _binary'' for bytes
+    SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION',
+                time_zone = '+00:00', skip_replication = 1
+
+``skip_replication = 1`` makes MariaDB flag every event this session writes, DDL included, so
+the local replicator recognises it as DRC-originated even where no checkpoint row rides along.
+
+Driver errors are translated here, once (:func:`translate`): lock conflicts, an unreachable or
+read-only target become the retriable errors of drc.apply.errors, a duplicate key becomes
+plan.DuplicateKey (the idempotent writes handle it), anything else a fatal ApplyError naming the
+table. A connection that failed is dropped and reopened on next use.
+
+DDL runs on a fresh connection of its own (same session settings), so each statement starts
+with exactly the default database the source used (``USE`` it, or none).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pymysql
+from pymysql.constants import CLIENT
+from pymysql.converters import escape_string
+
+from drc.apply import checkpoint, plan, sql
+from drc.apply.errors import (
+    ApplyError,
+    LockConflictError,
+    MissingTableError,
+    TargetReadOnlyError,
+    TargetUnavailableError,
+)
+from drc.apply.plan import DuplicateKey, Effects, TargetTable
+from drc.apply.retry import Kind, classify
+from drc.core.errors import DrcError
+from drc.core.events import SchemaChange
+
+log = logging.getLogger(__name__)
+
+DDL_LOCK_WAIT_S = 60  # a DDL waiting on a metadata lock fails (1205) and is retried, not hung
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    connect_timeout_s: float = 10.0
+
+    def __repr__(self) -> str:  # never print the password
+        return f"TargetSettings({self.user}@{self.host}:{self.port})"
+
+
+def translate(exc: BaseException, what: str) -> BaseException:
+    """The DRC error for a driver error met while doing ``what``."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    text = exc.args[1] if len(exc.args) > 1 else str(exc)
+    if code == 1062:
+        return DuplicateKey(f"{what}: {text}")
+    if isinstance(exc, OSError | EOFError) and not isinstance(exc, pymysql.MySQLError):
+        return TargetUnavailableError(f"target connection failed while {what}: {exc}")
+    kind = classify(code)
+    if kind is Kind.LOCK_CONFLICT:
+        return LockConflictError(f"target aborted {what}: ({code}) {text}", code or 0)
+    if kind is Kind.READ_ONLY:
+        return TargetReadOnlyError(f"target is read-only, refused {what}: ({code}) {text}")
+    if kind is Kind.UNAVAILABLE:
+        return TargetUnavailableError(f"target unavailable while {what}: ({code}) {text}")
+    return ApplyError(f"target rejected {what}: ({code}) {text}", code)
+
+
+_DRIVER_ERRORS = (pymysql.MySQLError, OSError, EOFError)
+
+
+class TargetSession:
+    """The channel's connection to the target (opened lazily, reopened after a failure)."""
+
+    def __init__(
+        self, settings: TargetSettings, connect: Callable[..., Any] = pymysql.connect
+    ) -> None:
+        self.settings = settings
+        self._connect = connect
+        self._conn: Any = None
+        self._cursor: Any = None
+        self._tables: dict[tuple[str, str], TargetTable] = {}
+
+    # ------------------------------------------------------------------ connection
+
+    def open(self) -> None:
+        if self._conn is None:
+            conn = self._new_connection("connecting to the target", CLIENT.MULTI_STATEMENTS)
+            self._conn, self._cursor = conn, conn.cursor()
+
+    def close(self) -> None:
+        conn, self._conn, self._cursor = self._conn, None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except _DRIVER_ERRORS:
+                pass  # already gone
+
+    def _new_connection(self, what: str, flags: int = 0) -> Any:
+        s = self.settings
+        with _translated(what):
+            conn = self._connect(
+                host=s.host, port=s.port, user=s.user, password=s.password,
+                charset="utf8mb4", autocommit=False, client_flag=CLIENT.FOUND_ROWS | flags,
+                binary_prefix=True, connect_timeout=s.connect_timeout_s,
+            )  # fmt: skip
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(
+                        "SET SESSION sql_mode = %s, time_zone = %s, skip_replication = 1",
+                        (sql.SESSION_SQL_MODE, sql.SESSION_TIME_ZONE),
+                    )
+            except BaseException:
+                conn.close()
+                raise
+        return conn
+
+    def recover(self, exc: BaseException) -> None:
+        """After a failed attempt: roll back, or drop a connection that may be broken."""
+        if isinstance(exc, TargetUnavailableError) or self._conn is None:
+            self.close()
+            return
+        try:
+            self._conn.rollback()
+        except _DRIVER_ERRORS:
+            self.close()
+
+    # ------------------------------------------------------------------ statements
+
+    def execute(self, statement: sql.Statement, what: str = "a statement") -> int:
+        """Run one statement in the open transaction; returns matched/affected rows."""
+        self.open()
+        with _translated(what):
+            return int(self._cursor.execute(self.text(statement)))
+
+    def executor(self, what: str) -> Callable[[sql.Statement], int]:
+        return lambda statement: self.execute(statement, what)
+
+    def text(self, statement: sql.Statement) -> str:
+        """The statement with its values as literals, rendered exactly as pymysql would, with
+        fast paths for the common types (the pinned sql_mode has no NO_BACKSLASH_ESCAPES)."""
+        escape = self._conn.escape
+        return statement.sql % tuple(_literal(v, escape) for v in statement.params)
+
+    def batch(self) -> WriteBatch:
+        self.open()
+        return WriteBatch(self)
+
+    def run_batch(self, writes: Sequence[plan.Write]) -> Effects:
+        """Run writes in one round trip; if one needs a fallback (a missing row, a duplicate
+        key), roll back to before the batch and run them one by one (:func:`plan.run`)."""
+        texts = ["SAVEPOINT drc_batch", *(self.text(w.statement()) for w in writes)]
+        try:
+            with _translated(f"a write to {writes[0].table.name}"):
+                counts = self._multi(";\n".join(texts))[1:]
+            settled = [plan.settled(w, n) for w, n in zip(writes, counts, strict=True)]
+        except (DuplicateKey, ApplyError):
+            settled = [None]
+        total = Effects()
+        if any(e is None for e in settled):
+            self.execute(sql.Statement("ROLLBACK TO SAVEPOINT drc_batch", ()), "rolling back")
+            settled = [plan.run(w, self.executor(f"a write to {w.table.name}")) for w in writes]
+        for effects in settled:
+            assert effects is not None
+            total.add(effects)
+        return total
+
+    def _multi(self, text: str) -> list[int]:
+        cursor = self._cursor
+        cursor.execute(text)
+        counts = [cursor.rowcount]
+        while cursor.nextset():
+            counts.append(cursor.rowcount)
+        return counts
+
+    def query(self, statement: sql.Statement, what: str) -> list[tuple[Any, ...]]:
+        self.open()
+        with _translated(what):
+            self._cursor.execute(statement.sql, statement.params)
+            return list(self._cursor.fetchall())
+
+    def commit(self) -> None:
+        self.open()
+        with _translated("committing"):
+            self._conn.commit()
+
+    # ------------------------------------------------------------------ tables
+
+    def table(self, schema: str, table: str, refresh: bool = False) -> TargetTable:
+        """The target table's columns and primary key, cached (``refresh``: read again, e.g.
+        when a column seems missing: someone may have altered the table); MissingTableError
+        if there is no such table."""
+        key = (schema, table)
+        found = self._tables.get(key)
+        if found is None or refresh:
+            found = self._tables[key] = self._describe(schema, table)
+        return found
+
+    def forget_tables(self) -> None:
+        """After DDL: table definitions are read again on next use."""
+        self._tables.clear()
+
+    def _describe(self, schema: str, table: str) -> TargetTable:
+        what = f"reading the definition of {schema}.{table}"
+        columns = self.query(sql.Statement(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (schema, table)), what)  # fmt: skip
+        if not columns:
+            raise MissingTableError(
+                f"the target has no table {schema}.{table} for the changes the source makes to "
+                "it: create it on the target (or map the source table with map_tables); "
+                "nothing after the last checkpoint was applied"
+            )
+        key = self.query(sql.Statement(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (schema, table)), what)  # fmt: skip
+        return TargetTable(schema, table, tuple(r[0] for r in columns), tuple(r[0] for r in key))
+
+    def local_row(
+        self, schema: str, table: str, key: Mapping[str, Any]
+    ) -> Mapping[str, Any] | None:
+        """The target's row for ``key`` as the open transaction sees it (conflict checks)."""
+        where = sql.by_keys(list(key), [list(key.values())])
+        statement = sql.Statement(
+            f"SELECT * FROM {sql.table_name(schema, table)} WHERE {where.sql}", where.params
+        )
+        self.open()
+        with _translated(f"reading a row of {schema}.{table}"):
+            self._cursor.execute(statement.sql, statement.params)
+            row = self._cursor.fetchone()
+            names = [d[0] for d in self._cursor.description]
+        return None if row is None else dict(zip(names, row, strict=True))
+
+    # ------------------------------------------------------------------ checkpoint and DDL
+
+    def ensure_checkpoint_table(self) -> None:
+        self.open()
+        with _translated("creating the checkpoint table"):
+            for statement in checkpoint.create_statements():
+                self._cursor.execute(statement)
+            existing = self.table("drc", "checkpoint").columns
+            for statement in checkpoint.add_missing_columns(set(existing)):
+                log.info("upgrading the checkpoint table: %s", statement)
+                self._cursor.execute(statement)
+            self._conn.commit()
+        self.forget_tables()
+
+    def read_checkpoint(self, channel: str) -> checkpoint.CheckpointRow | None:
+        rows = self.query(checkpoint.select(channel), "reading the checkpoint")
+        self.commit()  # start the first apply transaction with a fresh snapshot
+        return checkpoint.parse(channel, rows[0]) if rows else None
+
+    def write_checkpoint(self, row: checkpoint.CheckpointRow) -> None:
+        self.execute(checkpoint.upsert(row), "writing the checkpoint")
+
+    def run_ddl(self, change: SchemaChange, tolerate: frozenset[int]) -> bool:
+        """Run a DDL statement as the source did; False if it failed with a tolerated code."""
+        what = f"DDL {change.statement[:200]!r}"
+        conn = self._new_connection(what)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION lock_wait_timeout = %s", (DDL_LOCK_WAIT_S,))
+                if change.schema:
+                    _use(cur, change.schema)
+                cur.execute(change.statement)  # no parameters: the text runs as written
+            return True
+        except pymysql.MySQLError as exc:
+            code = exc.args[0] if exc.args else None
+            if code in tolerate:
+                log.info("DDL already applied before a restart (%s): %s", code, what)
+                return False
+            raise translate(exc, what) from exc
+        except (OSError, EOFError) as exc:
+            raise translate(exc, what) from exc
+        finally:
+            try:
+                conn.close()
+            except _DRIVER_ERRORS:
+                pass
+
+
+def _literal(value: Any, escape: Callable[[Any], str]) -> str:
+    kind = type(value)
+    if kind is int:
+        return str(value)
+    if kind is str:
+        return "'" + escape_string(value) + "'"
+    if value is None:
+        return "NULL"
+    if kind is Decimal:
+        return format(value, "f") if value.is_finite() else escape(value)
+    if kind is dt.datetime and value.tzinfo is None:
+        return "'" + value.isoformat(" ") + "'"
+    return escape(value)
+
+
+class WriteBatch:
+    """Writes collected into multi-statement round trips of bounded size."""
+
+    MAX_STATEMENTS = 200
+    MAX_BYTES = 2 << 20
+
+    def __init__(self, session: TargetSession) -> None:
+        self._session = session
+        self._writes: list[plan.Write] = []
+        self._bytes = 0
+        self.effects = Effects()
+
+    def extend(self, writes: Sequence[plan.Write]) -> None:
+        for write in writes:
+            self._writes.append(write)
+            self._bytes += _size(write)
+            if len(self._writes) >= self.MAX_STATEMENTS or self._bytes >= self.MAX_BYTES:
+                self.flush()
+
+    def flush(self) -> None:
+        writes, self._writes, self._bytes = self._writes, [], 0
+        if len(writes) == 1:
+            what = f"a write to {writes[0].table.name}"
+            self.effects.add(plan.run(writes[0], self._session.executor(what)))
+        elif writes:
+            self.effects.add(self._session.run_batch(writes))
+
+    def finish(self) -> Effects:
+        self.flush()
+        return self.effects
+
+
+def _size(write: plan.Write) -> int:
+    rows = len(write.rows) if isinstance(write, plan.Upsert) else 1
+    return 64 * rows * len(getattr(write, "columns", ())) + 64
+
+
+def _use(cursor: Any, schema: str) -> None:
+    try:
+        cursor.execute(f"USE {sql.quote(schema)}")
+    except pymysql.MySQLError as exc:
+        if not exc.args or exc.args[0] != 1049:  # unknown database: run without a default one
+            raise
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    try:
+        yield
+    except DrcError:
+        raise
+    except _DRIVER_ERRORS as exc:
+        raise translate(exc, what) from exc

@@ -1,0 +1,151 @@
+"""SQL text for the target, and the values bound to it. Pure: strings and tuples out, no I/O.
+
+Rules every statement here keeps:
+
+- Identifiers are quoted with backticks, a backtick inside a name doubled (```a``b```). The
+  session's sql_mode is pinned without ANSI_QUOTES (:data:`SESSION_SQL_MODE`), so backticks are
+  always identifier quotes.
+- Values are never inlined: every value is a ``%s`` placeholder and travels in ``params``.
+  The text is therefore a pymysql format string, so a ``%`` inside a name is doubled too.
+- Values are adapted (:func:`adapt`) from DRC's value types (drc.core.values) to what pymysql
+  binds exactly: ZeroDate -> its text, Bit -> int, SET (frozenset) -> comma-joined members,
+  JSON documents (dict/list) -> JSON text, an aware datetime -> naive UTC (the session's
+  time_zone is UTC). bytes, Decimal, naive datetime, date, timedelta, int, float, str and None
+  pass as they are.
+
+Statements (``t`` = `schema`.`table`)::
+
+    upsert        INSERT INTO t (c1, c2) VALUES (%s, %s), ... ON DUPLICATE KEY UPDATE
+                  c1 = VALUES(c1), c2 = VALUES(c2)
+    insert_absent INSERT INTO t (c1, c2) SELECT %s, %s FROM DUAL
+                  WHERE NOT EXISTS (SELECT 1 FROM t WHERE c1 <=> %s AND c2 <=> %s LIMIT 1)
+    update        UPDATE t SET c1 = %s, c2 = %s WHERE <match>
+    delete        DELETE FROM t WHERE <match>
+    match by key  k = %s  |  k IN (%s, %s)  |  (k1 = %s AND k2 = %s) OR (...)
+    whole row     c1 <=> %s AND c2 <=> %s ... LIMIT 1   (NULL-safe: a NULL matches a NULL)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drc.core.values import Bit, ZeroDate
+
+# No ANSI_QUOTES (backticks stay the only identifier quote), no strict mode or NO_ZERO_DATE
+# (zero dates the source accepted are accepted), NO_AUTO_VALUE_ON_ZERO (an id 0 stays 0).
+SESSION_SQL_MODE = "NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION"
+SESSION_TIME_ZONE = "+00:00"  # TIMESTAMP values are captured in UTC
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """SQL text with ``%s`` placeholders and the values to bind, in order."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+
+def quote(name: str) -> str:
+    """A backtick-quoted identifier for SQL run without parameters (DDL)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def ident(name: str) -> str:
+    """A backtick-quoted identifier inside a parameterised statement (``%`` doubled)."""
+    return quote(name).replace("%", "%%")
+
+
+def table_name(schema: str, table: str) -> str:
+    return f"{ident(schema)}.{ident(table)}"
+
+
+def adapt(value: Any) -> Any:
+    """The value pymysql should bind for a DRC column value (see the module docstring)."""
+    kind = type(value)
+    if kind in _PASS:
+        return value
+    if kind is ZeroDate:
+        return value.text
+    if kind is Bit:
+        return value.value
+    if kind is frozenset:
+        return ",".join(sorted(value))
+    if kind is dict or kind is list:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if kind is dt.datetime and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return value  # Decimal, date, naive datetime, timedelta: pymysql renders them exactly
+
+
+_PASS = frozenset({type(None), int, float, str, bytes, bool})
+
+
+def _placeholders(count: int) -> str:
+    return "(" + ", ".join(["%s"] * count) + ")"
+
+
+def upsert(
+    schema: str, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> Statement:
+    """One multi-row INSERT that updates every column of a row whose key is already there."""
+    cols = [ident(c) for c in columns]
+    values = ", ".join([_placeholders(len(cols))] * len(rows))
+    update = ", ".join(f"{c} = VALUES({c})" for c in cols)
+    sql = (
+        f"INSERT INTO {table_name(schema, table)} ({', '.join(cols)}) VALUES {values} "
+        f"ON DUPLICATE KEY UPDATE {update}"
+    )
+    return Statement(sql, tuple(adapt(v) for row in rows for v in row))
+
+
+def insert_absent(schema: str, table: str, columns: Sequence[str], row: Sequence[Any]) -> Statement:
+    """Insert ``row`` unless an identical row is there (tables without a primary key)."""
+    name = table_name(schema, table)
+    cols = ", ".join(ident(c) for c in columns)
+    marks = ", ".join(["%s"] * len(columns))
+    match, match_params = whole_row(columns, row)
+    sql = (
+        f"INSERT INTO {name} ({cols}) SELECT {marks} FROM DUAL "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {name} WHERE {match})"
+    )
+    return Statement(sql, tuple(adapt(v) for v in row) + match_params)
+
+
+def update(
+    schema: str, table: str, columns: Sequence[str], values: Sequence[Any], where: Statement
+) -> Statement:
+    assignments = ", ".join(f"{ident(c)} = %s" for c in columns)
+    sql = f"UPDATE {table_name(schema, table)} SET {assignments} WHERE {where.sql}"
+    return Statement(sql, tuple(adapt(v) for v in values) + where.params)
+
+
+def delete(schema: str, table: str, where: Statement) -> Statement:
+    return Statement(f"DELETE FROM {table_name(schema, table)} WHERE {where.sql}", where.params)
+
+
+def by_keys(key: Sequence[str], keys: Sequence[Sequence[Any]]) -> Statement:
+    """Match rows by primary key values (one or many keys, one or many key columns)."""
+    params = tuple(adapt(v) for k in keys for v in k)
+    if len(key) == 1:
+        column = ident(key[0])
+        if len(keys) == 1:
+            return Statement(f"{column} = %s", params)
+        return Statement(f"{column} IN {_placeholders(len(keys))}", params)
+    one = "(" + " AND ".join(f"{ident(c)} = %s" for c in key) + ")"
+    return Statement(" OR ".join([one] * len(keys)), params)
+
+
+def whole_row(columns: Sequence[str], row: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+    """NULL-safe equality on every column, for at most one row."""
+    match = " AND ".join(f"{ident(c)} <=> %s" for c in columns)
+    return f"{match} LIMIT 1", tuple(adapt(v) for v in row)
+
+
+def by_whole_row(columns: Sequence[str], row: Sequence[Any]) -> Statement:
+    return Statement(*whole_row(columns, row))

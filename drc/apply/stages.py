@@ -1,0 +1,275 @@
+"""The apply filter chain: small stages, each a one-method transform, composed by :class:`Chain`.
+
+    SkipDrcOriginated -> KeepTables -> KeepApplicableDdl -> MapNames -> Idempotency -> ConflictHook
+
+A stage is ``(Transaction) -> Transaction | None``; None (or a transaction left with no change
+and no DDL) means "nothing to write". The channel still moves its checkpoint past every SCN it
+received, written or not, so a dropped transaction is never asked for again. Stages are pure
+apart from their counters (and the position or lookup they are handed).
+
+Idempotency works at two levels: here, a transaction at or before the applied position is
+dropped (defence in depth: the subscription already starts after it); per row, the writes of
+:mod:`drc.apply.plan` converge when a change's effect is already on the target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from drc.core.events import RowChange, SchemaChange, Transaction
+from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
+from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter
+from drc.metastore.ddl import ddl_tables, dropped_database
+
+log = logging.getLogger(__name__)
+
+
+class Stage(Protocol):
+    def __call__(self, txn: Transaction) -> Transaction | None: ...
+
+
+class Chain:
+    """Stages applied in order; stops at the first that leaves nothing."""
+
+    def __init__(self, stages: Sequence[Stage]) -> None:
+        self.stages = tuple(stages)
+
+    def __call__(self, txn: Transaction) -> Transaction | None:
+        for stage in self.stages:
+            result = stage(txn)
+            if result is None or not (result.changes or result.ddl):
+                return None
+            txn = result
+        return txn
+
+
+def _narrowed(
+    txn: Transaction, changes: tuple[RowChange, ...], ddl: tuple[SchemaChange, ...]
+) -> Transaction | None:
+    if not changes and not ddl:
+        return None
+    if len(changes) == len(txn.changes) and len(ddl) == len(txn.ddl):
+        return txn
+    return dataclasses.replace(txn, changes=changes, ddl=ddl)
+
+
+class SkipDrcOriginated:
+    """Loop suppression: never apply what DRC itself applied somewhere (beside skip_drc)."""
+
+    def __init__(self) -> None:
+        self.skipped = 0
+
+    def __call__(self, txn: Transaction) -> Transaction | None:
+        if txn.drc_originated:
+            self.skipped += 1
+            return None
+        return txn
+
+
+class KeepTables:
+    """The channel's table filter, on source names; another channel's checkpoint is never kept."""
+
+    def __init__(self, tables: TableFilter) -> None:
+        self.tables = tables
+
+    def __call__(self, txn: Transaction) -> Transaction | None:
+        match = self.tables.matches
+        changes = tuple(
+            c for c in txn.changes if match(c.schema, c.table) and _not_marker(c.schema, c.table)
+        )
+        ddl = tuple(d for d in txn.ddl if self.keeps_ddl(d))
+        return _narrowed(txn, changes, ddl)
+
+    def keeps_ddl(self, change: SchemaChange) -> bool:
+        named = ddl_tables(change)
+        if named:
+            return any(_not_marker(db, t) and self.tables.matches(db, t) for db, t, _kind in named)
+        database = dropped_database(change) or change.schema
+        return database != CHECKPOINT_SCHEMA and self.tables.may_match_db(database)
+
+
+def _not_marker(schema: str, table: str) -> bool:
+    return (schema, table) != (CHECKPOINT_SCHEMA, CHECKPOINT_TABLE)
+
+
+# Schema statements DRC replays: tables, indexes, databases, views. Everything else a binlog may
+# carry (GRANT, CREATE USER, triggers, routines, events, TEMPORARY tables, ANALYZE/OPTIMIZE) is
+# skipped: privileges are per datacenter, and a replicated trigger would fire a second time on
+# rows that already carry its effect.
+_APPLICABLE_DDL = re.compile(
+    r"\s*(?:/\*.*?\*/\s*)*(?:TRUNCATE\b|(?:CREATE|ALTER|DROP|RENAME)\s+"
+    r"(?:(?:OR\s+REPLACE|ONLINE|OFFLINE|IGNORE|UNIQUE|FULLTEXT|SPATIAL|ALGORITHM\s*=\s*\w+|"
+    r"DEFINER\s*=\s*\S+|SQL\s+SECURITY\s+\w+)\s+)*(?:TABLES?|INDEX|DATABASE|SCHEMA|VIEW)\b)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def applicable_ddl(statement: str) -> bool:
+    return _APPLICABLE_DDL.match(statement) is not None
+
+
+class KeepApplicableDdl:
+    """Drops schema statements that must not be replayed on another datacenter (counted)."""
+
+    def __init__(self) -> None:
+        self.skipped = 0
+
+    def __call__(self, txn: Transaction) -> Transaction | None:
+        if not txn.ddl:
+            return txn
+        kept = tuple(d for d in txn.ddl if applicable_ddl(d.statement))
+        for change in txn.ddl:
+            if change not in kept:
+                self.skipped += 1
+                log.warning("not applying statement at %s: %.200s", txn.scn, change.statement)
+        return _narrowed(txn, txn.changes, kept)
+
+
+class NameMap:
+    """``map_tables`` ("db.t" -> "db2.t2", or "db.*" -> "db2.*") and ``map_columns``."""
+
+    def __init__(self, tables: Mapping[str, str], columns: Mapping[str, Mapping[str, str]]) -> None:
+        self.tables: dict[tuple[str, str], tuple[str, str]] = {}
+        self.schemas: dict[str, str] = {}
+        for source, target in tables.items():
+            (db, table), (db2, table2) = _split(source), _split(target)
+            if table == "*" and table2 == "*" and "*" not in db + db2:
+                self.schemas[db] = db2
+            elif "*" in source + target or "?" in source + target or "[" in source + target:
+                raise ValueError(
+                    f"map_tables {source!r} = {target!r}: map exact names (db.t = db2.t2) "
+                    "or a whole database (db.* = db2.*)"
+                )
+            else:
+                self.tables[(db, table)] = (db2, table2)
+        self.columns = {_split(t): dict(m) for t, m in columns.items()}
+
+    def table(self, schema: str, table: str) -> tuple[str, str]:
+        mapped = self.tables.get((schema, table))
+        if mapped is not None:
+            return mapped
+        return self.schemas.get(schema, schema), table
+
+    def maps(self, schema: str, table: str | None) -> bool:
+        return schema in self.schemas or (table is not None and (schema, table) in self.tables)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.tables or self.schemas or self.columns)
+
+
+def _split(name: str) -> tuple[str, str]:
+    db, _, table = name.partition(".")
+    return db, table
+
+
+class MapNames:
+    """Renames tables and columns from the source's names to the target's.
+
+    DDL is replayed as the source wrote it, so a statement on a mapped table (or in a mapped
+    database) cannot be applied as is: it is skipped, counted and logged for the operator.
+    """
+
+    def __init__(self, names: NameMap) -> None:
+        self.names = names
+        self.ddl_skipped = 0
+
+    def __call__(self, txn: Transaction) -> Transaction | None:
+        if self.names.empty:
+            return txn
+        changes = tuple(self._change(c) for c in txn.changes)
+        ddl = tuple(d for d in txn.ddl if self._keeps(txn.scn, d))
+        return dataclasses.replace(txn, changes=changes, ddl=ddl)
+
+    def _change(self, change: RowChange) -> RowChange:
+        schema, table = self.names.table(change.schema, change.table)
+        columns = self.names.columns.get((change.schema, change.table))
+        if (schema, table) == (change.schema, change.table) and not columns:
+            return change
+        return RowChange(
+            schema,
+            table,
+            change.op,
+            _rename(change.before, columns),
+            _rename(change.after, columns),
+        )
+
+    def _keeps(self, scn: SCN, change: SchemaChange) -> bool:
+        mapped = [name for name in _ddl_names(change) if self._mapped(name)]
+        if mapped:
+            self.ddl_skipped += 1
+            log.warning(
+                "not applying DDL at %s on mapped %s (apply the equivalent by hand): %.200s",
+                scn,
+                ", ".join(".".join(n for n in name if n) for name in mapped),
+                change.statement,
+            )
+        return not mapped
+
+    def _mapped(self, name: tuple[str, str | None]) -> bool:
+        schema, table = name
+        if self.names.maps(schema, table):
+            return True
+        return table is not None and (schema, table) in self.names.columns
+
+
+def _ddl_names(change: SchemaChange) -> list[tuple[str, str | None]]:
+    """The tables a DDL names, or (database, None) for one that names no table."""
+    named: list[tuple[str, str | None]] = [(db, t) for db, t, _kind in ddl_tables(change)]
+    return named or [(dropped_database(change) or change.schema, None)]
+
+
+def _rename(row: Mapping[str, Any] | None, columns: Mapping[str, str] | None) -> Any:
+    if row is None or not columns:
+        return row
+    return {columns.get(name, name): value for name, value in row.items()}
+
+
+class Idempotency:
+    """Drops a transaction at or before the applied position (a redelivered batch)."""
+
+    def __init__(self, applied: Callable[[], SCN]) -> None:
+        self.applied = applied
+        self.dropped = 0
+
+    def __call__(self, txn: Transaction) -> Transaction | None:
+        if txn.scn <= self.applied():
+            self.dropped += 1
+            return None
+        return txn
+
+
+class LocalRows(Protocol):
+    """The target's current row for a key, read inside the open target transaction."""
+
+    def local_row(
+        self, schema: str, table: str, key: Mapping[str, Any]
+    ) -> Mapping[str, Any] | None: ...
+
+
+Resolver = Callable[[RowChange, LocalRows], RowChange | None]
+
+
+class ConflictHook:
+    """Where conflict detection plugs in. Without a resolver it passes everything through.
+
+    A resolver gets each row change and the local-row lookup, and returns the change to apply
+    (the same one, a rewritten one) or None to drop it. The chain runs before the group is
+    written, so the lookup sees the target's committed rows, not the open group's; a resolver
+    that must see those (or lock the row) belongs inside ApplyChannel._commit instead.
+    """
+
+    def __init__(self, lookup: LocalRows | None = None, resolver: Resolver | None = None) -> None:
+        self.lookup = lookup
+        self.resolver = resolver
+
+    def __call__(self, txn: Transaction) -> Transaction | None:
+        if self.resolver is None or self.lookup is None:
+            return txn
+        resolved = (self.resolver(change, self.lookup) for change in txn.changes)
+        return _narrowed(txn, tuple(c for c in resolved if c is not None), txn.ddl)

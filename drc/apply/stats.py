@@ -1,0 +1,42 @@
+"""What an apply channel has done, for status, metrics and tests (read from any thread)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from drc.apply.plan import Effects
+from drc.core.scn import SCN
+
+
+@dataclass
+class ApplyStats:
+    transactions: int = 0  # source transactions applied (something was written)
+    rows: int = 0  # row changes written
+    ddl: int = 0  # DDL statements run
+    commits: int = 0  # target transactions committed
+    skipped: int = 0  # source transactions received with nothing to write
+    ddl_skipped: int = 0  # DDL not applicable here (GRANT, triggers, mapped tables...)
+    duplicate_inserts: int = 0  # idempotent fixes, see drc.apply.plan
+    missing_updates: int = 0
+    missing_deletes: int = 0
+    retries: int = 0  # target transactions re-applied after a deadlock / lock wait timeout
+    waits: int = 0  # waits for a target that was down or read-only
+    last_scn: SCN | None = None  # the checkpoint: last SCN applied (durably)
+    lag_seconds: float | None = None  # now - commit time of the newest applied transaction
+    last_error: str | None = None
+
+    @property
+    def idempotent_fixes(self) -> int:
+        return self.duplicate_inserts + self.missing_updates + self.missing_deletes
+
+    def add_effects(self, effects: Effects) -> None:
+        self.rows += effects.rows
+        self.duplicate_inserts += effects.duplicate_inserts
+        self.missing_updates += effects.missing_updates
+        self.missing_deletes += effects.missing_deletes
+
+    def as_dict(self) -> dict[str, object]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["last_scn"] = None if self.last_scn is None else str(self.last_scn)
+        data["idempotent_fixes"] = self.idempotent_fixes
+        return data

@@ -1,0 +1,247 @@
+"""The channel loop against a scripted target and subscriber: grouping, checkpoints, DDL,
+retries and waits, with a fake clock and sleep."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pymysql
+import pytest
+
+from drc.apply import ApplyChannel, TargetSettings
+from drc.apply.errors import (
+    ApplyError,
+    CheckpointMismatchError,
+    NoPrimaryKeyError,
+    RetriesExhaustedError,
+)
+from drc.client import Batch
+from drc.config import ChannelConfig
+from drc.core.events import SchemaChange
+from drc.core.scn import SCN
+from tests.unit.test_apply_fakes import (
+    FakeSubscriber,
+    FakeTarget,
+    batch,
+    dele,
+    ins,
+    scn,
+    txn,
+    upd,
+)
+
+TABLES = {("db", "t"): (("id", "v"), ("id",)), ("db", "n"): (("a",), ())}
+SETTINGS = TargetSettings("127.0.0.1", 3306, "apply", "secret")
+
+
+class Harness:
+    def __init__(self, target: FakeTarget, batches: list[Batch], **config: Any) -> None:
+        self.target = target
+        self.stop = threading.Event()
+        self.subscriber = FakeSubscriber(batches, self.stop)
+        self.slept: list[float] = []
+        self.started_after: SCN | None = None
+        self.now = 1000.0
+        options = {"name": "from-dc1", "origin": "dc1", "remote": ("http://x",), **config}
+        self.channel = ApplyChannel(
+            ChannelConfig(**options),
+            SETTINGS,
+            subscriber_factory=self._subscribe,
+            connect=target.connect,
+            clock=lambda: self.now,
+            wall_clock=lambda: 1_700_000_100.0,
+            sleep=self.slept.append,
+        )
+
+    def _subscribe(self, channel: ChannelConfig, after: SCN) -> FakeSubscriber:
+        self.started_after = after
+        return self.subscriber
+
+    def run(self) -> ApplyChannel:
+        self.channel.run(self.stop)
+        return self.channel
+
+
+def target(**kw: Any) -> FakeTarget:
+    return FakeTarget(tables=dict(TABLES), **kw)
+
+
+def test_batches_up_to_caught_up_are_one_target_transaction_with_the_checkpoint() -> None:
+    fake = target()
+    batches = [
+        batch(1, txn(10, ins("t", id=1, v="a")), txn(20, ins("t", id=2, v="b")), newest=scn(40)),
+        batch(2, txn(30, upd("t", {"id": 1, "v": None}, id=1, v="b")), txn(40, dele("t", id=2)),
+              after=scn(20), newest=scn(40)),
+    ]  # fmt: skip
+    channel = Harness(fake, batches).run()
+    assert len(fake.committed) == 1
+    statements = fake.committed[0]
+    assert statements[0].startswith("INSERT INTO `db`.`t` (`id`, `v`) VALUES (1, 'a'), (2, 'b')")
+    assert statements[1] == "UPDATE `db`.`t` SET `id` = 1, `v` = 'b' WHERE `id` = 1"
+    assert statements[2] == "DELETE FROM `db`.`t` WHERE `id` = 2"
+    assert statements[3].startswith("INSERT INTO `drc`.`checkpoint`")
+    assert fake.checkpoints["from-dc1"] == ("1:11:1:40", "dc1", "epoch-1", None)
+    stats = channel.stats
+    assert (stats.transactions, stats.rows, stats.commits, stats.last_scn) == (4, 4, 1, scn(40))
+    assert stats.lag_seconds == pytest.approx(60.0)
+
+
+def test_every_session_is_pinned_and_marked_as_drc() -> None:
+    fake = target()
+    connections: list[Any] = []
+
+    def connect(**kwargs: Any) -> Any:
+        assert kwargs["client_flag"] & pymysql.constants.CLIENT.FOUND_ROWS
+        assert kwargs["binary_prefix"] is True
+        connections.append(fake.connect(**kwargs))
+        return connections[-1]
+
+    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)))])
+    harness.channel.session._connect = connect
+    harness.run()
+    assert connections[0].session == [
+        "SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION', "
+        "time_zone = '+00:00', skip_replication = 1"
+    ]
+
+
+def test_group_closes_at_max_txns_but_never_inside_a_fragmented_transaction() -> None:
+    fake = target()
+    frag = [txn(20, ins("t", id=i), fragment=i, last_fragment=i == 2) for i in range(3)]
+    batches = [batch(1, txn(10, ins("t", id=10)), *frag, txn(30, ins("t", id=30)), newest=scn(30))]
+    Harness(fake, batches, max_txns_per_commit=2).run()
+    assert [m[1] for m in fake.marks()] == ["1:11:1:20", "1:11:1:30"]
+    first = [s for s in fake.committed[0] if "`checkpoint`" not in s]
+    assert len(first) == 1 and "VALUES (10), (0), (1), (2)" in first[0]  # fragments together
+
+
+def test_it_resumes_after_the_checkpoint_row_and_skips_replayed_transactions() -> None:
+    fake = target(checkpoints={"from-dc1": ("1:11:1:20", "dc1", "e0", None)})
+    harness = Harness(fake, [batch(1, txn(20, ins("t", id=1)), txn(30, ins("t", id=3)))])
+    channel = harness.run()
+    assert harness.started_after == scn(20)
+    assert [w.split(" ON ")[0] for w in fake.writes()] == ["INSERT INTO `db`.`t` (`id`) VALUES (3)"]
+    assert channel.stats.skipped == 1 and channel.stats.transactions == 1
+
+
+def test_a_checkpoint_of_another_origin_is_refused() -> None:
+    fake = target(checkpoints={"from-dc1": ("1:11:1:20", "dc9", None, None)})
+    with pytest.raises(CheckpointMismatchError, match="origin 'dc9'"):
+        Harness(fake, []).run()
+
+
+def test_deadlock_rolls_back_and_reapplies_the_whole_group() -> None:
+    fake = target()
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+    fake.fail_once(lambda sql: sql.startswith("DELETE"), deadlock)
+    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)), txn(20, dele("t", id=5)))])
+    channel = harness.run()
+    assert fake.rollbacks >= 1 and harness.slept == [0.05]
+    assert len(fake.committed) == 1 and len(fake.writes()) == 2
+    assert channel.stats.retries == 1 and channel.stats.transactions == 2
+
+
+def test_lock_conflicts_beyond_retries_stop_the_channel_without_moving_the_checkpoint() -> None:
+    fake = target()
+    for _ in range(3):
+        fake.fail_once(lambda sql: sql == "COMMIT", pymysql.err.OperationalError(1205, "Lock"))
+    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)))], retries=2)
+    with pytest.raises(RetriesExhaustedError):
+        harness.run()
+    assert fake.committed == [] and "from-dc1" not in fake.checkpoints
+    assert harness.channel.stats.last_error is not None
+
+
+def test_a_read_only_target_is_waited_for_and_nothing_is_lost() -> None:
+    fake = target()
+    for _ in range(8):
+        read_only = pymysql.err.OperationalError(1290, "running with the --read-only option")
+        fake.fail_once(lambda sql: sql.startswith("INSERT INTO `db`"), read_only)
+    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)), txn(20, ins("t", id=2)))], retries=0)
+    channel = harness.run()
+    assert channel.stats.waits == 8 and len(harness.slept) == 8
+    assert len(fake.writes()) == 1 and fake.checkpoints["from-dc1"][0] == "1:11:1:20"
+
+
+def test_a_target_that_is_down_at_start_is_waited_for() -> None:
+    fake = target(down=True)
+    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)))])
+
+    def sleep(delay: float) -> None:
+        harness.slept.append(delay)
+        fake.down = len(harness.slept) < 3
+
+    harness.channel._sleep = sleep
+    channel = harness.run()
+    assert harness.slept == [0.5, 1.0, 2.0] and channel.stats.waits == 3
+    assert fake.checkpoints["from-dc1"][0] == "1:11:1:10"
+
+
+def test_ddl_is_bracketed_by_a_pending_marker_and_the_checkpoint() -> None:
+    fake = target()
+    ddl = (SchemaChange("db", "ALTER TABLE t ADD COLUMN c INT"),)
+    batches = [batch(1, txn(10, ins("t", id=1)), txn(20, ddl=ddl), txn(30, ins("t", id=2)))]
+    channel = Harness(fake, batches).run()
+    marks = [m[1:] for m in fake.marks()]
+    assert marks == [
+        ("1:11:1:10", "epoch-1", "dc1", "1:11:1:20"),  # changes before it + the pending DDL
+        ("1:11:1:20", "epoch-1", "dc1", None),  # the DDL ran
+        ("1:11:1:30", "epoch-1", "dc1", None),
+    ]
+    assert fake.ddl == [("USE `db`", "ALTER TABLE t ADD COLUMN c INT")]
+    assert channel.stats.ddl == 1 and channel.stats.transactions == 3
+
+
+def test_replayed_ddl_tolerates_already_applied_errors_only_when_pending() -> None:
+    exists = pymysql.err.OperationalError(1060, "Duplicate column name 'c'")
+    ddl = (SchemaChange("db", "ALTER TABLE t ADD COLUMN c INT"),)
+    pending = target(checkpoints={"from-dc1": ("1:11:1:10", "dc1", None, "1:11:1:20")})
+    pending.fail_once(lambda sql: sql.startswith("ALTER TABLE t"), exists)
+    channel = Harness(pending, [batch(1, txn(20, ddl=ddl))]).run()
+    assert pending.checkpoints["from-dc1"] == ("1:11:1:20", "dc1", "epoch-1", None)
+    assert channel.stats.ddl == 0
+
+    fresh = target(checkpoints={"from-dc1": ("1:11:1:10", "dc1", None, None)})
+    fresh.fail_once(lambda sql: sql.startswith("ALTER TABLE t"), exists)
+    with pytest.raises(ApplyError, match="Duplicate column"):
+        Harness(fresh, [batch(1, txn(20, ddl=ddl))]).run()
+    # The failed DDL did not run: its pending mark is cleared, so a restart fails the same way.
+    assert fresh.checkpoints["from-dc1"] == ("1:11:1:10", "dc1", "epoch-1", None)
+
+
+def test_drc_originated_and_filtered_transactions_move_the_checkpoint_only_rarely() -> None:
+    saved = {"from-dc1": ("1:11:1:5", "dc1", None, None)}
+    fake = target(checkpoints=dict(saved))
+    echoes = [txn(10 + i, ins("t", id=i), drc_originated=True) for i in range(3)]
+    Harness(fake, [batch(1, *echoes, next_scn=scn(100))]).run()
+    assert fake.committed == []  # an idle checkpoint write would echo back and forth
+    far = target(checkpoints=dict(saved))
+    Harness(far, [batch(1, *echoes, next_scn=scn(5, index=2))]).run()
+    assert [m[1] for m in far.marks()] == ["1:11:2:5"]
+
+
+def test_a_table_without_primary_key_is_refused_and_nothing_is_committed() -> None:
+    fake = target()
+    n = ins("n", a=1)
+    with pytest.raises(NoPrimaryKeyError, match="db.n has no primary key"):
+        Harness(fake, [batch(1, txn(10, ins("t", id=1)), txn(20, n))]).run()
+    assert fake.committed == []
+
+
+def test_a_table_without_primary_key_is_matched_whole_row_when_configured() -> None:
+    fake = target()
+    Harness(fake, [batch(1, txn(10, ins("n", a=1)))], no_primary_key="match_whole_row").run()
+    assert fake.writes() == [
+        "INSERT INTO `db`.`n` (`a`) SELECT 1 FROM DUAL "
+        "WHERE NOT EXISTS (SELECT 1 FROM `db`.`n` WHERE `a` <=> 1 LIMIT 1)"
+    ]
+
+
+def test_idempotent_fixes_are_counted() -> None:
+    fake = target(affected=lambda sql: 0 if sql.startswith(("UPDATE", "DELETE")) else None)
+    batches = [batch(1, txn(10, upd("t", {"id": 1, "v": "a"}, id=1, v="b"), dele("t", id=2)))]
+    channel = Harness(fake, batches).run()
+    assert (channel.stats.missing_updates, channel.stats.missing_deletes) == (1, 1)
+    assert channel.stats.idempotent_fixes == 2
+    assert [s.split()[0] for s in fake.writes()] == ["UPDATE", "INSERT", "DELETE"]
