@@ -10,11 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = [
+BENCHMARKS = [  # in data-flow order
     "bench_codec.py",
     "bench_eventbuffer.py",
     "bench_replicator.py",
     "bench_api.py",
+    "bench_apply.py",
     "bench_latency.py",
 ]
 
