@@ -15,6 +15,8 @@ The library decodes most column types exactly, but some lose information DRC mus
 | empty VARBINARY/BLOB | '' (str)                      | b''                                |
 | FLOAT           | the float32 widened (1.100000023…) | shortest text that round-trips to  |
 |                 |                                    | the same float32 (1.1), as SELECT  |
+| negative TIME(n) | the fraction complemented:        | the stored value (see time2)       |
+| with a fraction | -01:00:00.000001 → -01:00:00.999999 |                                    |
 
 TIMESTAMP values are naive datetimes in UTC. The fix is one override of the library's per-column
 dispatch method (``_RowsEvent__read_values_name``); every other type still goes through the
@@ -106,6 +108,44 @@ def _read_timestamp_v1(event: Any) -> Any:
     )
 
 
+# TIME2 fraction bytes and microseconds per stored fraction unit, by fsp (MySQL's TIMEF format).
+_TIME2_FRACTION = {1: (1, 10_000), 2: (1, 10_000), 3: (2, 100), 4: (2, 100), 5: (3, 1), 6: (3, 1)}
+
+
+def time2_layout(fsp: int) -> tuple[int, int]:
+    """(fraction bytes, microseconds per fraction unit) of a TIME(fsp) value; (0, 0) for fsp 0."""
+    return _TIME2_FRACTION.get(fsp, (0, 0))
+
+
+def time2(raw: bytes, frac_bytes: int, unit: int) -> dt.timedelta:
+    """A TIME2 value from its 3 + ``frac_bytes`` stored bytes (MySQL's my_time_packed_from_binary).
+
+    The bytes are ONE big-endian number offset by 0x800000 << (8 * frac_bytes): the integer part
+    (1 sign bit, 1 unused, 10 bits hour, 6 minute, 6 second) then the fraction, negative values in
+    two's complement over the whole width. The library decodes the two parts separately, which
+    turns -01:00:00.000001 into -01:00:00.999999.
+    """
+    bits = 8 * frac_bytes
+    value = int.from_bytes(raw, "big") - (0x800000 << bits)
+    intpart, frac = value >> bits, value & ((1 << bits) - 1)
+    if intpart < 0 and frac:  # a negative fraction borrows one from the integer part
+        intpart += 1
+        frac -= 1 << bits
+    hms = -intpart if intpart < 0 else intpart
+    magnitude = dt.timedelta(
+        hours=hms >> 12 & 0x3FF,
+        minutes=hms >> 6 & 63,
+        seconds=hms & 63,
+        microseconds=abs(frac) * unit,
+    )
+    return -magnitude if value < 0 else magnitude
+
+
+def _read_time2(event: Any, column: Any) -> dt.timedelta:
+    frac_bytes, unit = time2_layout(column.fsp)
+    return time2(event.packet.read(3 + frac_bytes), frac_bytes, unit)
+
+
 def _read_set(event: Any, column: Any) -> frozenset[str]:
     mask = event.packet.read_uint_by_size(column.size)
     return frozenset(v for i, v in enumerate(column.set_values or ()) if mask & (1 << i))
@@ -119,6 +159,8 @@ def _exact_value(event: Any, column: Any, *args: Any) -> Any:
         return _read_datetime2(event, column)
     if kind == FIELD_TYPE.TIMESTAMP2:
         return _read_timestamp2(event, column)
+    if kind == FIELD_TYPE.TIME2:
+        return _read_time2(event, column)
     if kind == FIELD_TYPE.DATETIME:
         return _read_datetime_v1(event)
     if kind == FIELD_TYPE.TIMESTAMP:

@@ -42,7 +42,13 @@ from pymysqlreplication.json_binary import parse_json
 from pymysqlreplication.row_event import RowsEvent
 
 from drc.core.values import Bit, ZeroDate
-from drc.replicator.decoding import _EPOCH, _datetime_or_zero, _fraction_text
+from drc.replicator.decoding import (
+    _EPOCH,
+    _datetime_or_zero,
+    _fraction_text,
+    time2,
+    time2_layout,
+)
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -336,25 +342,13 @@ def _timestamp2_reader(fsp: int) -> Reader:
 
 
 def _time2_reader(fsp: int) -> Reader:
-    """3 bytes: 1 sign bit (1 = non-negative), 1 unused, 10 hour, 6 minute, 6 second.
-
-    Mirrors the library's __read_time2 operation by operation (a signed read, two's complement
-    for negatives, the fraction read signed and added before the sign), quirks included.
-    """
-    size, micro = _fsp_reader(fsp)
+    """3 + 0..3 bytes, one big-endian number: decoding.time2, the reference's own decoder."""
+    frac_bytes, unit = time2_layout(fsp)
+    size = 3 + frac_bytes
 
     def read(data: bytes, pos: int) -> tuple[dt.timedelta, int]:
-        raw = int.from_bytes(data[pos : pos + 3], "big", signed=True)
-        sign = 1 if raw >> 23 & 1 else -1
-        if sign == -1:
-            raw = ~raw + 1
-        value = dt.timedelta(
-            hours=raw >> 12 & 0x3FF,
-            minutes=raw >> 6 & 63,
-            seconds=raw & 63,
-            microseconds=micro(data, pos + 3),
-        )
-        return value * sign, pos + 3 + size
+        end = pos + size  # a short slice is caught after the row, as for every reader
+        return time2(data[pos:end], frac_bytes, unit), end
 
     return read
 

@@ -27,6 +27,7 @@ from pymysqlreplication.table import Table
 from drc.core.errors import UnsupportedColumnError
 from drc.core.values import Bit, ZeroDate
 from drc.replicator import decoding, fast_rows
+from tests.unit.test_decoding import TIME2_CASES, time2_bytes, time2_value
 
 T = FIELD_TYPE
 REFERENCE = fast_rows._ORIGINAL  # the library's row loop, calling decoding.py per value
@@ -207,6 +208,10 @@ CASES: list[tuple[str, Column, bytes, Any]] = [  # ... = compare with the refere
     ("time(6) negative", column(T.TIME2, fsp=6), _time2(-1, 11, 3, 10) + b"\0\0\0",
      -dt.timedelta(hours=11, minutes=3, seconds=10)),
     ("time(5) negative fraction", column(T.TIME2, fsp=5), bytes.fromhex("7fffff f0bdc0"), ...),
+    ("time(6) -01:00:00.000001", column(T.TIME2, fsp=6), bytes.fromhex("7fefff ffffff"),
+     -dt.timedelta(hours=1, microseconds=1)),
+    ("time(1) -00:00:00.5", column(T.TIME2, fsp=1), bytes.fromhex("7fffff ce"),
+     -dt.timedelta(microseconds=500000)),
     ("time(0)", column(T.TIME2, fsp=0), _time2(1, 838, 59, 59),
      dt.timedelta(hours=838, minutes=59, seconds=59)),
     ("time v1", column(T.TIME), (1234559).to_bytes(3, "little"),
@@ -275,6 +280,8 @@ FIXED: list[tuple[Column, int]] = [
     (column(T.TIMESTAMP2, fsp=0), 4),
     (column(T.TIME2, fsp=6), 6),
     (column(T.TIME2, fsp=1), 4),
+    (column(T.TIME2, fsp=0), 3),
+    (column(T.TIME2, fsp=3), 5),
     (column(T.TIME), 3),
     (column(T.DATETIME), 8),
     (column(T.TIMESTAMP), 4),
@@ -322,6 +329,15 @@ def test_valid_decimals_match_the_reference(shape: tuple[int, int], data: Any) -
     payload = row(_pack_decimal(text, precision, decimals))
     status, values, *_ = assert_same([col], payload, fast_only=True)
     assert status == "ok" and values["c"] == Decimal(text)
+
+
+@pytest.mark.parametrize(("text", "fsp"), TIME2_CASES, ids=[f"{t}({f})" for t, f in TIME2_CASES])
+def test_time2_values_decode_to_the_stored_value(text: str, fsp: int) -> None:
+    columns = [column(T.TIME2, "t", fsp=fsp), column(T.TINY, "after")]
+    status, values, *_ = assert_same(columns, row(time2_bytes(text, fsp), b"\x2a"), fast_only=True)
+    assert status == "ok" and values == {"t": time2_value(text), "after": 42}
+    read = fast_rows.reader_for(columns[0])
+    assert read is not None and read(time2_bytes(text, fsp), 0)[0] == time2_value(text)
 
 
 # --- plans and the fallback rule ----------------------------------------------------------------
