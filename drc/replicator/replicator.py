@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from drc.core.codec import encode_transaction
-from drc.core.errors import DrcError, RetriableError, SourceConfigError
+from drc.core.errors import RetriableError, SourceConfigError
 from drc.core.events import TableSchema, Transaction
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
@@ -40,11 +40,13 @@ from drc.replicator.source import (
     inspect_source,
     split_binlog_name,
 )
-from drc.replicator.source_events import Heartbeat
+from drc.replicator.source_events import Commit, Heartbeat, Statement
 from drc.replicator.spill import FileSpill
 
 log = logging.getLogger(__name__)
-_QUEUE_DEPTH = 4096
+_QUEUE_DEPTH = 1024
+_MAX_EVENTS_PER_ITEM = 256  # a huge transaction still moves on in bounded pieces
+_FLUSH_AFTER = (Commit, Statement, Heartbeat)  # transaction ends, idle ticks: never held back
 
 
 @dataclass(frozen=True)
@@ -196,14 +198,18 @@ class Replicator:
             if isinstance(item, BaseException):
                 self._commit(batch)
                 raise item
-            if isinstance(item, Heartbeat):
-                self.stats.source_position = (item.log_index, item.log_pos)
-            committed = assembler.feed(item)
-            if committed is not None:
-                self._append(committed, batch)
-                if self._batch_full(batch):
-                    self._commit(batch)
+            for event in item:
+                self._feed(event, assembler, batch)
         self._commit(batch)
+
+    def _feed(self, event: Any, assembler: TransactionAssembler, batch: _Batch) -> None:
+        if isinstance(event, Heartbeat):
+            self.stats.source_position = (event.log_index, event.log_pos)
+        committed = assembler.feed(event)
+        if committed is not None:
+            self._append(committed, batch)
+            if self._batch_full(batch):
+                self._commit(batch)
 
     def _batch_full(self, batch: _Batch) -> bool:
         opts = self._options
@@ -281,13 +287,18 @@ class _Batch:
 
 
 def _pump(stream: BinlogStream, stop: threading.Event, events: queue.Queue[Any]) -> None:
-    """Reader thread: move source events (or the error that ended them) into the queue."""
+    """Reader thread: move source events, a transaction's worth per queue item (one hand-off
+    instead of one per event), or the error that ended them, into the queue."""
+    pending: list[Any] = []
     try:
         for event in stream.events(stop):
-            _put(events, event, stop)
-    except DrcError as exc:
-        _put(events, exc, stop)
-    except Exception as exc:  # a library bug must stop capture loudly, not hang it
+            pending.append(event)
+            if isinstance(event, _FLUSH_AFTER) or len(pending) >= _MAX_EVENTS_PER_ITEM:
+                _put(events, pending, stop)
+                pending = []
+    except Exception as exc:  # DrcError, or a library bug: stop capture loudly, not hang it
+        if pending:
+            _put(events, pending, stop)
         _put(events, exc, stop)
 
 
