@@ -105,11 +105,11 @@ class Node:
             )
         for channel, component in zip(self.channels, self._channel_components(), strict=True):
             state = f"STOPPED ({component.failure[0]})" if component.failure else "running"
-            stats = channel.stats
-            lag = "?" if stats.lag_seconds is None else f"{stats.lag_seconds:.2f}s"
+            applied = channel.stats
+            lag = "?" if applied.lag_seconds is None else f"{applied.lag_seconds:.2f}s"
             parts.append(
-                f"{channel.name}: {stats.transactions} txns {stats.rows} rows, lag {lag}, "
-                f"at {stats.last_scn} [{state}]"
+                f"{channel.name}: {applied.transactions} txns {applied.rows} rows, lag {lag}, "
+                f"at {applied.last_scn} [{state}]"
             )
         return "; ".join(parts) or "nothing to run"
 

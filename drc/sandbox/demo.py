@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pymysql
 
@@ -88,6 +89,13 @@ def _connect(server: ServerInfo, database: str | None = None) -> pymysql.connect
     )  # fmt: skip
 
 
+def _first(cur: Any, column: int = 0) -> Any:
+    row = cur.fetchone()
+    if row is None:
+        raise RuntimeError("the query returned no row")
+    return row[column]
+
+
 def start_nodes(configs: dict[str, Path], logs: Path) -> dict[str, subprocess.Popen[bytes]]:
     procs = {}
     for dc, path in configs.items():
@@ -129,7 +137,7 @@ def tables_exist(server: ServerInfo) -> bool:
         cur.execute(
             "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s", (SCHEMA,)
         )
-        count = cur.fetchone()[0]
+        count = _first(cur)
     conn.close()
     return count == len(TABLES)
 
@@ -181,9 +189,9 @@ def snapshot(server: ServerInfo) -> dict[str, tuple[int, int]]:
     with conn.cursor() as cur:
         for table in TABLES:
             cur.execute(f"SELECT COUNT(*) FROM `{table}`")
-            count = cur.fetchone()[0]
+            count = _first(cur)
             cur.execute(f"CHECKSUM TABLE `{table}`")
-            result[table] = (count, cur.fetchone()[1])
+            result[table] = (count, _first(cur, 1))
     conn.close()
     return result
 
