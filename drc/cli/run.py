@@ -10,42 +10,35 @@ import click
 
 from drc.config import load_config
 
-
-@click.command()
-@click.option(
+config_option = click.option(
     "--config",
     "config_path",
     required=True,
     type=click.Path(dir_okay=False),
     help="Datacenter config (TOML); see deploy/dc1.example.toml.",
 )
-@click.option(
-    "--role",
-    type=click.Choice(["all", "replicator", "apply"]),
-    default="all",
-    show_default=True,
-    help="replicator = capture + pull API; apply = the [[channels]]; all = both.",
-)
-@click.option(
+progress_option = click.option(
     "--progress-every",
     default=5.0,
     show_default=True,
     help="Seconds between progress lines on stderr (0: none).",
 )
-def run(config_path: str, role: str, progress_every: float) -> None:
-    """Run this datacenter's DRC until SIGINT/SIGTERM.
 
-    Capture resumes exactly after the buffer's last SCN; each channel resumes after the SCN in
-    its drc.checkpoint row on the target. Exits non-zero if capture stops with an error.
-    """
-    from drc.node import Node
 
+def setup_logging() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     # Per-request and per-connection chatter: every long poll would log a line.
     for noisy in ("pymysqlreplication", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_node(config_path: str, role: str, progress_every: float) -> None:
+    """Run ``role`` of the configured datacenter until SIGINT/SIGTERM (shared by the commands)."""
+    from drc.node import Node
+
+    setup_logging()
     config = load_config(config_path)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -54,8 +47,27 @@ def run(config_path: str, role: str, progress_every: float) -> None:
     try:
         node.start(stop)
         if node.api_url:
-            click.echo(f"{config.datacenter.name}: pull API on {node.api_url}", err=True)
+            click.echo(f"API serving on {node.api_url}")  # stdout: scripts read the URL here
         node.wait(stop, progress_every, lambda line: click.echo(line, err=True))
     finally:
         stop.set()
         node.close()
+
+
+@click.command()
+@config_option
+@click.option(
+    "--role",
+    type=click.Choice(["all", "replicator", "apply"]),
+    default="all",
+    show_default=True,
+    help="replicator = capture + pull API; apply = the [[channels]]; all = both.",
+)
+@progress_option
+def run(config_path: str, role: str, progress_every: float) -> None:
+    """Run this datacenter's DRC until SIGINT/SIGTERM.
+
+    Capture resumes exactly after the buffer's last SCN; each channel resumes after the SCN in
+    its drc.checkpoint row on the target. Exits non-zero if capture stops with an error.
+    """
+    run_node(config_path, role, progress_every)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import ssl
 import subprocess
 import threading
@@ -67,7 +66,6 @@ def test_a_port_in_use_is_a_clear_error(deps: ApiDeps) -> None:
             ApiServer(create_app(deps), "127.0.0.1", first.port, open_access=True)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_tls_serves_https_with_the_configured_certificate(deps: ApiDeps, tmp_path: Path) -> None:
     cert, key = tmp_path / "api.crt", tmp_path / "api.key"
     subprocess.run(
