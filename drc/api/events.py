@@ -60,7 +60,9 @@ def _serve(deps: ApiDeps, query: PullQuery, records: bool, stopped: Callable[[],
         return ApiError(
             409,
             f"epoch {query.epoch} is not this buffer's: it was rebuilt or is another "
-            "replicator's; resume from a checkpoint valid in the current epoch",
+            "replicator's. SCNs are shared by every replicator of the group, so continuing from "
+            "the same SCN without an epoch is normally safe; check first that the stream was not "
+            "restored or re-seeded",
             epoch=exc.current,
         ).response()
     except ScnTooOldError as exc:

@@ -1,16 +1,28 @@
 """The one exception tree of DRC.
 
-    DrcError                      root: catch this to catch anything DRC raises on purpose
-    +-- RetriableError            the same call may succeed later (server down, lock wait, timeout)
-    |   +-- BufferLockedError     another writer holds the EventBuffer directory
-    +-- FatalError                retrying will not help; an operator must act
-        +-- MalformedScnError     an SCN's text or bytes are not an SCN
-        +-- CorruptRecordError    encoded bytes fail their length, CRC or structure checks
-        +-- UnsupportedValueError a value the codec has no exact encoding for
-        +-- SandboxError          the local sandbox could not be started, stopped or read
-        +-- OutOfOrderAppendError an EventBuffer append whose SCN does not follow the last
-        +-- ScnTooOldError        a read after an SCN the EventBuffer no longer holds
-        +-- BufferStateError      an EventBuffer directory that cannot be used as it is
+    DrcError                          root: catch this to catch anything DRC raises on purpose
+    +-- RetriableError                the same call may succeed later
+    |   +-- BufferLockedError         another writer holds the EventBuffer directory
+    |   +-- SourceUnavailableError    the source database is unreachable or dropped the stream
+    |   +-- MetaStoreUnavailableError the metastore file stayed locked past its busy timeout
+    +-- FatalError                    retrying will not help; an operator must act
+        +-- MalformedScnError         an SCN's text or bytes are not an SCN
+        +-- CorruptRecordError        encoded bytes fail their length, CRC or structure checks
+        +-- UnsupportedValueError     a value the codec has no exact encoding for
+        +-- SandboxError              the local sandbox could not be started, stopped or read
+        +-- OutOfOrderAppendError     an EventBuffer append whose SCN does not follow the last
+        +-- ScnTooOldError            a read after an SCN the EventBuffer no longer holds
+        +-- BufferStateError          an EventBuffer directory that cannot be used as it is
+        +-- SourceConfigError         the source's binlog settings cannot be replicated exactly
+        +-- BinlogPurgedError         the binlog needed to resume is gone (never skip ahead)
+        +-- UnsupportedColumnError    a column type the replicator cannot decode exactly
+        +-- ConfigError               a config file that is missing, unreadable or invalid
+        +-- MetaStoreError            the schema history file cannot be used
+            +-- MetaStoreCorruptError       not a readable DRC metastore
+            +-- SchemaHistoryConflictError  history would be rewritten at an older SCN
+
+Other packages add leaves for their own failures (drc.apply.errors, drc.client.errors,
+drc.api.server) under the same two branches.
 
 Adapters translate driver exceptions into this tree at the boundary (``raise ... from exc``), so
 callers decide on retry or stop by class, never by parsing messages. Every message says what
@@ -109,3 +121,24 @@ class BufferStateError(FatalError):
     """An EventBuffer directory that cannot be used as it is: missing or invalid buffer.json,
     a gap in segment numbers, a segment from another epoch, a writer that failed earlier, or a
     buffer recreated under a reader. The message names the directory and what to do."""
+
+
+class MetaStoreError(FatalError):
+    """The metastore file cannot be opened or written; the message names the file."""
+
+
+class MetaStoreCorruptError(MetaStoreError):
+    """The file is not a readable DRC metastore (not SQLite, damaged, or foreign tables)."""
+
+
+class SchemaHistoryConflictError(MetaStoreError):
+    """A different schema or DDL was recorded at an SCN older than the table's newest entry.
+
+    A replay records exactly what is already there; a difference means the source's history is
+    not what it was (a different or rewritten source) and rewriting ours would mis-decode rows
+    already in the buffer.
+    """
+
+
+class MetaStoreUnavailableError(RetriableError):
+    """The file is locked by another writer longer than the busy timeout; retry later."""

@@ -54,7 +54,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from drc.core.errors import FatalError, RetriableError
+from drc.core.errors import (
+    MetaStoreCorruptError,
+    MetaStoreError,
+    MetaStoreUnavailableError,
+    SchemaHistoryConflictError,
+)
 from drc.core.events import Column, SchemaChange, TableSchema
 from drc.core.scn import SCN
 from drc.metastore import ddl
@@ -80,27 +85,6 @@ _LOW, _HIGH = b"\x00" * 4, b"\xff" * 4  # server_id bytes: compared SCN fields c
 _AFTER_ALL = b"\xff" * 20
 
 Kind = Literal["schema", "ddl", "drop"]
-
-
-class MetaStoreError(FatalError):
-    """The metastore file cannot be opened or written; the message names the file."""
-
-
-class MetaStoreCorruptError(MetaStoreError):
-    """The file is not a readable DRC metastore (not SQLite, damaged, or foreign tables)."""
-
-
-class SchemaHistoryConflictError(MetaStoreError):
-    """A different schema or DDL was recorded at an SCN older than the table's newest entry.
-
-    A replay records exactly what is already there; a difference means the source's history is
-    not what it was (a different or rewritten source) and rewriting ours would mis-decode rows
-    already in the buffer.
-    """
-
-
-class MetaStoreUnavailableError(RetriableError):
-    """The file is locked by another writer longer than the busy timeout; retry later."""
 
 
 @dataclass(frozen=True, slots=True)
