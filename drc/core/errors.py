@@ -31,6 +31,11 @@ triggered it and what to do next.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # scn.py imports this module at run time
+    from drc.core.scn import SCN
+
 
 class DrcError(Exception):
     """Root of every error DRC raises on purpose."""
@@ -105,10 +110,11 @@ class ScnTooOldError(FatalError):
     """A read after an SCN older than the oldest one an EventBuffer can still serve.
 
     Retention deleted the records after that SCN. ``oldest`` is the oldest SCN a reader may
-    resume after; an older position must be served from the source binlog or a snapshot.
+    resume after (None when the reporter did not say); an older position must be served from
+    the source binlog or a snapshot.
     """
 
-    def __init__(self, message: str, oldest: object) -> None:
+    def __init__(self, message: str, oldest: SCN | None) -> None:
         super().__init__(message)
         self.oldest = oldest
 
