@@ -28,10 +28,13 @@ def bootstrap(base: Path) -> None:
     if (datadir / "mysql").is_dir():
         return
     base.mkdir(parents=True, exist_ok=True)
+    (base / "tmp").mkdir(exist_ok=True)
     argv = [
         _binary("mariadb-install-db"),
         "--no-defaults",
         f"--datadir={datadir}",
+        # Each server's own temp dir: servers sharing /tmp collide on temp table file names.
+        f"--tmpdir={base / 'tmp'}",
         "--user=root",
         "--auth-root-authentication-method=normal",
         "--skip-test-db",
@@ -52,6 +55,7 @@ def server_argv(base: Path, port: int, server_id: int) -> list[str]:
         "--no-defaults",
         "--user=root",
         f"--datadir={base / 'data'}",
+        f"--tmpdir={base / 'tmp'}",
         f"--socket={base / 'mysqld.sock'}",
         f"--pid-file={base / 'mysqld.pid'}",
         f"--port={port}",
@@ -76,6 +80,7 @@ def server_argv(base: Path, port: int, server_id: int) -> list[str]:
 
 def start(base: Path, port: int, server_id: int) -> int:
     """Start the server and return its PID once it accepts connections on its socket."""
+    (base / "tmp").mkdir(exist_ok=True)
     pid = start_detached(server_argv(base, port, server_id), base / "stdout.log")
     socket_path = base / "mysqld.sock"
 
