@@ -34,6 +34,7 @@ from bench.bench_replicator import (  # noqa: E402
     count_transactions,
     native_replication,
     position,
+    start_source,
     sysbench,
 )
 from drc.api.app import create_app  # noqa: E402
@@ -217,16 +218,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="drc-bench-apply-"))
     box = Sandbox(workdir / "sbx")
     try:
-        description = box.up(2)
-        dc1, dc2 = description.server("dc1"), description.server("dc2")
-        conn = connect(dc1)
-        with conn.cursor() as cur:
-            cur.execute("CREATE DATABASE bench")
-            cur.execute("CREATE DATABASE sbtest")
-            cur.execute("CREATE TABLE bench.bulk (id BIGINT PRIMARY KEY, a INT, b VARCHAR(100), "
-                        "c DATETIME(6), d DECIMAL(12,2))")  # fmt: skip
-        conn.close()
-        sysbench(dc1, "prepare")
+        dc1, dc2 = start_source(box)
         print(f"# Apply throughput (`python bench/bench_apply.py`, {time.strftime('%Y-%m-%d')})")
         lines = run_workload("bulk, 1000-row transactions", dc1, dc2, "bench",
                              lambda: bulk_workload(dc1, args.bulk_rows), workdir)  # fmt: skip

@@ -195,6 +195,24 @@ def _first_binlog(server: ServerInfo) -> tuple[str, int]:
     return first, 4
 
 
+def start_source(box: Sandbox) -> tuple[ServerInfo, ServerInfo]:
+    """Two datacenters; dc1 gets the bench tables and sysbench's prepared tables."""
+    description = box.up(2)
+    dc1, dc2 = description.server("dc1"), description.server("dc2")
+    conn = connect(dc1)
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE bench")
+        cur.execute("CREATE DATABASE sbtest")
+        for table in ("bulk", "big"):
+            cur.execute(
+                f"CREATE TABLE bench.{table} (id BIGINT PRIMARY KEY, a INT, b VARCHAR(100), "
+                "c DATETIME(6), d DECIMAL(12,2))"
+            )
+    conn.close()
+    sysbench(dc1, "prepare")
+    return dc1, dc2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -208,19 +226,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="drc-bench-"))
     box = Sandbox(workdir / "sbx")
     try:
-        description = box.up(2)
-        dc1, dc2 = description.server("dc1"), description.server("dc2")
-        conn = connect(dc1)
-        with conn.cursor() as cur:
-            cur.execute("CREATE DATABASE bench")
-            cur.execute("CREATE DATABASE sbtest")
-            for table in ("bulk", "big"):
-                cur.execute(
-                    f"CREATE TABLE bench.{table} (id BIGINT PRIMARY KEY, a INT, b VARCHAR(100), "
-                    "c DATETIME(6), d DECIMAL(12,2))"
-                )
-        conn.close()
-        sysbench(dc1, "prepare")
+        dc1, dc2 = start_source(box)
         today = time.strftime("%Y-%m-%d")
         print(f"# Replicator throughput (`python bench/bench_replicator.py`, {today})")
         lines = run_workload("bulk, 1000-row transactions", box, dc1, dc2,

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import drc
+from tests.unit.test_architecture import _imports as _imported
 
 ROOT = Path(drc.__file__).parent
 HTTPX_HOMES = {"client", "cli"}
-
-
-def _imported(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
 
 
 def test_only_the_client_and_cli_packages_import_httpx() -> None:
