@@ -173,6 +173,50 @@ class ApiConfig(_Model):
         return tuple(tokens)
 
 
+ConflictPolicyName = Literal["lww", "resolver", "overwrite", "keep", "off"]
+
+
+class ConflictTableConfig(_Model):
+    """The conflict policy of the tables matching ``table`` (target names, wildcards allowed)."""
+
+    table: str
+    policy: ConflictPolicyName
+    column: str | None = Field(None, min_length=1)  # lww: the row's timestamp column
+    resolver: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module:function
+
+    @model_validator(mode="after")
+    def _complete(self) -> ConflictTableConfig:
+        try:
+            TableFilter.build([self.table])
+        except TableFilterError as exc:
+            raise ValueError(str(exc)) from exc
+        if self.policy == "lww" and self.column is None:
+            raise ValueError(f"{self.table}: policy lww needs column = the timestamp column")
+        if self.policy == "resolver" and self.resolver is None:
+            raise ValueError(f"{self.table}: policy resolver needs resolver = 'module:function'")
+        if self.column is not None and self.policy != "lww":
+            raise ValueError(f"{self.table}: column is only used by policy lww")
+        if self.resolver is not None and self.policy != "resolver":
+            raise ValueError(f"{self.table}: resolver is only used by policy resolver")
+        return self
+
+
+class ConflictsConfig(_Model):
+    """How apply channels detect and resolve write conflicts (see drc.apply.conflicts).
+
+    Every datacenter must be given the same policies and priority, or the sides decide
+    differently and never converge.
+    """
+
+    priority: tuple[str, ...] = ()  # datacenters, first wins a lww tie on equal timestamps
+    tombstone_retention_hours: float = Field(168, gt=0)
+    tables: tuple[ConflictTableConfig, ...] = ()  # first matching entry wins
+
+    @property
+    def active(self) -> bool:
+        return any(t.policy != "off" for t in self.tables)
+
+
 class DrcConfig(_Model):
     datacenter: DatacenterConfig
     source: SourceConfig
@@ -180,12 +224,27 @@ class DrcConfig(_Model):
     api: ApiConfig = ApiConfig()
     target: TargetConfig | None = None
     channels: tuple[ChannelConfig, ...] = ()
+    conflicts: ConflictsConfig = ConflictsConfig()
 
     @model_validator(mode="after")
     def _unique_channels(self) -> DrcConfig:
         names = [c.name for c in self.channels]
         if len(set(names)) != len(names):
             raise ValueError(f"channel names must be unique, got {names}")
+        return self
+
+    @model_validator(mode="after")
+    def _priority_names_every_datacenter(self) -> DrcConfig:
+        if not any(t.policy == "lww" for t in self.conflicts.tables):
+            return self
+        ranked = self.conflicts.priority
+        needed = [self.datacenter.name, *(c.origin for c in self.channels)]
+        missing = [dc for dc in dict.fromkeys(needed) if dc not in ranked]
+        if missing or len(set(ranked)) != len(ranked):
+            raise ValueError(
+                f"conflicts.priority must list every datacenter once (missing {missing}, got "
+                f"{list(ranked)}): lww breaks equal timestamps by it, the same way on every side"
+            )
         return self
 
     def target_or_source(self) -> TargetConfig:

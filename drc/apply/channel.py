@@ -39,31 +39,34 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Protocol
 
 from drc.apply import checkpoint, plan
+from drc.apply.conflict_target import ConflictTarget
+from drc.apply.conflicts import ConflictEngine, Policies, Ranks
 from drc.apply.errors import ApplyError, CheckpointMismatchError, MissingColumnError
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.sql import Statement
 from drc.apply.stages import (
     Chain,
-    ConflictHook,
     Idempotency,
     KeepApplicableDdl,
     KeepTables,
     MapNames,
     NameMap,
-    Resolver,
     SkipDrcOriginated,
 )
 from drc.apply.stats import ApplyStats
 from drc.client import ApiUnavailableError, Subscriber
-from drc.config import ChannelConfig
+from drc.config import ChannelConfig, ConflictsConfig
 from drc.core.errors import DrcError
-from drc.core.events import Transaction
+from drc.core.events import RowChange, Transaction
+from drc.core.markers import CHECKPOINT_SCHEMA as TOMBSTONE_SCHEMA
+from drc.core.markers import TOMBSTONE_PREFIX
 from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)
@@ -118,7 +121,8 @@ class ApplyChannel:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] | None = None,
-        resolver: Resolver | None = None,
+        conflicts: ConflictsConfig | None = None,
+        datacenter: str = "",
     ) -> None:
         self.channel = channel
         self.name = channel.name
@@ -141,14 +145,36 @@ class ApplyChannel:
         self._stop = threading.Event()
         self._skip_drc = SkipDrcOriginated()
         self._ddl_filter = KeepApplicableDdl()
-        self._mapping = MapNames(NameMap(channel.map_tables, channel.map_columns))
+        names = NameMap(channel.map_tables, channel.map_columns)
+        self._mapping = MapNames(names)
         self._idempotency = Idempotency(lambda: self._applied)
-        self.conflicts = ConflictHook(lookup=self.session, resolver=resolver)
+        self.conflicts = self._conflict_target(conflicts, datacenter, names)
+        keep = KeepTables(channel.table_filter(), tombstones=self.conflicts is not None)
         self.chain = Chain(
-            [self._skip_drc, KeepTables(channel.table_filter()), self._ddl_filter,
-             self._mapping, self._idempotency, self.conflicts]
-        )  # fmt: skip
+            [self._skip_drc, keep, self._ddl_filter, self._mapping, self._idempotency]
+        )
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
+        self._conflicts_found = 0  # by the last commit attempt
+
+    def _conflict_target(
+        self, config: ConflictsConfig | None, datacenter: str, names: NameMap
+    ) -> ConflictTarget | None:
+        policies = Policies.from_config(config) if config is not None else None
+        if config is None or policies is None or not policies.active:
+            return None
+        engine = ConflictEngine(
+            policies, Ranks(config.priority), channel=self.name, origin=self.channel.origin,
+            datacenter=datacenter, tables=self.session.table, names=names,
+        )  # fmt: skip
+        retention_s = int(config.tombstone_retention_hours * 3600)
+        return ConflictTarget(self.session, engine, policies, retention_s)
+
+    def _subscription(self) -> ChannelConfig:
+        """The channel's config as subscribed: a table list also asks for tombstone rows."""
+        if self.conflicts is None or not self.channel.tables:
+            return self.channel
+        tables = (*self.channel.tables, f"{TOMBSTONE_SCHEMA}.{TOMBSTONE_PREFIX}*")
+        return self.channel.model_copy(update={"tables": tables})
 
     # ------------------------------------------------------------------ run
 
@@ -158,7 +184,7 @@ class ApplyChannel:
         self._stop = stop
         try:
             self._retrying(self._start)
-            subscriber = self._factory(self.channel, self._applied)
+            subscriber = self._factory(self._subscription(), self._applied)
             try:
                 self._loop(subscriber)
             finally:
@@ -174,6 +200,8 @@ class ApplyChannel:
 
     def _start(self) -> None:
         self.session.ensure_checkpoint_table()
+        if self.conflicts is not None:
+            self.conflicts.setup()
         row = self.session.read_checkpoint(self.name)
         if row is not None:
             if row.origin and row.origin != self.channel.origin:
@@ -190,6 +218,7 @@ class ApplyChannel:
             if batch is None:
                 if group.due(self._limits, self._clock()):
                     self._flush(group)
+                self._maintain(group)
                 continue
             group.epoch = batch.epoch
             for txn in batch.transactions:
@@ -201,7 +230,15 @@ class ApplyChannel:
                 self.stats.lag_seconds = 0.0
             if caught_up or group.due(self._limits, self._clock()):
                 self._flush(group)
+            self._maintain(group)
         self._flush(group)  # on stop: what was received is complete transactions; keep it
+
+    def _maintain(self, group: Group) -> None:
+        """Conflict housekeeping, between target transactions (never with a group open)."""
+        conflicts = self.conflicts
+        if conflicts is None or group.transactions or not conflicts.due(self._clock()):
+            return
+        self._retrying(partial(conflicts.maintain, self._clock()))
 
     def _get(self, subscriber: SubscriberLike, group: Group) -> Any:
         remaining = group.remaining_s(self._limits, self._clock())
@@ -248,6 +285,8 @@ class ApplyChannel:
                     self._retrying(partial(self._clear_pending, before, group.epoch))
                 raise
         self.session.forget_tables()
+        if self.conflicts is not None:  # a new or altered table may need its tombstones
+            self._retrying(self.conflicts.refresh_tables)
         self._replay_ddl = None
         group.finished(txn, wrote=False)
         self.stats.transactions += 1
@@ -274,18 +313,26 @@ class ApplyChannel:
     def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
         """One attempt: every write of the group, the checkpoint row, COMMIT."""
         session, planner = self.session, plan.Planner(self.channel.no_primary_key)
+        changes: Iterable[RowChange] = (c for txn in group.transactions for c in txn.changes)
+        extra: list[Statement] = []
+        self._conflicts_found = 0
+        if self.conflicts is not None:  # first: it reads and locks the rows the group touches
+            resolution = self.conflicts.resolve(group.transactions)
+            changes, extra = resolution.changes, self.conflicts.writes(resolution)
+            self._conflicts_found = len(resolution.entries)
         batch = session.batch()
-        for txn in group.transactions:
-            for change in txn.changes:
-                table = session.table(change.schema, change.table)
-                try:
-                    writes = planner.add(change, table)
-                except MissingColumnError:  # maybe altered since it was read: read it again
-                    table = session.table(change.schema, change.table, refresh=True)
-                    writes = planner.add(change, table)
-                batch.extend(writes)
+        for change in changes:
+            table = session.table(change.schema, change.table)
+            try:
+                writes = planner.add(change, table)
+            except MissingColumnError:  # maybe altered since it was read: read it again
+                table = session.table(change.schema, change.table, refresh=True)
+                writes = planner.add(change, table)
+            batch.extend(writes)
         batch.extend(planner.finish())
         effects = batch.finish()
+        for statement in extra:
+            session.execute(statement, "recording conflicts and tombstones")
         session.write_checkpoint(row)
         session.commit()
         return effects
@@ -295,6 +342,7 @@ class ApplyChannel:
         stats.commits += 1
         stats.transactions += group.complete
         stats.add_effects(effects)
+        stats.conflicts += self._conflicts_found
         stats.last_scn = self._applied
         stats.ddl_skipped = self._ddl_filter.skipped + self._mapping.ddl_skipped
         if group.newest_timestamp is not None:

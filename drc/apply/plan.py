@@ -265,7 +265,7 @@ class _Run:
         if self.op is Op.INSERT:
             row = tuple(change.row.values())
         else:
-            row = _key(table, change.row)
+            row = key_of(table, change.row)
         self.rows.append(row)
         self.bytes += _size(row)
 
@@ -278,7 +278,7 @@ class _Run:
 def _keyed_update(change: RowChange, table: TargetTable) -> Update:
     before, after = change.before, change.after
     assert before is not None and after is not None
-    old_key, new_key = _key(table, before), _key(table, after)
+    old_key, new_key = key_of(table, before), key_of(table, after)
     insert = Upsert(table, tuple(after), (tuple(after.values()),))
     free = None
     if old_key != new_key:
@@ -313,7 +313,7 @@ def _missing_column(change: RowChange, table: TargetTable) -> None:
         )
 
 
-def _key(table: TargetTable, image: Mapping[str, Any]) -> tuple[Any, ...]:
+def key_of(table: TargetTable, image: Mapping[str, Any]) -> tuple[Any, ...]:
     try:
         return tuple(image[k] for k in table.primary_key)
     except KeyError:  # the source spells a key column with another case

@@ -20,7 +20,7 @@ def build_channels(config: DrcConfig, names: Sequence[str] = ()) -> list[ApplyCh
         raise ValueError(f"no channel named {sorted(unknown)} in the config (channels: {known})")
     target = target_settings(config.target_or_source())
     return [
-        ApplyChannel(channel, target)
+        ApplyChannel(channel, target, conflicts=config.conflicts, datacenter=config.datacenter.name)
         for channel in config.channels
         if not names or channel.name in names
     ]

@@ -5,10 +5,12 @@ Only this module of drc.apply imports pymysql. Every session is set up the same 
     connect: charset utf8mb4, autocommit off, CLIENT.FOUND_ROWS (affected rows = matched rows,
              which the idempotent writes of drc.apply.plan rely on), _binary'' for bytes
     SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION',
-                time_zone = '+00:00', skip_replication = 1
+                time_zone = '+00:00', skip_replication = 1, @drc_apply = 1
 
 ``skip_replication = 1`` makes MariaDB flag every event this session writes, DDL included, so
 the local replicator recognises it as DRC-originated even where no checkpoint row rides along.
+``@drc_apply = 1`` tells DRC's tombstone triggers (drc.apply.tombstones) that the channel records
+its deletes itself.
 
 Driver errors are translated here, once (:func:`translate`): lock conflicts, an unreachable or
 read-only target become the retriable errors of drc.apply.errors, a duplicate key becomes
@@ -49,6 +51,7 @@ from drc.core.events import SchemaChange
 log = logging.getLogger(__name__)
 
 DDL_LOCK_WAIT_S = 60  # a DDL waiting on a metadata lock fails (1205) and is retried, not hung
+SELECTS_PER_ROUND_TRIP = 200
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,8 @@ class TargetSession:
             try:
                 with conn.cursor() as cur:
                     cur.execute(
-                        "SET SESSION sql_mode = %s, time_zone = %s, skip_replication = 1",
+                        "SET SESSION sql_mode = %s, time_zone = %s, skip_replication = 1, "
+                        "@drc_apply = 1",
                         (sql.SESSION_SQL_MODE, sql.SESSION_TIME_ZONE),
                     )
             except BaseException:
@@ -193,6 +197,54 @@ class TargetSession:
         with _translated(what):
             self._cursor.execute(statement.sql, statement.params)
             return list(self._cursor.fetchall())
+
+    def select_many(
+        self, statements: Sequence[sql.Statement], what: str
+    ) -> list[tuple[list[str], list[tuple[Any, ...]]]]:
+        """Run SELECTs in few round trips; each one's column names and rows, in order."""
+        self.open()
+        results: list[tuple[list[str], list[tuple[Any, ...]]]] = []
+        cursor = self._cursor
+        for start in range(0, len(statements), SELECTS_PER_ROUND_TRIP):
+            chunk = statements[start : start + SELECTS_PER_ROUND_TRIP]
+            with _translated(what):
+                cursor.execute(";\n".join(self.text(s) for s in chunk))
+                while True:
+                    names = [d[0] for d in cursor.description or ()]
+                    results.append((names, list(cursor.fetchall())))
+                    if not cursor.nextset():
+                        break
+        return results
+
+    def columns(self, schema: str, table: str) -> dict[str, tuple[str, str]]:
+        """Column name -> (DATA_TYPE, full definition with character set and collation)."""
+        rows = self.query(sql.Statement(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (schema, table)), f"reading the columns of {schema}.{table}")  # fmt: skip
+        out = {}
+        for name, data_type, column_type, charset, collation in rows:
+            definition = column_type
+            if charset:
+                definition += f" CHARACTER SET {charset} COLLATE {collation}"
+            out[name] = (data_type, definition)
+        return out
+
+    def base_tables(self) -> list[tuple[str, str]]:
+        """Every application table on the target (system schemas and drc left out)."""
+        rows = self.query(sql.Statement(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
+            "'BASE TABLE' AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', "
+            "'performance_schema', 'sys', 'drc')", ()), "listing the tables")  # fmt: skip
+        return [(r[0], r[1]) for r in rows]
+
+    def run_setup(self, statements: Sequence[str], what: str) -> None:
+        """Schema statements of DRC's own (drc.* tables, triggers), committed."""
+        self.open()
+        with _translated(what):
+            for statement in statements:
+                self._cursor.execute(statement)
+            self._conn.commit()
 
     def commit(self) -> None:
         self.open()

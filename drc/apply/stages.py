@@ -1,6 +1,9 @@
 """The apply filter chain: small stages, each a one-method transform, composed by :class:`Chain`.
 
-    SkipDrcOriginated -> KeepTables -> KeepApplicableDdl -> MapNames -> Idempotency -> ConflictHook
+    SkipDrcOriginated -> KeepTables -> KeepApplicableDdl -> MapNames -> Idempotency
+
+Conflicts are not a stage: deciding them needs the target's rows, read and locked inside the
+target transaction (drc.apply.conflict_target, called by ApplyChannel._commit).
 
 A stage is ``(Transaction) -> Transaction | None``; None (or a transaction left with no change
 and no DDL) means "nothing to write". The channel still moves its checkpoint past every SCN it
@@ -21,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from drc.core.events import RowChange, SchemaChange, Transaction
-from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
+from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.metastore.ddl import ddl_tables, dropped_database
@@ -72,18 +75,23 @@ class SkipDrcOriginated:
 
 
 class KeepTables:
-    """The channel's table filter, on source names; another channel's checkpoint is never kept."""
+    """The channel's table filter, on source names. DRC's own tables never pass, except the
+    tombstone rows a channel resolving conflicts reads (``tombstones``)."""
 
-    def __init__(self, tables: TableFilter) -> None:
+    def __init__(self, tables: TableFilter, tombstones: bool = False) -> None:
         self.tables = tables
+        self.tombstones = tombstones
 
     def __call__(self, txn: Transaction) -> Transaction | None:
         match = self.tables.matches
-        changes = tuple(
-            c for c in txn.changes if match(c.schema, c.table) and _not_marker(c.schema, c.table)
-        )
+        changes = tuple(c for c in txn.changes if self._keeps(c.schema, c.table, match))
         ddl = tuple(d for d in txn.ddl if self.keeps_ddl(d))
         return _narrowed(txn, changes, ddl)
+
+    def _keeps(self, schema: str, table: str, match: Callable[[str, str], bool]) -> bool:
+        if schema == CHECKPOINT_SCHEMA:
+            return self.tombstones and is_tombstone_table(schema, table)
+        return match(schema, table)
 
     def keeps_ddl(self, change: SchemaChange) -> bool:
         named = ddl_tables(change)
@@ -242,34 +250,3 @@ class Idempotency:
             self.dropped += 1
             return None
         return txn
-
-
-class LocalRows(Protocol):
-    """The target's current row for a key, read inside the open target transaction."""
-
-    def local_row(
-        self, schema: str, table: str, key: Mapping[str, Any]
-    ) -> Mapping[str, Any] | None: ...
-
-
-Resolver = Callable[[RowChange, LocalRows], RowChange | None]
-
-
-class ConflictHook:
-    """Where conflict detection plugs in. Without a resolver it passes everything through.
-
-    A resolver gets each row change and the local-row lookup, and returns the change to apply
-    (the same one, a rewritten one) or None to drop it. The chain runs before the group is
-    written, so the lookup sees the target's committed rows, not the open group's; a resolver
-    that must see those (or lock the row) belongs inside ApplyChannel._commit instead.
-    """
-
-    def __init__(self, lookup: LocalRows | None = None, resolver: Resolver | None = None) -> None:
-        self.lookup = lookup
-        self.resolver = resolver
-
-    def __call__(self, txn: Transaction) -> Transaction | None:
-        if self.resolver is None or self.lookup is None:
-            return txn
-        resolved = (self.resolver(change, self.lookup) for change in txn.changes)
-        return _narrowed(txn, tuple(c for c in resolved if c is not None), txn.ddl)

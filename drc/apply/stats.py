@@ -19,6 +19,7 @@ class ApplyStats:
     duplicate_inserts: int = 0  # idempotent fixes, see drc.apply.plan
     missing_updates: int = 0
     missing_deletes: int = 0
+    conflicts: int = 0  # conflicts detected and resolved (logged in drc.conflicts)
     retries: int = 0  # target transactions re-applied after a deadlock / lock wait timeout
     waits: int = 0  # waits for a target that was down or read-only
     last_scn: SCN | None = None  # the checkpoint: last SCN applied (durably)

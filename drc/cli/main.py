@@ -8,6 +8,7 @@ import click
 
 from drc import __version__
 from drc.cli.buffer import buffer
+from drc.cli.conflicts import conflicts
 from drc.cli.demo import demo
 from drc.cli.replicator import replicator
 from drc.cli.run import run
@@ -35,6 +36,7 @@ cli.add_command(tail)
 cli.add_command(status)
 cli.add_command(run)
 cli.add_command(demo)
+cli.add_command(conflicts)
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from drc.core.events import Op, RowChange, SchemaChange, TableSchema, Transaction
-from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
+from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.metastore.ddl import ddl_tables
@@ -137,7 +137,7 @@ class TransactionAssembler:
         key = (event.table.schema, event.table.table)
         if key == (CHECKPOINT_SCHEMA, CHECKPOINT_TABLE):
             txn.drc_originated = True
-        if not self._capture.matches(*key):
+        if not self._capture.matches(*key) and not is_tombstone_table(*key):
             return
         txn.tables[key] = event.table
         schema, table, op = event.table.schema, event.table.table, event.op

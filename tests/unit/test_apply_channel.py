@@ -102,7 +102,7 @@ def test_every_session_is_pinned_and_marked_as_drc() -> None:
     harness.run()
     assert connections[0].session == [
         "SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION', "
-        "time_zone = '+00:00', skip_replication = 1"
+        "time_zone = '+00:00', skip_replication = 1, @drc_apply = 1"
     ]
 
 

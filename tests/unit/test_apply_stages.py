@@ -8,7 +8,6 @@ import pytest
 
 from drc.apply.stages import (
     Chain,
-    ConflictHook,
     Idempotency,
     KeepApplicableDdl,
     KeepTables,
@@ -144,20 +143,17 @@ def test_idempotency_drops_what_is_already_applied() -> None:
     assert stage(later) is None and stage.dropped == 3
 
 
-def test_conflict_hook_passes_through_until_a_resolver_is_given() -> None:
-    class Lookup:
-        def local_row(self, schema: str, table: str, key: object) -> dict[str, object] | None:
-            return {"id": 1, "v": "local"}
-
-    original = txn(10, ins("t", id=1), ins("t", id=2))
-    assert ConflictHook(Lookup())(original) is original
-
-    def keep_odd(change: RowChange, lookup: Lookup) -> RowChange | None:
-        assert lookup.local_row("db", "t", {"id": 1}) == {"id": 1, "v": "local"}
-        return change if change.row["id"] % 2 else None
-
-    resolved = ConflictHook(Lookup(), keep_odd)(original)
-    assert resolved is not None and [c.row["id"] for c in resolved.changes] == [1]
+def test_keep_tables_passes_tombstone_rows_only_to_a_channel_resolving_conflicts() -> None:
+    tomb = RowChange("drc", "tomb_0123456789_db_t", Op.INSERT, None, {"id": 1})
+    checkpoint = RowChange("drc", "checkpoint", Op.INSERT, None, {"channel": "x"})
+    other = RowChange("drc", "conflicts", Op.INSERT, None, {"id": 1})
+    everything = TableFilter.build(["*.*"])
+    original = txn(10, ins("t", id=1), tomb, checkpoint, other)
+    plain = KeepTables(everything)(original)
+    assert plain is not None and [c.schema for c in plain.changes] == ["db"]
+    resolving = KeepTables(TableFilter.build(["db.*"]), tombstones=True)(original)
+    assert resolving is not None
+    assert [(c.schema, c.table) for c in resolving.changes] == [("db", "t"), ("drc", tomb.table)]
 
 
 def test_chain_applies_stages_in_order_and_stops_at_nothing_left() -> None:
@@ -181,7 +177,7 @@ def test_full_chain_composes() -> None:
     applied = scn(5)
     chain = Chain([
         SkipDrcOriginated(), KeepTables(TableFilter.build(["db.*"])), KeepApplicableDdl(),
-        MapNames(NameMap({"db.t": "db.t_copy"}, {})), Idempotency(lambda: applied), ConflictHook(),
+        MapNames(NameMap({"db.t": "db.t_copy"}, {})), Idempotency(lambda: applied),
     ])  # fmt: skip
     result = chain(txn(10, ins("t", id=1), RowChange("x", "y", Op.INSERT, None, {"id": 2})))
     assert result is not None and [(c.schema, c.table) for c in result.changes] == [

@@ -28,6 +28,9 @@ ALL_COMMANDS = _command_paths(cli)
 
 def test_the_command_tree_has_the_sandbox_commands() -> None:
     assert {("sandbox", "up"), ("sandbox", "down"), ("sandbox", "status")} <= set(ALL_COMMANDS)
+    assert {("conflicts", "list"), ("conflicts", "show"), ("conflicts", "stats")} <= set(
+        ALL_COMMANDS
+    )
 
 
 @pytest.mark.parametrize("path", ALL_COMMANDS, ids=lambda p: " ".join(p) or "drc")

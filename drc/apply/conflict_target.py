@@ -1,0 +1,156 @@
+"""Conflict handling against the target: DRC's tables and triggers, the probes, the extra writes.
+
+The decisions are drc.apply.conflicts (pure); this module runs what they need through the
+channel's TargetSession:
+
+    setup      drc.conflicts, and for every lww table its tombstone table and delete trigger
+               (again after each DDL and every MAINTAIN_EVERY_S, for tables created since)
+    resolve    one locked read per key the group touches (SELECT .. FOR UPDATE, batched in a
+               few round trips), then the engine's decisions
+    writes     the conflict log rows and tombstones, in the group's own transaction
+    maintain   purge tombstones past the retention
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from drc.apply import conflict_log, tombstones
+from drc.apply.conflicts import ConflictEngine, Observed, Policies, Resolution, observe
+from drc.apply.errors import NoPrimaryKeyError, TargetSchemaError
+from drc.apply.sql import Statement
+from drc.core.events import Transaction
+
+log = logging.getLogger(__name__)
+
+MAINTAIN_EVERY_S = 60.0
+
+
+class ConflictTarget:
+    def __init__(
+        self, session: Any, engine: ConflictEngine, policies: Policies, retention_s: int
+    ) -> None:
+        self.session, self.engine, self.policies = session, engine, policies
+        self.retention_s = retention_s
+        self._ready: dict[tuple[str, str], tombstones.StampType] = {}  # lww tables set up
+        self._checked: set[tuple[str, str]] = set()  # every table looked at
+        self._maintained_at: float | None = None
+
+    # ------------------------------------------------------------------ setup
+
+    def setup(self) -> None:
+        self.session.run_setup(conflict_log.create_statements(), "creating drc.conflicts")
+        self.refresh_tables()
+
+    def refresh_tables(self) -> None:
+        """Tombstone table and trigger for every lww table (trigger replaced: DDL may have
+        changed the key)."""
+        self._ready.clear()
+        self._checked.clear()
+        for schema, table in self.session.base_tables():
+            self._ensure(schema, table)
+
+    def _ensure(self, schema: str, table: str) -> None:
+        if (schema, table) in self._checked:
+            return
+        policy = self.policies.get(schema, table)
+        if policy is None:
+            self._checked.add((schema, table))
+            return
+        target = self.session.table(schema, table, refresh=True)
+        if not target.primary_key:
+            raise NoPrimaryKeyError(
+                f"{target.name} has conflict policy {policy.name} but no primary key: conflicts "
+                "are detected per key; add a primary key or set its policy to off"
+            )
+        if policy.name != "lww":
+            self._checked.add((schema, table))
+            return
+        assert policy.column is not None
+        columns = self.session.columns(schema, table)
+        found = {c.lower(): c for c in columns}.get(policy.column.lower())
+        if found is None:
+            raise TargetSchemaError(
+                f"{target.name} has no column {policy.column!r}, its lww timestamp column: add "
+                "it (e.g. updated_at DATETIME(3) ON UPDATE CURRENT_TIMESTAMP(3)) on every "
+                "datacenter, or fix conflicts.tables.column"
+            )
+        try:
+            stamp = tombstones.StampType.of(columns[found][0], found, target.name)
+        except ValueError as exc:
+            raise TargetSchemaError(str(exc)) from exc
+        key = [tombstones.KeyColumn(k, columns[k][1]) for k in target.primary_key]
+        self.session.run_setup(
+            [
+                tombstones.create_table(schema, table, key, stamp),
+                tombstones.create_trigger(
+                    schema, table, target.primary_key, stamp, self.engine.datacenter
+                ),
+            ],
+            f"creating the tombstone table and trigger of {target.name}",
+        )
+        self._ready[(schema, table)] = stamp
+        self._checked.add((schema, table))
+
+    # ------------------------------------------------------------------ per group
+
+    def resolve(self, transactions: Sequence[Transaction]) -> Resolution:
+        """Read and lock the rows the group touches, then decide. Run first in the target
+        transaction: a table set up here commits DDL, so nothing may be written before it."""
+        prepared = self.engine.prepare(transactions)
+        for probe in prepared.probes:
+            if probe.tombstone:
+                self._ensure(probe.table.schema, probe.table.table)
+        statements = [s for p in prepared.probes for s in p.statements()]
+        results = (
+            self.session.select_many(statements, "reading target rows to check for conflicts")
+            if statements
+            else []
+        )
+        observed: list[Observed] = []
+        at = 0
+        for probe in prepared.probes:
+            width = 2 if probe.tombstone else 1
+            observed.append(observe(probe, results[at : at + width]))
+            at += width
+        return prepared.resolve(observed)
+
+    def writes(self, resolution: Resolution) -> list[Statement]:
+        """The conflict log rows and tombstones to write with the group."""
+        out = []
+        if resolution.entries:
+            out.append(conflict_log.insert(resolution.entries))
+        by_table: dict[Any, list[tuple[Any, Any, str]]] = defaultdict(list)
+        for write in resolution.tombstones:
+            by_table[write.table].append((write.key, write.version.stamp, write.version.datacenter))
+        for table, rows in by_table.items():
+            out.append(tombstones.upsert(table.schema, table.table, table.primary_key, rows))
+        return out
+
+    # ------------------------------------------------------------------ maintenance
+
+    def due(self, now: float) -> bool:
+        return self._maintained_at is None or now - self._maintained_at >= MAINTAIN_EVERY_S
+
+    def maintain(self, now: float) -> int:
+        """Set up tables created since, purge old tombstones; returns how many were purged."""
+        self._maintained_at = now
+        for schema, table in self.session.base_tables():
+            self._ensure(schema, table)
+        purged = 0
+        for (schema, table), stamp in self._ready.items():
+            statement = tombstones.purge(
+                schema, table, tombstones.integer_stamp(stamp), self.retention_s
+            )
+            while True:
+                deleted = self.session.execute(statement, f"purging tombstones of {schema}.{table}")
+                self.session.commit()
+                purged += deleted
+                if deleted < tombstones.PURGE_BATCH:
+                    break
+        if purged:
+            log.info("purged %d tombstones older than %d s", purged, self.retention_s)
+        return purged

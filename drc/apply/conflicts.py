@@ -1,0 +1,651 @@
+"""Write conflicts: detected by comparing each incoming change with the target's row, resolved
+by the table's policy the same way on every side. Pure: decisions from rows already read.
+
+Detection, for every table with a policy (``[[conflicts.tables]]``). The target's row for the
+change's key is read with SELECT .. FOR UPDATE in the apply transaction; whether it equals an
+incoming image is decided by the server (``<=>`` per column), so no value is ever compared
+across two Python type systems::
+
+    incoming   target row                                 result
+    insert     none (or a tombstone older than it)         applied
+               equal to the after image (a replay)         applied
+               another row                                 conflict insert-insert
+               none, tombstone newer (lww only)            conflict insert-delete
+    update     equal to the before or after image          applied
+               another row                                 conflict update-update
+               none                                        conflict update-delete
+    delete     equal to the before image                   applied
+               none                                        applied (already gone)
+               another row                                 conflict delete-update
+
+Columns are never merged: the winner's whole row is kept. A key-changing update on such a table
+is handled as a delete of the old key and an insert of the new one. Within one target
+transaction later changes of a key are compared with the row the earlier ones left.
+
+Policies:
+
+- ``lww``: the newer version wins. A row's version is ``(its timestamp column, datacenter
+  rank)``; a delete's is ``(when it was deleted, rank)``, taken from its tombstone
+  (drc.apply.tombstones: the origin's delete trigger writes it in the deleting transaction, so
+  it travels with the delete). Equal timestamps go to the datacenter listed first in
+  ``conflicts.priority``; the target's row counts as written by this datacenter, a tombstone by
+  the datacenter it names. A delete is never undone by an older update, and an older delete
+  never removes a newer row.
+- ``resolver``: ``module:function(local, before, after, context)`` returns the row to keep (a
+  mapping with the same key) or None to delete it. An exception stops the channel; the change
+  is not skipped, it is decided again after a restart.
+- ``overwrite`` (incoming wins) and ``keep`` (local wins). Given to both sides they swap rows;
+  ``keep`` on one datacenter with ``overwrite`` on the other makes the first the authority.
+
+Every conflict becomes a :class:`drc.apply.conflict_log.ConflictEntry`, written in the same
+transaction as its resolution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from drc.apply import sql, tombstones
+from drc.apply.conflict_log import ConflictEntry
+from drc.apply.errors import ApplyError
+from drc.apply.plan import TargetTable, key_of
+from drc.core.errors import ConfigError
+from drc.core.events import Op, RowChange, Transaction
+from drc.core.scn import SCN
+from drc.core.tablefilter import TablePattern
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictContext:
+    """What a resolver is told besides the rows."""
+
+    channel: str
+    origin: str  # the datacenter the incoming change comes from
+    datacenter: str  # this datacenter, which decides
+    scn: SCN
+    origin_time: dt.datetime | None
+    schema: str
+    table: str
+    kind: str
+    key: Mapping[str, Any]
+
+
+ResolverFn = Callable[[Row | None, Row | None, Row | None, ConflictContext], Row | None]
+
+
+class ResolverError(ApplyError):
+    """A user resolver raised or returned something unusable; the channel stops unapplied."""
+
+
+@dataclass(frozen=True, slots=True)
+class TablePolicy:
+    name: str  # lww | resolver | overwrite | keep
+    column: str | None = None
+    resolver: ResolverFn | None = None
+    resolver_name: str = ""
+
+
+def load_resolver(spec: str) -> ResolverFn:
+    """The function named ``module:function`` (ConfigError saying what is wrong otherwise)."""
+    module_name, _, function_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure of user code
+        raise ConfigError(
+            f"conflict resolver {spec!r}: cannot import {module_name}: {exc}"
+        ) from exc
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ConfigError(
+            f"conflict resolver {spec!r}: {module_name} has no function {function_name}"
+        )
+    return function  # type: ignore[no-any-return]
+
+
+class Policies:
+    """Table -> policy, first matching ``[[conflicts.tables]]`` entry (``off`` = none)."""
+
+    def __init__(self, rules: Sequence[tuple[str, TablePolicy | None]]) -> None:
+        self._rules = [(TablePattern.parse(p), policy) for p, policy in rules]
+        self._cache: dict[tuple[str, str], TablePolicy | None] = {}
+
+    @classmethod
+    def from_config(
+        cls, config: Any, load: Callable[[str], ResolverFn] = load_resolver
+    ) -> Policies:
+        rules: list[tuple[str, TablePolicy | None]] = []
+        for entry in config.tables:
+            if entry.policy == "off":
+                rules.append((entry.table, None))
+            elif entry.policy == "resolver":
+                fn = load(entry.resolver)
+                rules.append((entry.table, TablePolicy("resolver", None, fn, entry.resolver)))
+            else:
+                rules.append((entry.table, TablePolicy(entry.policy, entry.column)))
+        return cls(rules)
+
+    @property
+    def active(self) -> bool:
+        return any(policy is not None for _, policy in self._rules)
+
+    def get(self, schema: str, table: str) -> TablePolicy | None:
+        key = (schema, table)
+        if key not in self._cache:
+            found = next((p for pat, p in self._rules if pat.matches(schema, table)), None)
+            self._cache[key] = found if schema != tombstones.SCHEMA else None
+        return self._cache[key]
+
+
+# ---------------------------------------------------------------------------- versions
+
+
+def stamp_key(value: Any) -> tuple[int, Any]:
+    """A sortable form of a timestamp column value (NULL and zero dates sort first)."""
+    if value is None or isinstance(value, str) or not hasattr(value, "__lt__"):
+        return (0, 0)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return (1, value)
+    if isinstance(value, dt.date):
+        return (1, dt.datetime(value.year, value.month, value.day))
+    if isinstance(value, int | float | Decimal):
+        return (1, value)
+    return (0, 0)  # ZeroDate and other non-instants
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    stamp: Any
+    datacenter: str
+
+
+class Ranks:
+    """``conflicts.priority``: the first datacenter wins ties."""
+
+    def __init__(self, priority: Sequence[str]) -> None:
+        self._rank = {dc: len(priority) - i for i, dc in enumerate(priority)}
+
+    def newer(self, a: Version, b: Version | None) -> bool:
+        """Whether version ``a`` beats ``b`` (any version beats none)."""
+        if b is None:
+            return True
+        ka, kb = stamp_key(a.stamp), stamp_key(b.stamp)
+        if ka != kb:
+            return ka > kb
+        return self._rank.get(a.datacenter, 0) > self._rank.get(b.datacenter, 0)
+
+
+# ---------------------------------------------------------------------------- probes
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A target row to read (and lock) before deciding, with the images to compare it with."""
+
+    table: TargetTable
+    key: tuple[Any, ...]
+    images: tuple[Row, ...]
+    tombstone: bool
+
+    def statements(self) -> list[sql.Statement]:
+        t = self.table
+        match = sql.by_keys(t.primary_key, [self.key])
+        flags: list[str] = []
+        params: list[Any] = []
+        for image in self.images:
+            text, values = sql.whole_row(tuple(image), tuple(image.values()))
+            flags.append(f"({text.removesuffix(' LIMIT 1')})")
+            params.extend(values)
+        name = sql.table_name(t.schema, t.table)
+        select = sql.Statement(
+            f"SELECT {', '.join(flags) or '1'}, {name}.* FROM {name} WHERE {match.sql} FOR UPDATE",
+            tuple(params) + match.params,
+        )
+        if not self.tombstone:
+            return [select]
+        return [select, tombstones.lookup(t.schema, t.table, t.primary_key, self.key)]
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What a probe found: the row (None: no row), which images it equals, the tombstone."""
+
+    row: dict[str, Any] | None
+    same: tuple[bool, ...]
+    tombstone: Version | None = None
+
+
+def observe(probe: Probe, results: Sequence[tuple[list[str], list[tuple[Any, ...]]]]) -> Observed:
+    """Read a probe's result sets (from :meth:`Probe.statements`, in order)."""
+    names, rows = results[0]
+    tombstone = None
+    if probe.tombstone and results[1][1]:
+        stamp, origin = results[1][1][0]
+        tombstone = Version(stamp, origin)
+    if not rows:
+        return Observed(None, (False,) * len(probe.images), tombstone)
+    width = max(1, len(probe.images))
+    flags = tuple(bool(v) for v in rows[0][: len(probe.images)])
+    return Observed(dict(zip(names[width:], rows[0][width:], strict=True)), flags, tombstone)
+
+
+# ---------------------------------------------------------------------------- the engine
+
+
+@dataclass(frozen=True, slots=True)
+class TombstoneWrite:
+    table: TargetTable
+    key: tuple[Any, ...]
+    version: Version
+
+
+@dataclass
+class Resolution:
+    changes: list[RowChange] = field(default_factory=list)
+    entries: list[ConflictEntry] = field(default_factory=list)
+    tombstones: list[TombstoneWrite] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Item:
+    txn: Transaction
+    change: RowChange
+    policy: TablePolicy | None = None
+    table: TargetTable | None = None
+    key: tuple[Any, ...] = ()
+    delete_stamp: Any = None
+
+
+@dataclass(slots=True)
+class _State:
+    """The target's row for one key as the transaction being built leaves it."""
+
+    row: Row | None  # None: no row
+    version_dc: str  # who wrote ``row`` (lww ties)
+    observed: Observed | None = None  # set while ``row`` is still the row the probe read
+    images: tuple[Row, ...] = ()
+    tombstone: Version | None = None
+
+    def equals(self, image: Row | None) -> bool:
+        if self.row is None or image is None:
+            return False
+        if self.observed is not None:
+            return any(
+                s and i is image for s, i in zip(self.observed.same, self.images, strict=True)
+            )
+        return dict(self.row) == dict(image)
+
+
+class Prepared:
+    """A group's changes, the probes they need, and how to finish once the probes are read."""
+
+    def __init__(self, engine: ConflictEngine, items: list[_Item], probes: list[Probe]) -> None:
+        self.engine, self.items, self.probes = engine, items, probes
+
+    def resolve(self, observed: Sequence[Observed]) -> Resolution:
+        """Decide every change, given what each probe found (in :attr:`probes` order)."""
+        probed = {
+            (p.table.schema, p.table.table, p.key): (p, seen)
+            for p, seen in zip(self.probes, observed, strict=True)
+        }
+        return self.engine.decide(self.items, probed)
+
+
+class ConflictEngine:
+    """Detects and resolves the conflicts of one channel's target transactions."""
+
+    def __init__(
+        self,
+        policies: Policies,
+        ranks: Ranks,
+        *,
+        channel: str,
+        origin: str,
+        datacenter: str,
+        tables: Callable[[str, str], TargetTable],
+        names: Any = None,  # drc.apply.stages.NameMap: tombstone rows carry source names
+    ) -> None:
+        self.policies, self.ranks = policies, ranks
+        self.channel, self.origin, self.datacenter = channel, origin, datacenter
+        self._tables, self._names = tables, names
+        self.fallback_stamps = 0  # deletes that came without a tombstone row
+
+    def prepare(self, transactions: Sequence[Transaction]) -> Prepared:
+        items: list[_Item] = []
+        images: dict[tuple[str, str, tuple[Any, ...]], list[Row]] = {}
+        probes_for: dict[tuple[str, str, tuple[Any, ...]], tuple[TargetTable, bool]] = {}
+        for txn in transactions:
+            stamps = self._delete_stamps(txn)
+            for change in txn.changes:
+                if tombstones.is_tombstone_table(change.schema, change.table):
+                    continue
+                policy = self.policies.get(change.schema, change.table)
+                if policy is None:
+                    items.append(_Item(txn, change))
+                    continue
+                table = self._tables(change.schema, change.table)
+                for part in _split_key_change(change, table):
+                    key = key_of(table, part.row)
+                    ref = (table.schema, table.table, key)
+                    stamp = None
+                    if part.op is Op.DELETE and policy.name == "lww":
+                        stamp = self._delete_stamp(txn, part, policy, stamps.get(ref), change)
+                    items.append(_Item(txn, part, policy, table, key, stamp))
+                    found = images.setdefault(ref, [])
+                    found.extend(i for i in (part.before, part.after) if i is not None)
+                    probes_for[ref] = (table, policy.name == "lww")
+        probes = [
+            Probe(table, ref[2], tuple(images[ref]), lww)
+            for ref, (table, lww) in probes_for.items()
+        ]
+        return Prepared(self, items, probes)
+
+    # -- deletes' timestamps -------------------------------------------------------------
+
+    def _delete_stamps(self, txn: Transaction) -> dict[tuple[str, str, tuple[Any, ...]], Any]:
+        """The tombstone rows the origin's delete trigger wrote in this transaction."""
+        stamps: dict[tuple[str, str, tuple[Any, ...]], Any] = {}
+        for change in txn.changes:
+            if (
+                not tombstones.is_tombstone_table(change.schema, change.table)
+                or change.after is None
+            ):
+                continue
+            row = change.after
+            schema, table = row[tombstones.COL_SCHEMA], row[tombstones.COL_TABLE]
+            columns: Mapping[str, str] = {}
+            if self._names is not None:
+                columns = self._names.columns.get((schema, table), {})
+                schema, table = self._names.table(schema, table)
+            if self.policies.get(schema, table) is None:
+                continue
+            target = self._tables(schema, table)
+            image = {columns.get(k, k): v for k, v in row.items()}
+            stamps[(schema, table, key_of(target, image))] = row[tombstones.COL_DELETED_AT]
+        return stamps
+
+    def _delete_stamp(
+        self, txn: Transaction, part: RowChange, policy: TablePolicy, found: Any, change: RowChange
+    ) -> Any:
+        column = policy.column
+        assert column is not None
+        if change.op is Op.UPDATE:  # a key change: deleted when the new row was written
+            return _column(change.after, column, change)
+        if found is not None:
+            return found
+        # No tombstone row: the origin has no DRC delete trigger on the table (yet). The
+        # commit second is the best both sides can agree on.
+        self.fallback_stamps += 1
+        before = _column(part.before, column, part)
+        when = dt.datetime.fromtimestamp(txn.timestamp, dt.UTC).replace(tzinfo=None)
+        if isinstance(before, int):
+            return txn.timestamp * 1000
+        return when
+
+    # -- deciding -------------------------------------------------------------------------
+
+    def decide(
+        self,
+        items: Sequence[_Item],
+        probed: Mapping[tuple[str, str, tuple[Any, ...]], tuple[Probe, Observed]],
+    ) -> Resolution:
+        out = Resolution()
+        states: dict[tuple[str, str, tuple[Any, ...]], _State] = {}
+        for item in items:
+            if item.policy is None or item.table is None:
+                out.changes.append(item.change)
+                continue
+            ref = (item.table.schema, item.table.table, item.key)
+            state = states.get(ref)
+            if state is None:
+                probe, seen = probed[ref]
+                state = states[ref] = _State(
+                    seen.row, self.datacenter, seen, probe.images, seen.tombstone
+                )
+            self._one(item, state, out)
+        return out
+
+    def _one(self, item: _Item, state: _State, out: Resolution) -> None:
+        change, policy = item.change, item.policy
+        assert policy is not None
+        kind = _conflict(change, state, self._incoming(item), self.ranks)
+        if kind is None:
+            self._apply(item, state, out)
+            return
+        decision, reason, result = self._resolve(item, state, kind)
+        local = state.row
+        if decision == "incoming":
+            self._apply(item, state, out, upsert=True)
+        elif decision == "custom":
+            assert result is not None
+            out.changes.append(
+                RowChange(change.schema, change.table, Op.INSERT, None, dict(result))
+            )
+            state.row, state.observed, state.version_dc = result, None, self.datacenter
+        elif decision == "delete":
+            assert local is not None
+            out.changes.append(RowChange(change.schema, change.table, Op.DELETE, dict(local), None))
+            state.row, state.observed = None, None
+        out.entries.append(self._entry(item, kind, decision, reason, local, state.row))
+
+    def _incoming(self, item: _Item) -> Version | None:
+        policy = item.policy
+        if policy is None or policy.name != "lww":
+            return None
+        assert policy.column is not None
+        if item.change.op is Op.DELETE:
+            return Version(item.delete_stamp, self.origin)
+        return Version(_column(item.change.after, policy.column, item.change), self.origin)
+
+    def _apply(self, item: _Item, state: _State, out: Resolution, upsert: bool = False) -> None:
+        change = item.change
+        if change.op is Op.DELETE:
+            out.changes.append(change)
+            state.row, state.observed = None, None
+            incoming = self._incoming(item)
+            if incoming is not None and self.ranks.newer(incoming, state.tombstone):
+                state.tombstone = incoming
+                out.tombstones.append(TombstoneWrite(item.table, item.key, incoming))  # type: ignore[arg-type]
+            return
+        if upsert and change.op is Op.UPDATE:
+            change = RowChange(change.schema, change.table, Op.INSERT, None, change.after)
+        out.changes.append(change)
+        state.row, state.observed, state.version_dc = change.after, None, self.origin
+
+    def _resolve(self, item: _Item, state: _State, kind: str) -> tuple[str, str, Row | None]:
+        policy = item.policy
+        assert policy is not None
+        if policy.name == "overwrite":
+            return "incoming", "policy overwrite: the incoming change always wins", None
+        if policy.name == "keep":
+            return "local", "policy keep: the local row always wins", None
+        if policy.name == "lww":
+            return self._lww(item, state)
+        return self._call_resolver(item, state, kind)
+
+    def _lww(self, item: _Item, state: _State) -> tuple[str, str, Row | None]:
+        policy = item.policy
+        assert policy is not None and policy.column is not None
+        column = policy.column
+        incoming = self._incoming(item)
+        assert incoming is not None
+        local = self._local_version(state, column)
+        wins = self.ranks.newer(incoming, local)
+        what = "deleted at" if item.change.op is Op.DELETE else f"{column}"
+        mine = "local row"
+        if local is None:
+            return (
+                "incoming",
+                f"no local row or tombstone: the incoming {what} {_text(incoming.stamp)} wins",
+                None,
+            )
+        if state.row is None:
+            mine = f"local delete (by {local.datacenter})"
+            theirs = f"{mine} at {_text(local.stamp)}"
+        else:
+            theirs = f"{mine} {column} {_text(local.stamp)}"
+        if stamp_key(incoming.stamp) == stamp_key(local.stamp):
+            winner = incoming.datacenter if wins else local.datacenter
+            reason = (
+                f"equal timestamps {_text(incoming.stamp)}: {winner} comes first in "
+                f"conflicts.priority"
+            )
+        elif wins:
+            reason = f"incoming {what} {_text(incoming.stamp)} is newer than the {theirs}"
+        else:
+            reason = f"the {theirs} is newer than the incoming {what} {_text(incoming.stamp)}"
+        return ("incoming" if wins else "local"), reason, None
+
+    def _local_version(self, state: _State, column: str) -> Version | None:
+        if state.row is None:
+            return state.tombstone
+        return Version(state.row.get(column), state.version_dc)
+
+    def _call_resolver(self, item: _Item, state: _State, kind: str) -> tuple[str, str, Row | None]:
+        policy, change, table = item.policy, item.change, item.table
+        assert policy is not None and policy.resolver is not None and table is not None
+        context = ConflictContext(
+            self.channel, self.origin, self.datacenter, item.txn.scn, _origin_time(item.txn),
+            table.schema, table.table, kind, dict(zip(table.primary_key, item.key, strict=True)),
+        )  # fmt: skip
+        before, after = _adapted(change.before), _adapted(change.after)
+        local = None if state.row is None else dict(state.row)
+        try:
+            result = policy.resolver(local, before, after, context)
+        except Exception as exc:
+            raise ResolverError(
+                f"conflict resolver {policy.resolver_name} failed on {table.name} key "
+                f"{context.key} at SCN {item.txn.scn}: {type(exc).__name__}: {exc}. The channel "
+                "stopped without applying it; fix the resolver and restart"
+            ) from exc
+        name = policy.resolver_name
+        if result is None:
+            if local is None:
+                return "local", f"resolver {name} chose no row, and there is none", None
+            if change.op is Op.DELETE:
+                return "incoming", f"resolver {name} chose the incoming delete", None
+            return "delete", f"resolver {name} chose to delete the row", None
+        if not isinstance(result, Mapping):
+            raise ResolverError(
+                f"conflict resolver {name} returned {type(result).__name__} for {table.name} "
+                f"key {context.key}: it must return a row (a mapping) or None for a delete"
+            )
+        if _adapted_key(table, result) != tuple(sql.adapt(v) for v in item.key):
+            raise ResolverError(
+                f"conflict resolver {name} returned a row with another primary key for "
+                f"{table.name} key {context.key}: it must keep the key"
+            )
+        if local is not None and dict(result) == local:
+            return "local", f"resolver {name} kept the local row", None
+        if after is not None and dict(result) == after:
+            return "incoming", f"resolver {name} chose the incoming row", None
+        return "custom", f"resolver {name} wrote its own row", result
+
+    def _entry(
+        self,
+        item: _Item,
+        kind: str,
+        decision: str,
+        reason: str,
+        local: Row | None,
+        result: Row | None,
+    ) -> ConflictEntry:
+        table, change, policy = item.table, item.change, item.policy
+        assert table is not None and policy is not None
+        return ConflictEntry(
+            channel=self.channel,
+            scn=str(item.txn.scn),
+            origin=self.origin,
+            datacenter=self.datacenter,
+            schema=table.schema,
+            table=table.table,
+            key=dict(zip(table.primary_key, item.key, strict=True)),
+            kind=kind,
+            policy=policy.name,
+            decision=decision,
+            reason=reason,
+            local_row=None if local is None else dict(local),
+            incoming_before=None if change.before is None else dict(change.before),
+            incoming_after=None if change.after is None else dict(change.after),
+            result_row=None if result is None else dict(result),
+            origin_time=_origin_time(item.txn),
+        )
+
+
+def _conflict(
+    change: RowChange, state: _State, incoming: Version | None, ranks: Ranks
+) -> str | None:
+    """The conflict kind, or None when the change applies as the origin expected."""
+    present = state.row is not None
+    if change.op is Op.INSERT:
+        if present:
+            return None if state.equals(change.after) else "insert-insert"
+        if incoming is not None and state.tombstone is not None:
+            return None if ranks.newer(incoming, state.tombstone) else "insert-delete"
+        return None
+    if change.op is Op.UPDATE:
+        if not present:
+            return "update-delete"
+        return (
+            None if state.equals(change.before) or state.equals(change.after) else "update-update"
+        )
+    if not present:
+        return None
+    return None if state.equals(change.before) else "delete-update"
+
+
+def _split_key_change(change: RowChange, table: TargetTable) -> list[RowChange]:
+    if change.op is not Op.UPDATE:
+        return [change]
+    assert change.before is not None and change.after is not None
+    if key_of(table, change.before) == key_of(table, change.after):
+        return [change]
+    return [
+        dataclasses.replace(change, op=Op.DELETE, after=None),
+        dataclasses.replace(change, op=Op.INSERT, before=None),
+    ]
+
+
+def _column(image: Row | None, column: str, change: RowChange) -> Any:
+    if image is not None:
+        if column in image:
+            return image[column]
+        folded = {k.lower(): v for k, v in image.items()}
+        if column.lower() in folded:
+            return folded[column.lower()]
+    raise ApplyError(
+        f"lww column {column!r} is not in the incoming rows of {change.schema}.{change.table}: "
+        "add it to the table on every datacenter, or fix conflicts.tables.column"
+    )
+
+
+def _adapted(row: Row | None) -> dict[str, Any] | None:
+    return None if row is None else {k: sql.adapt(v) for k, v in row.items()}
+
+
+def _adapted_key(table: TargetTable, row: Row) -> tuple[Any, ...] | None:
+    try:
+        return tuple(sql.adapt(v) for v in key_of(table, row))
+    except KeyError:
+        return None
+
+
+def _origin_time(txn: Transaction) -> dt.datetime | None:
+    if not txn.timestamp:
+        return None
+    return dt.datetime.fromtimestamp(txn.timestamp, dt.UTC).replace(tzinfo=None)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, dt.datetime):
+        return value.isoformat(" ", timespec="microseconds" if value.microsecond else "seconds")
+    return "NULL" if value is None else str(value)

@@ -1,0 +1,184 @@
+"""Tombstones: when each row of a ``lww`` table was deleted, so deletes take part in lww.
+
+A deleted row leaves nothing to compare a late update with, so every ``lww`` table ``db.t`` gets
+a companion table in the ``drc`` schema, created by the apply channel on start::
+
+    drc.tomb_<hash>_<db>_<t>     (name cut to 64 characters; the hash keeps it unique)
+    +-----------------+-------------------------------------------------------------------+
+    | <pk columns>    | the table's primary key, same types and collations: looked up    |
+    |  (primary key)  | and compared by the server exactly like the table's own keys     |
+    | drc$schema      | 'db'  \\ the table the row belonged to (the origin's names), so a  |
+    | drc$table       | 't'   / datacenter receiving it knows what was deleted           |
+    | drc$deleted_at  | when: same family as the lww column (DATETIME(6), TIMESTAMP(6)    |
+    |                 | or BIGINT milliseconds), from the deleting session's clock        |
+    | drc$origin      | the datacenter that deleted it (lww ties)                        |
+    +-----------------+-------------------------------------------------------------------+
+
+Two writers, never both for one delete:
+
+- Deletes made by applications: an ``AFTER DELETE`` trigger ``drc_tomb_<hash>`` on the table
+  writes the tombstone in the deleting transaction. Its row event therefore travels with the
+  delete to the other datacenters (the replicator always captures ``drc.tomb_*``), which is how
+  they learn the exact time of the delete. Clock skew and ``SET TIMESTAMP`` apply to the
+  trigger's ``NOW(6)`` exactly as to ``ON UPDATE CURRENT_TIMESTAMP`` columns.
+- Deletes applied by DRC: the apply session sets ``@drc_apply = 1``, which the trigger checks,
+  and the channel writes the tombstone itself with the origin's time, keeping the newer of the
+  old and the new one.
+
+Tombstones older than ``conflicts.tombstone_retention_hours`` are purged by each channel. An
+update delayed longer than that can bring a deleted row back. Deletes that fire no trigger
+(TRUNCATE, foreign-key cascades) leave no tombstone, and neither does a table the trigger is
+missing on: the other side then falls back to the delete's commit second.
+
+Privileges: TRIGGER on the lww tables and CREATE/INSERT/DELETE on ``drc.*`` for the apply user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drc.apply.sql import Statement, by_keys, ident, quote, table_name
+from drc.apply.sql import upsert as upsert_rows
+from drc.core.markers import TOMBSTONE_PREFIX, is_tombstone_table
+
+__all__ = ["is_tombstone_table"]
+
+SCHEMA = "drc"
+COL_SCHEMA = "drc$schema"
+COL_TABLE = "drc$table"
+COL_DELETED_AT = "drc$deleted_at"
+COL_ORIGIN = "drc$origin"
+PURGE_BATCH = 5000
+
+
+def _digest(schema: str, table: str) -> str:
+    return hashlib.sha1(f"{schema}.{table}".encode()).hexdigest()[:10]
+
+
+def name(schema: str, table: str) -> str:
+    """The companion table of ``schema.table`` (in the drc schema)."""
+    return f"{TOMBSTONE_PREFIX}{_digest(schema, table)}_{schema}_{table}"[:64]
+
+
+def trigger_name(schema: str, table: str) -> str:
+    return f"drc_tomb_{_digest(schema, table)}"
+
+
+@dataclass(frozen=True, slots=True)
+class StampType:
+    """How the companion table stores a deletion time comparable with the lww column."""
+
+    column_sql: str  # type of drc$deleted_at
+    now_sql: str  # the trigger's "now" in that type
+
+    @classmethod
+    def of(cls, data_type: str, column: str, table: str) -> StampType:
+        kind = data_type.lower()
+        if kind == "datetime":
+            return cls("DATETIME(6) NULL", "NOW(6)")
+        if kind == "timestamp":
+            return cls("TIMESTAMP(6) NULL DEFAULT NULL", "NOW(6)")
+        if kind in ("bigint", "int", "decimal"):
+            return cls("BIGINT NULL", "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+        raise ValueError(
+            f"lww column {column!r} of {table} is {data_type}: use DATETIME(3..6), TIMESTAMP(3..6) "
+            "or a BIGINT of milliseconds since the epoch"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyColumn:
+    name: str
+    definition: str  # COLUMN_TYPE with character set and collation, as information_schema says
+
+
+def create_table(schema: str, table: str, key: Sequence[KeyColumn], stamp: StampType) -> str:
+    columns = [f"{quote(c.name)} {c.definition} NOT NULL" for c in key]
+    columns += [
+        f"{quote(COL_SCHEMA)} VARCHAR(64) NOT NULL",
+        f"{quote(COL_TABLE)} VARCHAR(64) NOT NULL",
+        f"{quote(COL_DELETED_AT)} {stamp.column_sql}",
+        f"{quote(COL_ORIGIN)} VARCHAR(64) NOT NULL",
+        f"PRIMARY KEY ({', '.join(quote(c.name) for c in key)})",
+        f"KEY ({quote(COL_DELETED_AT)})",
+    ]
+    comment = f"DRC tombstones of {schema}.{table}".replace("'", "''")
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quote(SCHEMA)}.{quote(name(schema, table))} "
+        f"({', '.join(columns)}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='{comment}'"
+    )
+
+
+def _string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def create_trigger(
+    schema: str, table: str, key: Sequence[str], stamp: StampType, datacenter: str
+) -> str:
+    """The AFTER DELETE trigger recording application deletes (DRC's own sessions skip it)."""
+    companion = f"{quote(SCHEMA)}.{quote(name(schema, table))}"
+    columns = [quote(k) for k in key] + [
+        quote(c) for c in (COL_SCHEMA, COL_TABLE, COL_DELETED_AT, COL_ORIGIN)
+    ]
+    values = [f"OLD.{quote(k)}" for k in key]
+    values += [_string(schema), _string(table), stamp.now_sql, _string(datacenter)]
+    updates = ", ".join(f"{c} = VALUES({c})" for c in columns[len(key) :])
+    return (
+        f"CREATE OR REPLACE TRIGGER {quote(schema)}.{quote(trigger_name(schema, table))} "
+        f"AFTER DELETE ON {quote(schema)}.{quote(table)} FOR EACH ROW "
+        f"IF @drc_apply IS NULL THEN INSERT INTO {companion} ({', '.join(columns)}) "
+        f"VALUES ({', '.join(values)}) ON DUPLICATE KEY UPDATE {updates}; END IF"
+    )
+
+
+def lookup(schema: str, table: str, key: Sequence[str], values: Sequence[Any]) -> Statement:
+    """The tombstone of one key, locked: (deleted_at, origin) or no row."""
+    match = by_keys(key, [values])
+    return Statement(
+        f"SELECT {ident(COL_DELETED_AT)}, {ident(COL_ORIGIN)} FROM "
+        f"{table_name(SCHEMA, name(schema, table))} WHERE {match.sql} FOR UPDATE",
+        match.params,
+    )
+
+
+def upsert(
+    schema: str, table: str, key: Sequence[str], rows: Sequence[tuple[Sequence[Any], Any, str]]
+) -> Statement:
+    """Record deletions ``(key values, deleted_at, origin)``, keeping the newer of two."""
+    columns = [*key, COL_SCHEMA, COL_TABLE, COL_DELETED_AT, COL_ORIGIN]
+    values = [(*k, schema, table, when, origin) for k, when, origin in rows]
+    plain = upsert_rows(SCHEMA, name(schema, table), columns, values)
+    head, _, _ = plain.sql.partition(" ON DUPLICATE KEY UPDATE ")
+    at, origin = ident(COL_DELETED_AT), ident(COL_ORIGIN)
+    newer = f"VALUES({at}) > {at} OR {at} IS NULL"
+    return Statement(
+        f"{head} ON DUPLICATE KEY UPDATE {origin} = IF({newer}, VALUES({origin}), {origin}), "
+        f"{at} = IF({newer}, VALUES({at}), {at})",
+        plain.params,
+    )
+
+
+def purge(schema: str, table: str, integer_stamp: bool, retention_s: int) -> Statement:
+    """Delete up to PURGE_BATCH tombstones older than the retention (run until it deletes 0)."""
+    at = ident(COL_DELETED_AT)
+    if integer_stamp:
+        limit = "(UNIX_TIMESTAMP(NOW(3)) - %s) * 1000"
+    else:
+        limit = "NOW(6) - INTERVAL %s SECOND"
+    return Statement(
+        f"DELETE FROM {table_name(SCHEMA, name(schema, table))} WHERE {at} < {limit} "
+        f"LIMIT {PURGE_BATCH}",
+        (retention_s,),
+    )
+
+
+_INTEGER = re.compile(r"BIGINT", re.IGNORECASE)
+
+
+def integer_stamp(stamp: StampType) -> bool:
+    return _INTEGER.match(stamp.column_sql) is not None
