@@ -181,7 +181,9 @@ class ConflictTableConfig(_Model):
 
     table: str
     policy: ConflictPolicyName
-    column: str | None = Field(None, min_length=1)  # lww: the row's timestamp column
+    # lww (required) or resolver (optional): the row's timestamp column. DRC then keeps it moving
+    # forward and keeps tombstones, so deletes have a time too (drc.apply.tombstones).
+    column: str | None = Field(None, min_length=1)
     resolver: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module:function
 
     @model_validator(mode="after")
@@ -194,8 +196,8 @@ class ConflictTableConfig(_Model):
             raise ValueError(f"{self.table}: policy lww needs column = the timestamp column")
         if self.policy == "resolver" and self.resolver is None:
             raise ValueError(f"{self.table}: policy resolver needs resolver = 'module:function'")
-        if self.column is not None and self.policy != "lww":
-            raise ValueError(f"{self.table}: column is only used by policy lww")
+        if self.column is not None and self.policy not in ("lww", "resolver"):
+            raise ValueError(f"{self.table}: column is only used by policies lww and resolver")
         if self.resolver is not None and self.policy != "resolver":
             raise ValueError(f"{self.table}: resolver is only used by policy resolver")
         return self

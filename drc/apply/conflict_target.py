@@ -3,7 +3,8 @@
 The decisions are drc.apply.conflicts (pure); this module runs what they need through the
 channel's TargetSession:
 
-    setup      drc.conflicts, and for every lww table its tombstone table and delete trigger
+    setup      drc.conflicts; for every table with a timestamp column, its tombstone table and
+               triggers
                (again after each DDL and every MAINTAIN_EVERY_S, for tables created since)
     resolve    one locked read per key the group touches (SELECT .. FOR UPDATE, batched in a
                few round trips), then the engine's decisions
@@ -35,7 +36,7 @@ class ConflictTarget:
     ) -> None:
         self.session, self.engine, self.policies = session, engine, policies
         self.retention_s = retention_s
-        self._ready: dict[tuple[str, str], tombstones.StampType] = {}  # lww tables set up
+        self._ready: dict[tuple[str, str], tombstones.StampType] = {}  # timestamped tables set up
         self._checked: set[tuple[str, str]] = set()  # every table looked at
         self._maintained_at: float | None = None
 
@@ -46,8 +47,8 @@ class ConflictTarget:
         self.refresh_tables()
 
     def refresh_tables(self) -> None:
-        """Tombstone table and trigger for every lww table (trigger replaced: DDL may have
-        changed the key)."""
+        """Tombstone table and triggers for every table with a timestamp column (triggers are
+        replaced: DDL may have changed the key or the columns)."""
         self._ready.clear()
         self._checked.clear()
         for schema, table in self.session.base_tables():
@@ -66,7 +67,7 @@ class ConflictTarget:
                 f"{target.name} has conflict policy {policy.name} but no primary key: conflicts "
                 "are detected per key; add a primary key or set its policy to off"
             )
-        if policy.name != "lww":
+        if policy.column is None:
             self._checked.add((schema, table))
             return
         assert policy.column is not None
@@ -74,23 +75,24 @@ class ConflictTarget:
         found = {c.lower(): c for c in columns}.get(policy.column.lower())
         if found is None:
             raise TargetSchemaError(
-                f"{target.name} has no column {policy.column!r}, its lww timestamp column: add "
-                "it (e.g. updated_at DATETIME(3) ON UPDATE CURRENT_TIMESTAMP(3)) on every "
+                f"{target.name} has no column {policy.column!r}, its conflict timestamp column: "
+                "add it (e.g. updated_at DATETIME(3) ON UPDATE CURRENT_TIMESTAMP(3)) on every "
                 "datacenter, or fix conflicts.tables.column"
             )
+        info = columns[found]
         try:
-            stamp = tombstones.StampType.of(columns[found][0], found, target.name)
+            stamp = tombstones.StampType.of(
+                info.data_type, info.datetime_precision, found, target.name
+            )
         except ValueError as exc:
             raise TargetSchemaError(str(exc)) from exc
-        key = [tombstones.KeyColumn(k, columns[k][1]) for k in target.primary_key]
+        key = [tombstones.KeyColumn(k, columns[k].definition) for k in target.primary_key]
+        triggers = tombstones.create_triggers(
+            schema, table, target.primary_key, list(columns), found, stamp, self.engine.datacenter
+        )
         self.session.run_setup(
-            [
-                tombstones.create_table(schema, table, key, stamp),
-                tombstones.create_trigger(
-                    schema, table, target.primary_key, stamp, self.engine.datacenter
-                ),
-            ],
-            f"creating the tombstone table and trigger of {target.name}",
+            [tombstones.create_table(schema, table, key, stamp), *triggers],
+            f"creating the tombstone table and triggers of {target.name}",
         )
         self._ready[(schema, table)] = stamp
         self._checked.add((schema, table))

@@ -10,7 +10,8 @@ across two Python type systems::
     insert     none (or a tombstone older than it)         applied
                equal to the after image (a replay)         applied
                another row                                 conflict insert-insert
-               none, tombstone newer (lww only)            conflict insert-delete
+               none, tombstone newer (policies with a       conflict insert-delete
+               timestamp column)
     update     equal to the before or after image          applied
                another row                                 conflict update-update
                none                                        conflict update-delete
@@ -76,6 +77,11 @@ class ConflictContext:
     table: str
     kind: str
     key: Mapping[str, Any]
+    # With a timestamp column (conflicts.tables.column): when the local row was deleted (its
+    # tombstone; None while it exists or if nothing is known), and when the incoming delete was
+    # made (None unless the incoming change is a delete).
+    local_deleted_at: Any = None
+    incoming_deleted_at: Any = None
 
 
 ResolverFn = Callable[[Row | None, Row | None, Row | None, ConflictContext], Row | None]
@@ -127,7 +133,9 @@ class Policies:
                 rules.append((entry.table, None))
             elif entry.policy == "resolver":
                 fn = load(entry.resolver)
-                rules.append((entry.table, TablePolicy("resolver", None, fn, entry.resolver)))
+                rules.append(
+                    (entry.table, TablePolicy("resolver", entry.column, fn, entry.resolver))
+                )
             else:
                 rules.append((entry.table, TablePolicy(entry.policy, entry.column)))
         return cls(rules)
@@ -337,15 +345,15 @@ class ConflictEngine:
                     key = key_of(table, part.row)
                     ref = (table.schema, table.table, key)
                     stamp = None
-                    if part.op is Op.DELETE and policy.name == "lww":
+                    if part.op is Op.DELETE and policy.column is not None:
                         stamp = self._delete_stamp(txn, part, policy, stamps.get(ref), change)
                     items.append(_Item(txn, part, policy, table, key, stamp))
                     found = images.setdefault(ref, [])
                     found.extend(i for i in (part.before, part.after) if i is not None)
-                    probes_for[ref] = (table, policy.name == "lww")
+                    probes_for[ref] = (table, policy.column is not None)
         probes = [
-            Probe(table, ref[2], tuple(images[ref]), lww)
-            for ref, (table, lww) in probes_for.items()
+            Probe(table, ref[2], tuple(images[ref]), timed)
+            for ref, (table, timed) in probes_for.items()
         ]
         return Prepared(self, items, probes)
 
@@ -439,7 +447,7 @@ class ConflictEngine:
 
     def _incoming(self, item: _Item) -> Version | None:
         policy = item.policy
-        if policy is None or policy.name != "lww":
+        if policy is None or policy.column is None:
             return None
         assert policy.column is not None
         if item.change.op is Op.DELETE:
@@ -513,9 +521,11 @@ class ConflictEngine:
     def _call_resolver(self, item: _Item, state: _State, kind: str) -> tuple[str, str, Row | None]:
         policy, change, table = item.policy, item.change, item.table
         assert policy is not None and policy.resolver is not None and table is not None
+        tombstone = state.tombstone if state.row is None else None
         context = ConflictContext(
             self.channel, self.origin, self.datacenter, item.txn.scn, _origin_time(item.txn),
             table.schema, table.table, kind, dict(zip(table.primary_key, item.key, strict=True)),
+            None if tombstone is None else tombstone.stamp, item.delete_stamp,
         )  # fmt: skip
         before, after = _adapted(change.before), _adapted(change.after)
         local = None if state.row is None else dict(state.row)

@@ -87,6 +87,13 @@ def translate(exc: BaseException, what: str) -> BaseException:
 _DRIVER_ERRORS = (pymysql.MySQLError, OSError, EOFError)
 
 
+@dataclass(frozen=True, slots=True)
+class ColumnInfo:
+    data_type: str  # e.g. "datetime"
+    definition: str  # COLUMN_TYPE with character set and collation: "varchar(20) CHARACTER .."
+    datetime_precision: int | None
+
+
 class TargetSession:
     """The channel's connection to the target (opened lazily, reopened after a failure)."""
 
@@ -216,18 +223,19 @@ class TargetSession:
                         break
         return results
 
-    def columns(self, schema: str, table: str) -> dict[str, tuple[str, str]]:
-        """Column name -> (DATA_TYPE, full definition with character set and collation)."""
+    def columns(self, schema: str, table: str) -> dict[str, ColumnInfo]:
+        """The table's columns in order, as information_schema describes them."""
         rows = self.query(sql.Statement(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME "
-            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME, "
+            "DATETIME_PRECISION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND "
+            "TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
             (schema, table)), f"reading the columns of {schema}.{table}")  # fmt: skip
         out = {}
-        for name, data_type, column_type, charset, collation in rows:
+        for name, data_type, column_type, charset, collation, precision in rows:
             definition = column_type
             if charset:
                 definition += f" CHARACTER SET {charset} COLLATE {collation}"
-            out[name] = (data_type, definition)
+            out[name] = ColumnInfo(data_type, definition, precision)
         return out
 
     def base_tables(self) -> list[tuple[str, str]]:

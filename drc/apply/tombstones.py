@@ -20,7 +20,8 @@ Two writers, never both for one delete:
   writes the tombstone in the deleting transaction. Its row event therefore travels with the
   delete to the other datacenters (the replicator always captures ``drc.tomb_*``), which is how
   they learn the exact time of the delete. Clock skew and ``SET TIMESTAMP`` apply to the
-  trigger's ``NOW(6)`` exactly as to ``ON UPDATE CURRENT_TIMESTAMP`` columns.
+  trigger's ``NOW(6)`` exactly as to ``ON UPDATE CURRENT_TIMESTAMP`` columns. Two more triggers
+  keep each row's time moving forward (:func:`create_triggers`).
 - Deletes applied by DRC: the apply session sets ``@drc_apply = 1``, which the trigger checks,
   and the channel writes the tombstone itself with the origin's time, keeping the newer of the
   old and the new one.
@@ -64,26 +65,31 @@ def name(schema: str, table: str) -> str:
     return f"{TOMBSTONE_PREFIX}{_digest(schema, table)}_{schema}_{table}"[:64]
 
 
-def trigger_name(schema: str, table: str) -> str:
-    return f"drc_tomb_{_digest(schema, table)}"
+def trigger_names(schema: str, table: str) -> tuple[str, str, str]:
+    """(after delete, before insert, before update) trigger names."""
+    digest = _digest(schema, table)
+    return f"drc_tomb_{digest}", f"drc_ins_{digest}", f"drc_upd_{digest}"
 
 
 @dataclass(frozen=True, slots=True)
 class StampType:
-    """How the companion table stores a deletion time comparable with the lww column."""
+    """How the companion table stores a deletion time comparable with the lww column, and
+    the smallest step of that column (a change must move it by at least that much)."""
 
     column_sql: str  # type of drc$deleted_at
     now_sql: str  # the trigger's "now" in that type
+    step_sql: str  # "+ <step>" in the column's unit
 
     @classmethod
-    def of(cls, data_type: str, column: str, table: str) -> StampType:
+    def of(cls, data_type: str, precision: int | None, column: str, table: str) -> StampType:
         kind = data_type.lower()
+        step = f"+ INTERVAL {10 ** (6 - (precision or 0))} MICROSECOND"
         if kind == "datetime":
-            return cls("DATETIME(6) NULL", "NOW(6)")
+            return cls("DATETIME(6) NULL", "NOW(6)", step)
         if kind == "timestamp":
-            return cls("TIMESTAMP(6) NULL DEFAULT NULL", "NOW(6)")
-        if kind in ("bigint", "int", "decimal"):
-            return cls("BIGINT NULL", "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)")
+            return cls("TIMESTAMP(6) NULL DEFAULT NULL", "NOW(6)", step)
+        if kind == "bigint":
+            return cls("BIGINT NULL", "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)", "+ 1")
         raise ValueError(
             f"lww column {column!r} of {table} is {data_type}: use DATETIME(3..6), TIMESTAMP(3..6) "
             "or a BIGINT of milliseconds since the epoch"
@@ -117,23 +123,51 @@ def _string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def create_trigger(
-    schema: str, table: str, key: Sequence[str], stamp: StampType, datacenter: str
-) -> str:
-    """The AFTER DELETE trigger recording application deletes (DRC's own sessions skip it)."""
+def create_triggers(
+    schema: str,
+    table: str,
+    key: Sequence[str],
+    columns: Sequence[str],
+    column: str,
+    stamp: StampType,
+    datacenter: str,
+) -> list[str]:
+    """The triggers of a lww table; DRC's own sessions (``@drc_apply``) skip all three.
+
+    - after delete: record the tombstone, at least one step after the deleted row's time;
+    - before insert: a key deleted before is inserted at least one step after its tombstone;
+    - before update: a changed row's time never goes back (a clock behind the row's last
+      writer would otherwise lose to an older concurrent change, and the sides diverge).
+
+    The last two make every row's history strictly increasing in time on every datacenter,
+    which is what lets the newest version win the same way everywhere.
+    """
+    on = f"{quote(schema)}.{quote(table)}"
+    delete, insert, update = (f"{quote(schema)}.{quote(n)}" for n in trigger_names(schema, table))
     companion = f"{quote(SCHEMA)}.{quote(name(schema, table))}"
-    columns = [quote(k) for k in key] + [
+    ts = quote(column)
+    when = f"GREATEST({stamp.now_sql}, OLD.{ts} {stamp.step_sql})"
+    tomb_columns = [quote(k) for k in key] + [
         quote(c) for c in (COL_SCHEMA, COL_TABLE, COL_DELETED_AT, COL_ORIGIN)
     ]
     values = [f"OLD.{quote(k)}" for k in key]
-    values += [_string(schema), _string(table), stamp.now_sql, _string(datacenter)]
-    updates = ", ".join(f"{c} = VALUES({c})" for c in columns[len(key) :])
-    return (
-        f"CREATE OR REPLACE TRIGGER {quote(schema)}.{quote(trigger_name(schema, table))} "
-        f"AFTER DELETE ON {quote(schema)}.{quote(table)} FOR EACH ROW "
-        f"IF @drc_apply IS NULL THEN INSERT INTO {companion} ({', '.join(columns)}) "
-        f"VALUES ({', '.join(values)}) ON DUPLICATE KEY UPDATE {updates}; END IF"
-    )
+    values += [_string(schema), _string(table), when, _string(datacenter)]
+    updates = ", ".join(f"{c} = VALUES({c})" for c in tomb_columns[len(key) :])
+    match = " AND ".join(f"{quote(k)} = NEW.{quote(k)}" for k in key)
+    same = " AND ".join(f"NEW.{quote(c)} <=> OLD.{quote(c)}" for c in columns if c != column)
+    return [
+        f"CREATE OR REPLACE TRIGGER {delete} AFTER DELETE ON {on} FOR EACH ROW "
+        f"IF @drc_apply IS NULL THEN INSERT INTO {companion} ({', '.join(tomb_columns)}) "
+        f"VALUES ({', '.join(values)}) ON DUPLICATE KEY UPDATE {updates}; END IF",
+        f"CREATE OR REPLACE TRIGGER {insert} BEFORE INSERT ON {on} FOR EACH ROW BEGIN "
+        f"DECLARE deleted_at {stamp.column_sql.split()[0]} DEFAULT NULL; "
+        f"IF @drc_apply IS NULL THEN SET deleted_at = (SELECT {quote(COL_DELETED_AT)} "
+        f"FROM {companion} WHERE {match}); IF NEW.{ts} <= deleted_at THEN "
+        f"SET NEW.{ts} = deleted_at {stamp.step_sql}; END IF; END IF; END",
+        f"CREATE OR REPLACE TRIGGER {update} BEFORE UPDATE ON {on} FOR EACH ROW "
+        f"IF @drc_apply IS NULL AND (NEW.{ts} < OLD.{ts} OR (NEW.{ts} <=> OLD.{ts} "
+        f"AND NOT ({same or 'TRUE'}))) THEN SET NEW.{ts} = OLD.{ts} {stamp.step_sql}; END IF",
+    ]
 
 
 def lookup(schema: str, table: str, key: Sequence[str], values: Sequence[Any]) -> Statement:

@@ -36,9 +36,10 @@ TABLES = {
 
 
 def write_configs(
-    description: SandboxDescription, directory: Path, schema: str = SCHEMA
+    description: SandboxDescription, directory: Path, schema: str = SCHEMA, extra: str = ""
 ) -> dict[str, Path]:
-    """A config per datacenter: capture its own server, apply the other one's stream."""
+    """A config per datacenter: capture its own server, apply the other one's stream
+    (``extra``: more TOML appended to each, e.g. a [conflicts] section)."""
     directory.mkdir(parents=True, exist_ok=True)
     ports = {s.datacenter: free_port() for s in description.servers}
     paths = {}
@@ -76,7 +77,7 @@ include = ["{schema}.*"]
 commit_max_ms = 20
 [api]
 port = {ports[server.datacenter]}
-{channels}"""
+{channels}{extra}"""
         )
         paths[server.datacenter] = path
     return paths
