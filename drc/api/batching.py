@@ -17,7 +17,11 @@ flagged ``last_fragment``):
   filter at all nothing is dropped: followers copy the buffer record for record.
 
 A record the selection leaves as it was is passed through as stored (no decode when nothing
-needs filtering, no re-encode ever for an unchanged record).
+needs filtering, no re-encode ever for an unchanged record). A transaction whose records all
+have row changes of matching tables only, and no DDL, is recognised from a peek at its table
+names and flags (:func:`drc.core.codec.peek_tables`), without decoding its rows; like the
+unfiltered path, it then relies on the buffer's frame CRC, and the subscriber's decode checks
+the record.
 
 Batching counts whole transactions: at most ``max_events`` of them and ``max_bytes`` of record
 bytes (codec bytes as sent in the records form), except that the first transaction is always
@@ -32,7 +36,8 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from drc.core.codec import decode_transaction, encode_transaction
+from drc.core.codec import decode_transaction, encode_transaction, peek_tables
+from drc.core.errors import CorruptRecordError
 from drc.core.events import SchemaChange, Transaction
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
@@ -114,6 +119,9 @@ def select(group: Sequence[Record], selection: Selection) -> list[Item]:
     """The records to send for one stored transaction (its records, in order)."""
     if selection.passes_everything:
         return [Item(r.scn, r.payload) for r in group]
+    whole = _whole(group, selection)
+    if whole is not None:
+        return whole
     txns = [decode_transaction(r.payload)[0] for r in group]
     if selection.skip_drc and any(t.drc_originated for t in txns):
         return []
@@ -124,6 +132,23 @@ def select(group: Sequence[Record], selection: Selection) -> list[Item]:
         if narrowed.changes or narrowed.ddl or (kept and narrowed.last_fragment):
             kept.append(Item(record.scn, record.payload, narrowed, narrowed is not txn))
     return kept
+
+
+def _whole(group: Sequence[Record], selection: Selection) -> list[Item] | None:
+    """The common case without decoding rows: [] for a DRC-originated transaction to skip,
+    every record as stored when each has row changes, all of matching tables, and no DDL.
+    None otherwise (or for anything odd): :func:`select` decodes and decides."""
+    try:
+        peeks = [peek_tables(r.payload) for r in group]
+    except CorruptRecordError:
+        return None
+    if selection.skip_drc and any(drc for drc, _tables, _ddl in peeks):
+        return []
+    match = selection.tables.matches
+    for _drc, tables, ddl in peeks:
+        if ddl or not tables or not all(match(db, table) for db, table in tables):
+            return None
+    return [Item(r.scn, r.payload) for r in group]
 
 
 def transactions(records: Sequence[Record]) -> Iterator[Sequence[Record]]:

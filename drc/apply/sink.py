@@ -12,6 +12,20 @@ the local replicator recognises it as DRC-originated even where no checkpoint ro
 ``@drc_apply = 1`` tells DRC's tombstone triggers (drc.apply.tombstones) that the channel records
 its deletes itself.
 
+Round trips (the target executing is the apply's main wait, so Python work overlaps it)::
+
+    WriteBatch chunk k     SAVEPOINT; w1; w2; ...   sent, results left unread ("in flight")
+    render chunk k+1       while the server executes chunk k
+    settle chunk k         read its counts; a fallback rolls back to the savepoint and runs
+                           chunk k's writes one by one, before chunk k+1 is sent
+    checkpoint + COMMIT    one round trip: ``upsert checkpoint;\nCOMMIT`` (the server stops a
+                           multi-statement at its first error, so a failed checkpoint write
+                           never commits)
+
+Every other use of the connection settles the chunk in flight first (:meth:`_ready`), so
+statements still reach the server in the order they were issued and every read sees every
+earlier write; a failed attempt with a chunk in flight drops the connection.
+
 Driver errors are translated here, once (:func:`translate`): lock conflicts, an unreachable or
 read-only target become the retriable errors of drc.apply.errors, a duplicate key becomes
 plan.DuplicateKey (the idempotent writes handle it), anything else a fatal ApplyError naming the
@@ -32,7 +46,7 @@ from decimal import Decimal
 from typing import Any
 
 import pymysql
-from pymysql.constants import CLIENT
+from pymysql.constants import CLIENT, COMMAND
 from pymysql.converters import escape_string
 
 from drc.apply import checkpoint, plan, sql
@@ -104,6 +118,8 @@ class TargetSession:
         self._connect = connect
         self._conn: Any = None
         self._cursor: Any = None
+        self._inflight: _InFlight | None = None  # a chunk sent, its results not read yet
+        self._checkpoint: str | None = None  # a checkpoint write that rides with COMMIT
         self._tables: dict[tuple[str, str], TargetTable] = {}
 
     # ------------------------------------------------------------------ connection
@@ -113,8 +129,20 @@ class TargetSession:
             conn = self._new_connection("connecting to the target", CLIENT.MULTI_STATEMENTS)
             self._conn, self._cursor = conn, conn.cursor()
 
+    def _ready(self) -> None:
+        """Open, with no chunk in flight and the deferred checkpoint write sent: the
+        connection is free for the next statement, and every earlier write is done."""
+        self.open()
+        if self._inflight is not None:
+            self.settle()
+        if self._checkpoint is not None:
+            text, self._checkpoint = self._checkpoint, None
+            with _translated("writing the checkpoint"):
+                self._cursor.execute(text)
+
     def close(self) -> None:
         conn, self._conn, self._cursor = self._conn, None, None
+        self._inflight, self._checkpoint = None, None
         if conn is not None:
             try:
                 conn.close()
@@ -143,9 +171,11 @@ class TargetSession:
 
     def recover(self, exc: BaseException) -> None:
         """After a failed attempt: roll back, or drop a connection that may be broken."""
-        if isinstance(exc, TargetUnavailableError) or self._conn is None:
+        busy = self._inflight is not None  # results unread: the protocol is mid-exchange
+        if isinstance(exc, TargetUnavailableError) or self._conn is None or busy:
             self.close()
             return
+        self._checkpoint = None
         try:
             self._conn.rollback()
         except _DRIVER_ERRORS:
@@ -155,7 +185,7 @@ class TargetSession:
 
     def execute(self, statement: sql.Statement, what: str = "a statement") -> int:
         """Run one statement in the open transaction; returns matched/affected rows."""
-        self.open()
+        self._ready()
         with _translated(what):
             return int(self._cursor.execute(self.text(statement)))
 
@@ -169,38 +199,66 @@ class TargetSession:
         return statement.sql % tuple(_literal(v, escape) for v in statement.params)
 
     def batch(self) -> WriteBatch:
-        self.open()
+        self._ready()
         return WriteBatch(self)
 
     def run_batch(self, writes: Sequence[plan.Write]) -> Effects:
         """Run writes in one round trip; if one needs a fallback (a missing row, a duplicate
         key), roll back to before the batch and run them one by one (:func:`plan.run`)."""
-        texts = ["SAVEPOINT drc_batch", *(self.text(w.statement()) for w in writes)]
+        effects = Effects()
+        self.send_batch(writes, effects)
+        self.settle()
+        return effects
+
+    def send_batch(self, writes: Sequence[plan.Write], into: Effects) -> None:
+        """Send writes as one multi-statement and return without waiting for the server;
+        their effects are added to ``into`` when the chunk is settled (:meth:`settle`, or
+        before the connection is next used). The text is rendered before the chunk already
+        in flight is waited for, so rendering overlaps the server's work."""
+        self.open()  # rendering needs the connection's escaping
+        text = ";\n".join(["SAVEPOINT drc_batch", *(self.text(w.statement()) for w in writes)])
+        self._ready()
+        with _translated(f"a write to {writes[0].table.name}"):
+            self._send(text)
+        self._inflight = _InFlight(tuple(writes), into)
+
+    def settle(self) -> None:
+        """Wait for the chunk in flight, if any, and settle it (fallbacks included)."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return
+        writes = inflight.writes
         try:
             with _translated(f"a write to {writes[0].table.name}"):
-                counts = self._multi(";\n".join(texts))[1:]
+                counts = self._receive()[1:]
             settled = [plan.settled(w, n) for w, n in zip(writes, counts, strict=True)]
         except (DuplicateKey, ApplyError):
             settled = [None]
-        total = Effects()
         if any(e is None for e in settled):
             self.execute(sql.Statement("ROLLBACK TO SAVEPOINT drc_batch", ()), "rolling back")
             settled = [plan.run(w, self.executor(f"a write to {w.table.name}")) for w in writes]
         for effects in settled:
             assert effects is not None
-            total.add(effects)
-        return total
+            inflight.into.add(effects)
 
-    def _multi(self, text: str) -> list[int]:
-        cursor = self._cursor
-        cursor.execute(text)
+    def _send(self, text: str) -> None:
+        """COM_QUERY without reading the answer. pymysql has no public split of execute()
+        into send and read, so this uses the two halves Connection.query() itself calls."""
+        self._cursor._clear_result()
+        self._conn._execute_command(COMMAND.COM_QUERY, text)
+
+    def _receive(self) -> list[int]:
+        """The affected-row count of every statement of the multi-statement just sent."""
+        cursor, conn = self._cursor, self._conn
+        conn._affected_rows = conn._read_query_result()
+        cursor._do_get_result()
         counts = [cursor.rowcount]
         while cursor.nextset():
             counts.append(cursor.rowcount)
         return counts
 
     def query(self, statement: sql.Statement, what: str) -> list[tuple[Any, ...]]:
-        self.open()
+        self._ready()
         with _translated(what):
             self._cursor.execute(statement.sql, statement.params)
             return list(self._cursor.fetchall())
@@ -255,9 +313,19 @@ class TargetSession:
             self._conn.commit()
 
     def commit(self) -> None:
+        """Commit; a deferred checkpoint write goes in the same round trip, just before."""
         self.open()
-        with _translated("committing"):
-            self._conn.commit()
+        if self._inflight is not None:
+            self.settle()
+        text, self._checkpoint = self._checkpoint, None
+        if text is None:
+            with _translated("committing"):
+                self._conn.commit()
+            return
+        with _translated("writing the checkpoint and committing"):
+            self._cursor.execute(text + ";\nCOMMIT")
+            while self._cursor.nextset():
+                pass
 
     # ------------------------------------------------------------------ tables
 
@@ -300,7 +368,7 @@ class TargetSession:
         statement = sql.Statement(
             f"SELECT * FROM {sql.table_name(schema, table)} WHERE {where.sql}", where.params
         )
-        self.open()
+        self._ready()
         with _translated(f"reading a row of {schema}.{table}"):
             self._cursor.execute(statement.sql, statement.params)
             row = self._cursor.fetchone()
@@ -310,7 +378,7 @@ class TargetSession:
     # ------------------------------------------------------------------ checkpoint and DDL
 
     def ensure_checkpoint_table(self) -> None:
-        self.open()
+        self._ready()
         with _translated("creating the checkpoint table"):
             for statement in checkpoint.create_statements():
                 self._cursor.execute(statement)
@@ -327,7 +395,10 @@ class TargetSession:
         return checkpoint.parse(channel, rows[0]) if rows else None
 
     def write_checkpoint(self, row: checkpoint.CheckpointRow) -> None:
-        self.execute(checkpoint.upsert(row), "writing the checkpoint")
+        """Write the checkpoint row in the open transaction. The statement is sent with the
+        next COMMIT (one round trip fewer per group), or before any other statement."""
+        self._ready()
+        self._checkpoint = self.text(checkpoint.upsert(row))
 
     def run_ddl(self, change: SchemaChange, tolerate: frozenset[int]) -> bool:
         """Run a DDL statement as the source did; False if it failed with a tolerated code."""
@@ -395,11 +466,18 @@ class WriteBatch:
             what = f"a write to {writes[0].table.name}"
             self.effects.add(plan.run(writes[0], self._session.executor(what)))
         elif writes:
-            self.effects.add(self._session.run_batch(writes))
+            self._session.send_batch(writes, self.effects)  # settled before the next use
 
     def finish(self) -> Effects:
         self.flush()
+        self._session.settle()
         return self.effects
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    writes: tuple[plan.Write, ...]
+    into: Effects  # where the chunk's effects are added once settled
 
 
 def _size(write: plan.Write) -> int:

@@ -31,6 +31,7 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from drc.core.values import Bit, ZeroDate
@@ -54,11 +55,18 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+# Statement texts depend only on names and counts, and a channel writes the same few shapes
+# over and over: they are built once and cached (bounded: names come from the stream).
+_cached = lru_cache(maxsize=4096)
+
+
+@_cached
 def ident(name: str) -> str:
     """A backtick-quoted identifier inside a parameterised statement (``%`` doubled)."""
     return quote(name).replace("%", "%%")
 
 
+@_cached
 def table_name(schema: str, table: str) -> str:
     return f"{ident(schema)}.{ident(table)}"
 
@@ -94,14 +102,19 @@ def upsert(
     schema: str, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
 ) -> Statement:
     """One multi-row INSERT that updates every column of a row whose key is already there."""
+    sql = _upsert_text(schema, table, tuple(columns), len(rows))
+    return Statement(sql, tuple([adapt(v) for row in rows for v in row]))
+
+
+@_cached
+def _upsert_text(schema: str, table: str, columns: tuple[str, ...], count: int) -> str:
     cols = [ident(c) for c in columns]
-    values = ", ".join([_placeholders(len(cols))] * len(rows))
+    values = ", ".join([_placeholders(len(cols))] * count)
     update = ", ".join(f"{c} = VALUES({c})" for c in cols)
-    sql = (
+    return (
         f"INSERT INTO {table_name(schema, table)} ({', '.join(cols)}) VALUES {values} "
         f"ON DUPLICATE KEY UPDATE {update}"
     )
-    return Statement(sql, tuple(adapt(v) for row in rows for v in row))
 
 
 def insert_absent(schema: str, table: str, columns: Sequence[str], row: Sequence[Any]) -> Statement:
@@ -120,9 +133,14 @@ def insert_absent(schema: str, table: str, columns: Sequence[str], row: Sequence
 def update(
     schema: str, table: str, columns: Sequence[str], values: Sequence[Any], where: Statement
 ) -> Statement:
+    sql = _update_text(schema, table, tuple(columns), where.sql)
+    return Statement(sql, tuple([adapt(v) for v in values]) + where.params)
+
+
+@_cached
+def _update_text(schema: str, table: str, columns: tuple[str, ...], where: str) -> str:
     assignments = ", ".join(f"{ident(c)} = %s" for c in columns)
-    sql = f"UPDATE {table_name(schema, table)} SET {assignments} WHERE {where.sql}"
-    return Statement(sql, tuple(adapt(v) for v in values) + where.params)
+    return f"UPDATE {table_name(schema, table)} SET {assignments} WHERE {where}"
 
 
 def delete(schema: str, table: str, where: Statement) -> Statement:
@@ -131,14 +149,19 @@ def delete(schema: str, table: str, where: Statement) -> Statement:
 
 def by_keys(key: Sequence[str], keys: Sequence[Sequence[Any]]) -> Statement:
     """Match rows by primary key values (one or many keys, one or many key columns)."""
-    params = tuple(adapt(v) for k in keys for v in k)
+    params = tuple([adapt(v) for k in keys for v in k])
+    return Statement(_by_keys_text(tuple(key), len(keys)), params)
+
+
+@_cached
+def _by_keys_text(key: tuple[str, ...], count: int) -> str:
     if len(key) == 1:
         column = ident(key[0])
-        if len(keys) == 1:
-            return Statement(f"{column} = %s", params)
-        return Statement(f"{column} IN {_placeholders(len(keys))}", params)
+        if count == 1:
+            return f"{column} = %s"
+        return f"{column} IN {_placeholders(count)}"
     one = "(" + " AND ".join(f"{ident(c)} = %s" for c in key) + ")"
-    return Statement(" OR ".join([one] * len(keys)), params)
+    return " OR ".join([one] * count)
 
 
 def whole_row(columns: Sequence[str], row: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:

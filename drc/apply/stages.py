@@ -176,6 +176,9 @@ def _split(name: str) -> tuple[str, str]:
     return db, table
 
 
+_MAX_CACHED_TABLES = 65536
+
+
 class MapNames:
     """Renames tables and columns from the source's names to the target's.
 
@@ -186,26 +189,31 @@ class MapNames:
     def __init__(self, names: NameMap) -> None:
         self.names = names
         self.ddl_skipped = 0
+        # (source schema, table) -> (target schema, table, column map): looked up per row change
+        self._targets: dict[tuple[str, str], tuple[str, str, Mapping[str, str] | None]] = {}
 
     def __call__(self, txn: Transaction) -> Transaction | None:
         if self.names.empty:
             return txn
-        changes = tuple(self._change(c) for c in txn.changes)
+        changes = tuple([self._change(c) for c in txn.changes])
         ddl = tuple(d for d in txn.ddl if self._keeps(txn.scn, d))
         return dataclasses.replace(txn, changes=changes, ddl=ddl)
 
     def _change(self, change: RowChange) -> RowChange:
-        schema, table = self.names.table(change.schema, change.table)
-        columns = self.names.columns.get((change.schema, change.table))
-        if (schema, table) == (change.schema, change.table) and not columns:
-            return change
-        return RowChange(
-            schema,
-            table,
-            change.op,
-            _rename(change.before, columns),
-            _rename(change.after, columns),
-        )
+        source = (change.schema, change.table)
+        target = self._targets.get(source)
+        if target is None:
+            if len(self._targets) >= _MAX_CACHED_TABLES:
+                self._targets.clear()
+            target = (*self.names.table(*source), self.names.columns.get(source))
+            self._targets[source] = target
+        schema, table, columns = target
+        if not columns:
+            if (schema, table) == source:
+                return change
+            return RowChange(schema, table, change.op, change.before, change.after)
+        before, after = _rename(change.before, columns), _rename(change.after, columns)
+        return RowChange(schema, table, change.op, before, after)
 
     def _keeps(self, scn: SCN, change: SchemaChange) -> bool:
         mapped = [name for name in _ddl_names(change) if self._mapped(name)]

@@ -484,6 +484,42 @@ def decode_transaction(
         ) from exc
 
 
+def peek_tables(record: bytes | bytearray | memoryview) -> tuple[bool, set[tuple[str, str]], int]:
+    """(drc_originated, the (schema, table) of every row change, number of DDL statements) of
+    a record, read without building its row images (a server filtering by table needs no
+    more). Unchecked: no CRC, and values it skips are not validated; anything unexpected
+    raises CorruptRecordError, and a caller that must be sure decodes with
+    :func:`decode_transaction`.
+    """
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=True, timestamp=0)
+    try:
+        unpacker.feed(memoryview(record)[HEADER_SIZE:])
+        if unpacker.read_array_header() != 9:
+            raise _Malformed("payload is not a 9-item array")
+        for _ in range(4):  # scn, server_id, gtid, timestamp
+            unpacker.skip()
+        drc_originated = unpacker.unpack()
+        unpacker.skip()  # fragment
+        unpacker.skip()  # last_fragment
+        tables: set[tuple[str, str]] = set()
+        for _ in range(unpacker.read_array_header()):
+            if unpacker.read_array_header() != 5:
+                raise _Malformed("a row change is not a 5-element array")
+            schema, table = unpacker.unpack(), unpacker.unpack()
+            if type(schema) is not str or type(table) is not str:
+                raise _Malformed("a row change's schema or table is not a str")
+            tables.add((schema, table))
+            unpacker.skip()  # op
+            unpacker.skip()  # before
+            unpacker.skip()  # after
+        ddl = unpacker.read_array_header()
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecordError(f"record does not peek ({type(exc).__name__}: {exc})", 0) from exc
+    if type(drc_originated) is not bool:
+        raise CorruptRecordError("record's drc_originated is not a bool", 0)
+    return drc_originated, tables, ddl
+
+
 def _check_offset(buf: bytes | bytearray | memoryview, offset: int) -> None:
     # A bad offset is the caller's bug, not corrupt data: a plain ValueError.
     if type(offset) is not int or not 0 <= offset <= len(buf):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drc.api import wire
+from drc.api import batching, wire
 from drc.api.batching import BatchBuilder, Limits, Selection, select, transactions
 from drc.api.query import BadQuery, ServerLimits, parse_pull_query
 from drc.core.codec import decode_transaction, encode_transaction
@@ -70,6 +71,16 @@ def test_an_unchanged_record_is_sent_as_stored() -> None:
     (item,) = select(group, Selection(TableFilter.parse_list("shop.*")))
     assert not item.changed
     assert item.record() is group[0].payload
+
+
+def test_a_transaction_kept_whole_is_not_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = txn(1, ins("orders", 1), ins("orders", 2))
+    drc = dataclasses.replace(txn(2, ins("orders", 3)), drc_originated=True)
+    monkeypatch.setattr(batching, "decode_transaction", None)  # any decode would fail
+    group = records(t)
+    (item,) = select(group, Selection(ORDERS, skip_drc=True))
+    assert not item.changed and item.record() is group[0].payload
+    assert select(records(drc), Selection(ORDERS, skip_drc=True)) == []
 
 
 def test_without_a_filter_records_pass_through_undecoded() -> None:

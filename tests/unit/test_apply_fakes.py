@@ -106,14 +106,33 @@ class FakeConnection:
         self.savepoint = 0
         self.closed = False
         self.session: list[str] = []
+        self.unread: tuple[FakeCursor, str] | None = None  # sent, answer not read (pipelined)
+        self.sending: FakeCursor | None = None
 
     def cursor(self) -> FakeCursor:
         return FakeCursor(self)
+
+    def in_sync(self) -> None:
+        """Like the server protocol: nothing may be sent while an answer is unread."""
+        if self.unread is not None:
+            raise pymysql.err.InterfaceError(0, "commands out of sync: an answer is unread")
+
+    # pymysql's two halves of Connection.query(), which the sink uses to pipeline
+    def _execute_command(self, command: int, text: str) -> None:
+        self.in_sync()
+        assert self.sending is not None, "cursor._clear_result() comes first"
+        self.unread, self.sending = (self.sending, text), None
+
+    def _read_query_result(self) -> int:
+        assert self.unread is not None, "nothing was sent"
+        (cursor, text), self.unread = self.unread, None
+        return cursor.execute(text)
 
     def escape(self, value: Any) -> str:
         return pymysql.converters.escape_item(value, "utf8mb4")
 
     def commit(self) -> None:
+        self.in_sync()
         self.target.fail("COMMIT")
         for statement in self.pending:
             values = checkpoint_values(statement)
@@ -125,6 +144,7 @@ class FakeConnection:
         self.pending = []
 
     def rollback(self) -> None:
+        self.in_sync()
         self.target.rollbacks += 1
         self.pending = []
 
@@ -148,7 +168,14 @@ class FakeCursor:
     def __exit__(self, *exc: object) -> None:
         pass
 
+    def _clear_result(self) -> None:
+        self.conn.sending = self
+
+    def _do_get_result(self) -> None:
+        pass  # execute() already set rowcount and the results
+
     def execute(self, statement: str, params: tuple[Any, ...] | None = None) -> int:
+        self.conn.in_sync()
         if params is not None:
             statement = statement % tuple(self.conn.escape(v) for v in params)
         parts = statement.split(";\n")
@@ -166,6 +193,9 @@ class FakeCursor:
 
     def _one(self, sql: str) -> int:
         target, conn = self.conn.target, self.conn
+        if sql == "COMMIT":  # inside a multi-statement
+            conn.commit()
+            return 0
         target.fail(sql)
         self.rows = []
         if sql.startswith(("SET SESSION", "USE ")):

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pymysql
 import pytest
 
-from drc.apply import plan, sql
+from drc.apply import checkpoint, plan, sql
 from drc.apply.errors import (
     ApplyError,
     LockConflictError,
@@ -19,6 +19,7 @@ from drc.apply.errors import (
 from drc.apply.plan import DuplicateKey, TargetTable
 from drc.apply.sink import TargetSession, TargetSettings, translate
 from drc.core.events import Op, RowChange
+from drc.core.scn import SCN
 from tests.unit.test_apply_fakes import FakeTarget
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))
@@ -133,3 +134,104 @@ def test_driver_errors_are_translated_once_at_the_boundary(exc: BaseException, k
     translated = translate(exc, "a write to db.t")
     assert type(translated) is kind
     assert "db.t" in str(translated)
+
+
+# ---------------------------------------------------------------- pipelining and round trips
+
+
+def test_the_next_chunk_is_rendered_while_the_server_runs_the_previous_one() -> None:
+    fake = FakeTarget()
+    session = session_on(fake)
+    events: list[str] = []
+    render, conn = session.text, session._conn
+    session.text = lambda statement: events.append("render") or render(statement)  # type: ignore[method-assign]
+    send, read = conn._execute_command, conn._read_query_result
+    conn._execute_command = lambda *a: events.append("send") or send(*a)
+    conn._read_query_result = lambda: events.append("read") or read()
+    batch = session.batch()
+    batch.MAX_STATEMENTS = 2
+    batch.extend(writes(*(upd(i, "x") for i in range(4))))
+    assert conn.unread is not None  # the second chunk is still in flight
+    assert batch.finish() == plan.Effects(4)
+    assert events == ["render", "render", "send", "render", "render", "read", "send", "read"]
+
+
+def test_a_fallback_in_a_chunk_in_flight_runs_before_the_next_chunk_is_sent() -> None:
+    fake = FakeTarget(
+        affected=lambda s: 0 if s.startswith("UPDATE `db`.`t` SET `id` = 1") else None
+    )
+    session = session_on(fake)
+    batch = session.batch()
+    batch.MAX_STATEMENTS = 2
+    batch.extend(writes(*(upd(i, "x") for i in range(4))))
+    assert batch.finish() == plan.Effects(4, missing_updates=1)
+    session.commit()
+    assert [s.split(" WHERE")[0].split(" VALUES")[0] for s in fake.writes()] == [
+        "UPDATE `db`.`t` SET `id` = 0, `v` = 'x'",
+        "UPDATE `db`.`t` SET `id` = 1, `v` = 'x'",
+        "INSERT INTO `db`.`t` (`id`, `v`)",  # the fallback, before the next chunk
+        "UPDATE `db`.`t` SET `id` = 2, `v` = 'x'",
+        "UPDATE `db`.`t` SET `id` = 3, `v` = 'x'",
+    ]
+
+
+def test_any_other_statement_waits_for_the_chunk_in_flight() -> None:
+    fake = FakeTarget()
+    session = session_on(fake)
+    effects = plan.Effects()
+    session.send_batch(writes(upd(1, "a"), upd(2, "b")), effects)
+    assert effects == plan.Effects()  # not read yet
+    assert session.local_row("db", "t", {"id": 1}) is None  # would be out of sync otherwise
+    assert effects == plan.Effects(2)
+
+
+def test_the_checkpoint_write_rides_with_commit_in_one_round_trip() -> None:
+    fake = FakeTarget()
+    session = session_on(fake)
+    sent: list[str] = []
+    cursor = session._cursor
+    original = cursor.execute
+    cursor.execute = lambda text, params=None: sent.append(text) or original(text, params)
+    session.run_batch(writes(upd(1, "a"), upd(2, "b")))
+    session.write_checkpoint(checkpoint.CheckpointRow("ch", SCN(1, 2, 3, 4), "dc1"))
+    assert fake.checkpoints == {} and len(sent) == 1  # deferred
+    session.commit()
+    assert len(sent) == 2 and sent[1].endswith(";\nCOMMIT")
+    assert fake.checkpoints["ch"][0] == str(SCN(1, 2, 3, 4)) and len(fake.writes()) == 2
+
+
+def test_a_failed_checkpoint_write_commits_nothing() -> None:
+    fake = FakeTarget()
+    wait = pymysql.err.OperationalError(1205, "Lock wait timeout exceeded")
+    fake.fail_once(lambda s: "`checkpoint`" in s, wait)
+    session = session_on(fake)
+    session.run_batch(writes(upd(1, "a"), upd(2, "b")))
+    session.write_checkpoint(checkpoint.CheckpointRow("ch", SCN(1, 2, 3, 4), "dc1"))
+    with pytest.raises(LockConflictError) as failed:
+        session.commit()
+    session.recover(failed.value)
+    assert fake.committed == [] and fake.checkpoints == {} and fake.rollbacks == 1
+    session.commit()  # the checkpoint write went with the rolled back attempt
+    assert fake.committed == []
+
+
+def test_a_checkpoint_write_goes_out_before_any_later_statement() -> None:
+    fake = FakeTarget()
+    session = session_on(fake)
+    session.write_checkpoint(checkpoint.CheckpointRow("ch", SCN(1, 2, 3, 4), "dc1"))
+    session.execute(sql.Statement("DELETE FROM `db`.`t` WHERE `id` = %s", (1,)))
+    session.commit()
+    assert [s.split(" ")[0:3] for s in fake.committed[0]] == [
+        ["INSERT", "INTO", "`drc`.`checkpoint`"], ["DELETE", "FROM", "`db`.`t`"]
+    ]  # fmt: skip
+
+
+def test_a_failed_attempt_with_a_chunk_in_flight_drops_the_connection() -> None:
+    fake = FakeTarget()
+    session = session_on(fake)
+    session.send_batch(writes(upd(1, "a"), upd(2, "b")), plan.Effects())
+    first = session._conn
+    session.recover(ApplyError("a planning bug while the chunk ran", None))
+    assert first.closed and fake.rollbacks == 0  # a rollback now would be out of sync
+    session.run_batch(writes(upd(3, "c")))
+    assert fake.connects == 2

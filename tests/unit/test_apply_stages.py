@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from drc.apply import stages
 from drc.apply.stages import (
     Chain,
     Idempotency,
@@ -116,6 +117,22 @@ def test_mapping_renames_tables_and_columns() -> None:
     )  # fmt: skip
     assert (second.schema, second.table) == ("new", "x")
     assert third is untouched
+
+
+def test_mapping_remembers_a_bounded_number_of_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stages, "_MAX_CACHED_TABLES", 2)
+    stage = MapNames(NameMap({"old.*": "new.*", "db.t": "db.t2"}, {"db.t": {"v": "value"}}))
+    changes = [ins("t", id=1, v="a"), RowChange("old", "x", Op.DELETE, {"id": 2}, None),
+               RowChange("old", "y", Op.DELETE, {"id": 3}, None), ins("u", id=4)]  # fmt: skip
+    for _ in range(2):  # the second round from the cache (or after it was emptied)
+        mapped = stage(txn(10, *changes))
+        assert mapped is not None
+        assert [(c.schema, c.table, dict(c.row)) for c in mapped.changes] == [
+            ("db", "t2", {"id": 1, "value": "a"}), ("new", "x", {"id": 2}),
+            ("new", "y", {"id": 3}), ("db", "u", {"id": 4}),
+        ]  # fmt: skip
+        assert mapped.changes[3] is changes[3]
+        assert len(stage._targets) <= 2
 
 
 def test_mapping_skips_ddl_on_mapped_tables_and_keeps_the_rest() -> None:

@@ -21,6 +21,7 @@ from drc.core.codec import (
     encode_transaction,
     encode_value,
     peek_length,
+    peek_tables,
 )
 from drc.core.errors import CorruptRecordError, UnsupportedValueError
 from drc.core.events import Op, RowChange, SchemaChange, Transaction
@@ -553,3 +554,20 @@ def test_ext_codes_are_the_documented_ones() -> None:
     assert (codec.EXT_TIMEDELTA, codec.EXT_ZERO_DATE, codec.EXT_BIT, codec.EXT_SET) == (5, 6, 7, 8)
     assert encode_value(Decimal("-1.50")) == msgpack.packb(ext(1, b"-1.50"))
     assert encode_value(dt.date(2020, 1, 2)) == msgpack.packb(ext(4, b"\x07\xe4\x01\x02"))
+
+
+@given(transactions)
+def test_a_peek_sees_what_decoding_sees(txn: Transaction) -> None:
+    drc, tables, ddl = peek_tables(encode_transaction(txn))
+    assert drc == txn.drc_originated and ddl == len(txn.ddl)
+    assert tables == {(c.schema, c.table) for c in txn.changes}
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [[1, 2, 3], [b"s", 1, None, 1, "yes", 0, True, [], []], [b"s", 1, None, 1, False, 0, True,
+     [["db", 7, "i", None, {}]], []], [b"s", 1, None, 1, False, 0, True, [["db"]], []]],
+)  # fmt: skip
+def test_a_peek_at_a_malformed_record_raises(payload: list[Any]) -> None:
+    with pytest.raises(CorruptRecordError):
+        peek_tables(frame(msgpack.packb(payload)))
