@@ -267,7 +267,7 @@ class TargetSession:
         self, statements: Sequence[sql.Statement], what: str
     ) -> list[tuple[list[str], list[tuple[Any, ...]]]]:
         """Run SELECTs in few round trips; each one's column names and rows, in order."""
-        self.open()
+        self._ready()
         results: list[tuple[list[str], list[tuple[Any, ...]]]] = []
         cursor = self._cursor
         for start in range(0, len(statements), SELECTS_PER_ROUND_TRIP):
@@ -306,7 +306,7 @@ class TargetSession:
 
     def run_setup(self, statements: Sequence[str], what: str) -> None:
         """Schema statements of DRC's own (drc.* tables, triggers), committed."""
-        self.open()
+        self._ready()
         with _translated(what):
             for statement in statements:
                 self._cursor.execute(statement)
