@@ -16,6 +16,11 @@ the channel writes as DRC-originated, DDL included (DDL has no transaction for t
 row to ride in: Otter issue #32 looped forever on that); the checkpoint write flags it too, and
 both the API (skip_drc) and the chain (SkipDrcOriginated) drop flagged transactions.
 
+Conflicts ([conflicts] in the config, drc.apply.conflicts): before a group is written, the rows
+it touches in tables with a policy are read and locked in the same target transaction; the
+engine decides each change, and the group's writes, the conflict log rows and tombstones commit
+together with the checkpoint.
+
 DDL: the open group is committed first; then the checkpoint row gets ``pending_ddl_scn`` (with
 the transaction's row changes, if any), the statement runs on its own session with the source's
 default database, and the checkpoint moves to the DDL's SCN. After a crash in between, the same
@@ -26,7 +31,9 @@ Privileges of the apply user on the target:
 
     SELECT, INSERT, UPDATE, DELETE       on the replicated tables
     CREATE, ALTER, DROP, INDEX           for replicated DDL (CREATE VIEW too, if views are)
-    ALL on drc.*                         the checkpoint table (created on first start)
+    ALL on drc.*                         the checkpoint table (created on first start), and
+                                         drc.conflicts and drc.tomb_* with a [conflicts] section
+    TRIGGER                              on tables with a conflict timestamp column
     SELECT on information_schema         (implicit) to read column and key definitions
     setting skip_replication             no privilege on MariaDB 10.11; SUPER on older servers
 
