@@ -21,13 +21,14 @@ from typing import Any
 
 from drc.apply import conflict_log, tombstones
 from drc.apply.conflicts import ConflictEngine, Observed, Policies, Resolution, observe
-from drc.apply.errors import NoPrimaryKeyError, TargetSchemaError
+from drc.apply.errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
 from drc.apply.sql import Statement
 from drc.core.events import Transaction
 
 log = logging.getLogger(__name__)
 
-MAINTAIN_EVERY_S = 60.0
+MAINTAIN_EVERY_S = 30.0
+NEED_SUPER_FOR_TRIGGERS = 1419
 
 
 class ConflictTarget:
@@ -38,6 +39,7 @@ class ConflictTarget:
         self.retention_s = retention_s
         self._ready: dict[tuple[str, str], tombstones.StampType] = {}  # timestamped tables set up
         self._checked: set[tuple[str, str]] = set()  # every table looked at
+        self._shapes: dict[tuple[str, str], Any] = {}  # what the triggers were made for
         self._maintained_at: float | None = None
 
     # ------------------------------------------------------------------ setup
@@ -88,13 +90,32 @@ class ConflictTarget:
             raise TargetSchemaError(str(exc)) from exc
         key = [tombstones.KeyColumn(k, columns[k].definition) for k in target.primary_key]
         triggers = tombstones.create_triggers(
-            schema, table, target.primary_key, list(columns), found, stamp, self.engine.datacenter
+            schema, table, target.primary_key, found, stamp, self.engine.datacenter
         )
-        self.session.run_setup(
-            [tombstones.create_table(schema, table, key, stamp), *triggers],
-            f"creating the tombstone table and triggers of {target.name}",
-        )
+        setup = [tombstones.create_table(schema, table, key, stamp), *triggers]
+        if self._stale_companion(schema, table, key, stamp):
+            log.warning(
+                "the key or timestamp column of %s changed: its tombstones are dropped and "
+                "recorded afresh", target.name,
+            )  # fmt: skip
+            setup.insert(0, tombstones.drop_table(schema, table))
+        try:
+            self.session.run_setup(
+                setup, f"creating the tombstone table and triggers of {target.name}"
+            )
+        except ApplyError as exc:
+            if exc.code != NEED_SUPER_FOR_TRIGGERS:
+                raise
+            raise ApplyError(
+                f"cannot create DRC's conflict triggers on {target.name}: with binary logging "
+                "on, MariaDB lets a user without SUPER create triggers only when "
+                "log_bin_trust_function_creators = 1. Set it on the target (SET GLOBAL "
+                "log_bin_trust_function_creators = 1, and in its config file) and restart the "
+                "channel; do not give the apply user SUPER (it bypasses read_only)",
+                exc.code,
+            ) from exc
         self._ready[(schema, table)] = stamp
+        self._shapes[(schema, table)] = (target.primary_key, found, info)
         self._checked.add((schema, table))
 
     # ------------------------------------------------------------------ per group
@@ -134,6 +155,32 @@ class ConflictTarget:
 
     # ------------------------------------------------------------------ maintenance
 
+    def _stale_companion(
+        self, schema: str, table: str, key: list[tombstones.KeyColumn], stamp: tombstones.StampType
+    ) -> bool:
+        """Whether the tombstone table exists with another key or time type than needed."""
+        existing = self.session.columns(tombstones.SCHEMA, tombstones.name(schema, table))
+        if not existing:
+            return False
+        wanted = {k.name: k.definition for k in key}
+        have = {n: c.definition for n, c in existing.items() if not n.startswith("drc$")}
+        deleted_at = existing.get(tombstones.COL_DELETED_AT)
+        wanted_type = stamp.column_sql.split("(")[0].split()[0].lower()  # e.g. "datetime"
+        same_time = deleted_at is not None and deleted_at.data_type.lower() == wanted_type
+        return have != wanted or not same_time
+
+    def _reshaped(self, schema: str, table: str) -> bool:
+        """Whether local DDL changed the key or the timestamp column the triggers name (the
+        triggers of a renamed key column would make every insert fail)."""
+        policy = self.policies.get(schema, table)
+        if policy is None or policy.column is None:
+            return True
+        key = self.session.table(schema, table, refresh=True).primary_key
+        columns = self.session.columns(schema, table)
+        found = {c.lower(): c for c in columns}.get(policy.column.lower())
+        info = columns.get(found) if found is not None else None
+        return self._shapes.get((schema, table)) != (key, found, info)
+
     def due(self, now: float) -> bool:
         return self._maintained_at is None or now - self._maintained_at >= MAINTAIN_EVERY_S
 
@@ -141,6 +188,9 @@ class ConflictTarget:
         """Set up tables created since, purge old tombstones; returns how many were purged."""
         self._maintained_at = now
         for schema, table in self.session.base_tables():
+            if (schema, table) in self._ready and self._reshaped(schema, table):
+                self._checked.discard((schema, table))  # made again for the new shape
+                del self._ready[(schema, table)]
             self._ensure(schema, table)
         purged = 0
         for (schema, table), stamp in self._ready.items():

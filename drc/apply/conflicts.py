@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import importlib
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -346,7 +347,9 @@ class ConflictEngine:
                     ref = (table.schema, table.table, key)
                     stamp = None
                     if part.op is Op.DELETE and policy.column is not None:
-                        stamp = self._delete_stamp(txn, part, policy, stamps.get(ref), change)
+                        queued = stamps.get(ref)
+                        found = queued.popleft() if queued and change.op is Op.DELETE else None
+                        stamp = self._delete_stamp(txn, part, policy, found, change)
                     items.append(_Item(txn, part, policy, table, key, stamp))
                     found = images.setdefault(ref, [])
                     found.extend(i for i in (part.before, part.after) if i is not None)
@@ -359,9 +362,12 @@ class ConflictEngine:
 
     # -- deletes' timestamps -------------------------------------------------------------
 
-    def _delete_stamps(self, txn: Transaction) -> dict[tuple[str, str, tuple[Any, ...]], Any]:
-        """The tombstone rows the origin's delete trigger wrote in this transaction."""
-        stamps: dict[tuple[str, str, tuple[Any, ...]], Any] = {}
+    def _delete_stamps(
+        self, txn: Transaction
+    ) -> dict[tuple[str, str, tuple[Any, ...]], deque[Any]]:
+        """The times the origin's delete trigger wrote in this transaction, per key, in order:
+        each delete of a key is followed by its own tombstone row (the trigger runs after it)."""
+        stamps: dict[tuple[str, str, tuple[Any, ...]], deque[Any]] = {}
         for change in txn.changes:
             if (
                 not tombstones.is_tombstone_table(change.schema, change.table)
@@ -378,7 +384,8 @@ class ConflictEngine:
                 continue
             target = self._tables(schema, table)
             image = {columns.get(k, k): v for k, v in row.items()}
-            stamps[(schema, table, key_of(target, image))] = row[tombstones.COL_DELETED_AT]
+            ref = (schema, table, key_of(target, image))
+            stamps.setdefault(ref, deque()).append(row[tombstones.COL_DELETED_AT])
         return stamps
 
     def _delete_stamp(
@@ -460,7 +467,11 @@ class ConflictEngine:
             out.changes.append(change)
             state.row, state.observed = None, None
             incoming = self._incoming(item)
-            if incoming is not None and self.ranks.newer(incoming, state.tombstone):
+            # Strictly newer, as the tombstone upsert keeps it (tombstones.upsert).
+            old = state.tombstone
+            if incoming is not None and (
+                old is None or stamp_key(incoming.stamp) > stamp_key(old.stamp)
+            ):
                 state.tombstone = incoming
                 out.tombstones.append(TombstoneWrite(item.table, item.key, incoming))  # type: ignore[arg-type]
             return
@@ -516,7 +527,7 @@ class ConflictEngine:
     def _local_version(self, state: _State, column: str) -> Version | None:
         if state.row is None:
             return state.tombstone
-        return Version(state.row.get(column), state.version_dc)
+        return Version(_get(state.row, column), state.version_dc)
 
     def _call_resolver(self, item: _Item, state: _State, kind: str) -> tuple[str, str, Row | None]:
         policy, change, table = item.policy, item.change, item.table
@@ -625,13 +636,22 @@ def _split_key_change(change: RowChange, table: TargetTable) -> list[RowChange]:
     ]
 
 
+_MISSING = object()
+
+
+def _get(row: Row, column: str, default: Any = None) -> Any:
+    """A column's value; MySQL column names are case-insensitive."""
+    if column in row:
+        return row[column]
+    folded = {k.lower(): v for k, v in row.items()}
+    return folded.get(column.lower(), default)
+
+
 def _column(image: Row | None, column: str, change: RowChange) -> Any:
     if image is not None:
-        if column in image:
-            return image[column]
-        folded = {k.lower(): v for k, v in image.items()}
-        if column.lower() in folded:
-            return folded[column.lower()]
+        value = _get(image, column, _MISSING)
+        if value is not _MISSING:
+            return value
     raise ApplyError(
         f"lww column {column!r} is not in the incoming rows of {change.schema}.{change.table}: "
         "add it to the table on every datacenter, or fix conflicts.tables.column"

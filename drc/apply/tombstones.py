@@ -119,6 +119,10 @@ def create_table(schema: str, table: str, key: Sequence[KeyColumn], stamp: Stamp
     )
 
 
+def drop_table(schema: str, table: str) -> str:
+    return f"DROP TABLE IF EXISTS {quote(SCHEMA)}.{quote(name(schema, table))}"
+
+
 def _string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
@@ -127,7 +131,6 @@ def create_triggers(
     schema: str,
     table: str,
     key: Sequence[str],
-    columns: Sequence[str],
     column: str,
     stamp: StampType,
     datacenter: str,
@@ -136,11 +139,13 @@ def create_triggers(
 
     - after delete: record the tombstone, at least one step after the deleted row's time;
     - before insert: a key deleted before is inserted at least one step after its tombstone;
-    - before update: a changed row's time never goes back (a clock behind the row's last
-      writer would otherwise lose to an older concurrent change, and the sides diverge).
+    - before update: a row's time never goes back (a clock behind the row's last writer
+      would otherwise make a later change lose to an older concurrent one, and the sides
+      would diverge).
 
-    The last two make every row's history strictly increasing in time on every datacenter,
-    which is what lets the newest version win the same way everywhere.
+    So along every row's history, on every datacenter, time never decreases, which is what
+    lets the newest version win the same way everywhere. The triggers name only the key and
+    the timestamp column, so other columns may be added or dropped freely.
     """
     on = f"{quote(schema)}.{quote(table)}"
     delete, insert, update = (f"{quote(schema)}.{quote(n)}" for n in trigger_names(schema, table))
@@ -154,7 +159,6 @@ def create_triggers(
     values += [_string(schema), _string(table), when, _string(datacenter)]
     updates = ", ".join(f"{c} = VALUES({c})" for c in tomb_columns[len(key) :])
     match = " AND ".join(f"{quote(k)} = NEW.{quote(k)}" for k in key)
-    same = " AND ".join(f"NEW.{quote(c)} <=> OLD.{quote(c)}" for c in columns if c != column)
     return [
         f"CREATE OR REPLACE TRIGGER {delete} AFTER DELETE ON {on} FOR EACH ROW "
         f"IF @drc_apply IS NULL THEN INSERT INTO {companion} ({', '.join(tomb_columns)}) "
@@ -165,8 +169,8 @@ def create_triggers(
         f"FROM {companion} WHERE {match}); IF NEW.{ts} <= deleted_at THEN "
         f"SET NEW.{ts} = deleted_at {stamp.step_sql}; END IF; END IF; END",
         f"CREATE OR REPLACE TRIGGER {update} BEFORE UPDATE ON {on} FOR EACH ROW "
-        f"IF @drc_apply IS NULL AND (NEW.{ts} < OLD.{ts} OR (NEW.{ts} <=> OLD.{ts} "
-        f"AND NOT ({same or 'TRUE'}))) THEN SET NEW.{ts} = OLD.{ts} {stamp.step_sql}; END IF",
+        f"IF @drc_apply IS NULL AND NEW.{ts} < OLD.{ts} THEN "
+        f"SET NEW.{ts} = OLD.{ts} {stamp.step_sql}; END IF",
     ]
 
 

@@ -68,6 +68,8 @@ def server_argv(base: Path, port: int, server_id: int) -> list[str]:
         "--binlog-format=ROW",
         "--binlog-row-image=FULL",
         "--binlog-row-metadata=FULL",
+        # Apply users have no SUPER (it bypasses read_only), yet create DRC's conflict triggers.
+        "--log-bin-trust-function-creators=1",
         "--log-slave-updates",
         "--skip-slave-start",
         "--character-set-server=utf8mb4",

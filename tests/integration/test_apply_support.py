@@ -33,6 +33,7 @@ APPLY_PASSWORD = "apply-secret"
 APPLY_GRANTS = (
     "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, DROP, INDEX, CREATE VIEW ON *.* TO {u}",
     "GRANT ALL PRIVILEGES ON `drc`.* TO {u}",
+    "GRANT TRIGGER ON *.* TO {u}",  # for tables with a conflict timestamp column
 )
 
 
