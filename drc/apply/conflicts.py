@@ -46,151 +46,34 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import importlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from drc.apply import sql, tombstones
 from drc.apply.conflict_log import ConflictEntry
+from drc.apply.conflict_rules import (
+    ConflictContext,
+    Policies,
+    Ranks,
+    ResolverError,
+    ResolverFn,
+    Row,
+    TablePolicy,
+    Version,
+    load_resolver,
+    stamp_key,
+)
 from drc.apply.errors import ApplyError
 from drc.apply.plan import TargetTable, key_of
-from drc.core.errors import ConfigError
 from drc.core.events import Op, RowChange, Transaction
-from drc.core.scn import SCN
-from drc.core.tablefilter import TablePattern
 
-Row = Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ConflictContext:
-    """What a resolver is told besides the rows."""
-
-    channel: str
-    origin: str  # the datacenter the incoming change comes from
-    datacenter: str  # this datacenter, which decides
-    scn: SCN
-    origin_time: dt.datetime | None
-    schema: str
-    table: str
-    kind: str
-    key: Mapping[str, Any]
-    # With a timestamp column (conflicts.tables.column): when the local row was deleted (its
-    # tombstone; None while it exists or if nothing is known), and when the incoming delete was
-    # made (None unless the incoming change is a delete).
-    local_deleted_at: Any = None
-    incoming_deleted_at: Any = None
-
-
-ResolverFn = Callable[[Row | None, Row | None, Row | None, ConflictContext], Row | None]
-
-
-class ResolverError(ApplyError):
-    """A user resolver raised or returned something unusable; the channel stops unapplied."""
-
-
-@dataclass(frozen=True, slots=True)
-class TablePolicy:
-    name: str  # lww | resolver | overwrite | keep
-    column: str | None = None
-    resolver: ResolverFn | None = None
-    resolver_name: str = ""
-
-
-def load_resolver(spec: str) -> ResolverFn:
-    """The function named ``module:function`` (ConfigError saying what is wrong otherwise)."""
-    module_name, _, function_name = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import-time failure of user code
-        raise ConfigError(
-            f"conflict resolver {spec!r}: cannot import {module_name}: {exc}"
-        ) from exc
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise ConfigError(
-            f"conflict resolver {spec!r}: {module_name} has no function {function_name}"
-        )
-    return function  # type: ignore[no-any-return]
-
-
-class Policies:
-    """Table -> policy, first matching ``[[conflicts.tables]]`` entry (``off`` = none)."""
-
-    def __init__(self, rules: Sequence[tuple[str, TablePolicy | None]]) -> None:
-        self._rules = [(TablePattern.parse(p), policy) for p, policy in rules]
-        self._cache: dict[tuple[str, str], TablePolicy | None] = {}
-
-    @classmethod
-    def from_config(
-        cls, config: Any, load: Callable[[str], ResolverFn] = load_resolver
-    ) -> Policies:
-        rules: list[tuple[str, TablePolicy | None]] = []
-        for entry in config.tables:
-            if entry.policy == "off":
-                rules.append((entry.table, None))
-            elif entry.policy == "resolver":
-                fn = load(entry.resolver)
-                rules.append(
-                    (entry.table, TablePolicy("resolver", entry.column, fn, entry.resolver))
-                )
-            else:
-                rules.append((entry.table, TablePolicy(entry.policy, entry.column)))
-        return cls(rules)
-
-    @property
-    def active(self) -> bool:
-        return any(policy is not None for _, policy in self._rules)
-
-    def get(self, schema: str, table: str) -> TablePolicy | None:
-        key = (schema, table)
-        if key not in self._cache:
-            found = next((p for pat, p in self._rules if pat.matches(schema, table)), None)
-            self._cache[key] = found if schema != tombstones.SCHEMA else None
-        return self._cache[key]
-
-
-# ---------------------------------------------------------------------------- versions
-
-
-def stamp_key(value: Any) -> tuple[int, Any]:
-    """A sortable form of a timestamp column value (NULL and zero dates sort first)."""
-    if value is None or isinstance(value, str) or not hasattr(value, "__lt__"):
-        return (0, 0)
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return (1, value)
-    if isinstance(value, dt.date):
-        return (1, dt.datetime(value.year, value.month, value.day))
-    if isinstance(value, int | float | Decimal):
-        return (1, value)
-    return (0, 0)  # ZeroDate and other non-instants
-
-
-@dataclass(frozen=True, slots=True)
-class Version:
-    stamp: Any
-    datacenter: str
-
-
-class Ranks:
-    """``conflicts.priority``: the first datacenter wins ties."""
-
-    def __init__(self, priority: Sequence[str]) -> None:
-        self._rank = {dc: len(priority) - i for i, dc in enumerate(priority)}
-
-    def newer(self, a: Version, b: Version | None) -> bool:
-        """Whether version ``a`` beats ``b`` (any version beats none)."""
-        if b is None:
-            return True
-        ka, kb = stamp_key(a.stamp), stamp_key(b.stamp)
-        if ka != kb:
-            return ka > kb
-        return self._rank.get(a.datacenter, 0) > self._rank.get(b.datacenter, 0)
+__all__ = [  # the rules are re-exported: callers need one import for conflict handling
+    "ConflictContext", "ConflictEngine", "Observed", "Policies", "Prepared", "Probe", "Ranks",
+    "Resolution", "ResolverError", "ResolverFn", "TablePolicy", "TombstoneWrite", "Version",
+    "load_resolver", "observe", "stamp_key",
+]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- probes
