@@ -106,10 +106,21 @@ def checksums(server: ServerInfo, schema: str) -> list[object]:
 
 
 def drc_apply(
-    dc2: ServerInfo, url: str, schema: str, end: tuple[str, int], workdir: Path, grouping: bool
+    dc2: ServerInfo,
+    url: str,
+    schema: str,
+    end: tuple[str, int],
+    workdir: Path,
+    grouping: bool,
+    *,
+    label: str = "",
+    extra_toml: str = "",
 ) -> float:
-    """Seconds for a `python -m drc.apply` process to apply everything up to ``end``."""
-    name = f"bench-{schema}-{'grouped' if grouping else 'single'}"
+    """Seconds for a `python -m drc.apply` process to apply everything up to ``end``.
+
+    ``extra_toml`` is appended to its config (e.g. a ``[conflicts]`` section); ``label`` names
+    the channel (default: its grouping)."""
+    name = f"bench-{schema}-{label or ('grouped' if grouping else 'single')}"
     config = workdir / f"{name}.toml"
     config.write_text(f"""
 [datacenter]
@@ -128,7 +139,7 @@ remote = ["{url}"]
 tables = ["{schema}.*"]
 map_tables = {{ "{schema}.*" = "{schema}_drc.*" }}
 max_txns_per_commit = {500 if grouping else 1}
-""")  # fmt: skip
+{extra_toml}""")  # fmt: skip
     log = workdir / f"{name}.log"
     target = (split_binlog_name(end[0])[1], end[1])
     with open(log, "wb") as out:

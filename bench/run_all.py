@@ -16,6 +16,7 @@ BENCHMARKS = [  # in data-flow order
     "bench_replicator.py",
     "bench_api.py",
     "bench_apply.py",
+    "bench_conflicts.py",
     "bench_latency.py",
 ]
 

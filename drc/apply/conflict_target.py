@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drc.apply import conflict_log, tombstones
-from drc.apply.conflicts import ConflictEngine, Observed, Policies, Resolution, observe
+from drc.apply.conflicts import ConflictEngine, Policies, ProbePlan, Resolution
 from drc.apply.errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
 from drc.apply.sql import Statement
 from drc.core.events import Transaction
@@ -127,18 +127,13 @@ class ConflictTarget:
         for probe in prepared.probes:
             if probe.tombstone:
                 self._ensure(probe.table.schema, probe.table.table)
-        statements = [s for p in prepared.probes for s in p.statements()]
+        plan = ProbePlan(prepared.probes)
         results = (
-            self.session.select_many(statements, "reading target rows to check for conflicts")
-            if statements
+            self.session.select_many(plan.statements, "reading target rows to check conflicts")
+            if plan.statements
             else []
         )
-        observed: list[Observed] = []
-        at = 0
-        for probe in prepared.probes:
-            width = 2 if probe.tombstone else 1
-            observed.append(observe(probe, results[at : at + width]))
-            at += width
+        observed = plan.observe(results)
         return prepared.resolve(observed)
 
     def writes(self, resolution: Resolution) -> list[Statement]:

@@ -71,7 +71,8 @@ from drc.core.events import Op, RowChange, Transaction
 
 __all__ = [  # the rules are re-exported: callers need one import for conflict handling
     "ConflictContext", "ConflictEngine", "Observed", "Policies", "Prepared", "Probe", "Ranks",
-    "Resolution", "ResolverError", "ResolverFn", "TablePolicy", "TombstoneWrite", "Version",
+    "ProbePlan", "Resolution", "ResolverError", "ResolverFn", "TablePolicy", "TombstoneWrite",
+    "Version",
     "load_resolver", "observe", "stamp_key",
 ]  # fmt: skip
 
@@ -128,6 +129,127 @@ def observe(probe: Probe, results: Sequence[tuple[list[str], list[tuple[Any, ...
     width = max(1, len(probe.images))
     flags = tuple(bool(v) for v in rows[0][: len(probe.images)])
     return Observed(dict(zip(names[width:], rows[0][width:], strict=True)), flags, tombstone)
+
+
+PROBES_PER_STATEMENT = 500
+MAX_FLAGS = 62  # distinct images of one key a batched probe can report on (bits of a BIGINT)
+
+Results = Sequence[tuple[list[str], list[tuple[Any, ...]]]]
+
+
+class ProbePlan:
+    """Probes batched per table: one locking SELECT for the rows of up to
+    PROBES_PER_STATEMENT keys and one for their tombstones, instead of one or two per key.
+
+    In each, the server says which probe a row answers (``CASE WHEN <key> THEN i``, so keys
+    match by MySQL's collation rules, not Python's) and, as a bit mask, which of that key's
+    images the row equals. A key with more distinct images than MAX_FLAGS is probed alone.
+    """
+
+    def __init__(self, probes: Sequence[Probe]) -> None:
+        self.probes = tuple(probes)
+        self.statements: list[sql.Statement] = []
+        self._readers: list[tuple[str, Sequence[int]]] = []  # per statement: kind, probe indexes
+        self._bits: list[tuple[int, ...]] = []  # per probe: image -> bit of its mask
+        self._distinct: list[list[Row]] = []
+        batched: dict[tuple[str, str], list[int]] = {}
+        for i, probe in enumerate(self.probes):
+            distinct: list[Row] = []
+            bits = []
+            for image in probe.images:
+                found = next((b for b, seen in enumerate(distinct) if seen == image), None)
+                if found is None:
+                    distinct.append(image)
+                    found = len(distinct) - 1
+                bits.append(found)
+            self._bits.append(tuple(bits))
+            self._distinct.append(distinct)
+            if len(distinct) > MAX_FLAGS:
+                self._alone(i)
+            else:
+                batched.setdefault((probe.table.schema, probe.table.table), []).append(i)
+        for indexes in batched.values():
+            for start in range(0, len(indexes), PROBES_PER_STATEMENT):
+                self._batch(indexes[start : start + PROBES_PER_STATEMENT])
+
+    def _alone(self, i: int) -> None:
+        statements = self.probes[i].statements()
+        self.statements.extend(statements)
+        self._readers.append(("alone", [i]))
+        if len(statements) > 1:
+            self._readers.append(("alone-tombstone", [i]))
+
+    def _batch(self, indexes: Sequence[int]) -> None:
+        table = self.probes[indexes[0]].table
+        key = table.primary_key
+        matches = [sql.by_keys(key, [self.probes[i].key]) for i in indexes]
+        which = _case([(m, str(n)) for n, m in enumerate(matches)])
+        masks = _case([(m, self._mask(i)) for m, i in zip(matches, indexes, strict=True)])
+        where = sql.by_keys(key, [self.probes[i].key for i in indexes])
+        name = sql.table_name(table.schema, table.table)
+        self.statements.append(sql.Statement(
+            f"SELECT {which.sql} AS drc_probe, {masks.sql} AS drc_same, {name}.* FROM {name} "
+            f"WHERE {where.sql} FOR UPDATE", which.params + masks.params + where.params,
+        ))  # fmt: skip
+        self._readers.append(("rows", indexes))
+        if self.probes[indexes[0]].tombstone:
+            companion = sql.table_name(
+                tombstones.SCHEMA, tombstones.name(table.schema, table.table)
+            )
+            self.statements.append(sql.Statement(
+                f"SELECT {which.sql} AS drc_probe, {sql.ident(tombstones.COL_DELETED_AT)}, "
+                f"{sql.ident(tombstones.COL_ORIGIN)} FROM {companion} WHERE {where.sql} "
+                "FOR UPDATE", which.params + where.params,
+            ))  # fmt: skip
+            self._readers.append(("tombstones", indexes))
+
+    def _mask(self, i: int) -> sql.Statement:
+        terms: list[str] = []
+        params: list[Any] = []
+        for bit, image in enumerate(self._distinct[i]):
+            text, values = sql.whole_row(tuple(image), tuple(image.values()))
+            terms.append(f"({text.removesuffix(' LIMIT 1')}) * {1 << bit}")
+            params.extend(values)
+        return sql.Statement(" + ".join(terms) or "0", tuple(params))
+
+    def observe(self, results: Results) -> list[Observed]:
+        """What every probe found, in probe order, from the statements' result sets."""
+        rows: dict[int, tuple[dict[str, Any] | None, tuple[bool, ...]]] = {}
+        stones: dict[int, Version] = {}
+        alone: dict[int, list[tuple[list[str], list[tuple[Any, ...]]]]] = {}
+        for (kind, indexes), (names, found) in zip(self._readers, results, strict=True):
+            if kind.startswith("alone"):
+                alone.setdefault(indexes[0], []).append((names, found))
+            elif kind == "rows":
+                for values in found:
+                    i = indexes[int(values[0])]
+                    mask = int(values[1])
+                    flags = tuple(bool(mask >> bit & 1) for bit in self._bits[i])
+                    rows[i] = (dict(zip(names[2:], values[2:], strict=True)), flags)
+            else:
+                for n, stamp, origin in found:
+                    stones[indexes[int(n)]] = Version(stamp, origin)
+        out = []
+        for i, probe in enumerate(self.probes):
+            if i in alone:
+                out.append(observe(probe, alone[i]))
+                continue
+            row, flags = rows.get(i, (None, (False,) * len(probe.images)))
+            out.append(Observed(row, flags, stones.get(i)))
+        return out
+
+
+def _case(branches: Sequence[tuple[sql.Statement, str | sql.Statement]]) -> sql.Statement:
+    """CASE WHEN <match> THEN <value> ... END (values: literal text or a statement)."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for match, value in branches:
+        then = value if isinstance(value, str) else value.sql
+        parts.append(f"WHEN {match.sql} THEN {then}")
+        params.extend(match.params)
+        if not isinstance(value, str):
+            params.extend(value.params)
+    return sql.Statement(f"CASE {' '.join(parts)} END", tuple(params))
 
 
 # ---------------------------------------------------------------------------- the engine

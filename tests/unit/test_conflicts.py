@@ -1162,3 +1162,36 @@ def test_a_delete_concurrent_with_an_update_converges(
     assert on_deleter == on_updater
     newer_delete = deleted > updated or (deleted == updated and deleter == "dc1")
     assert on_deleter == (None if newer_delete else changed)
+
+
+# ------------------------------------------------------------------ batched probes
+
+
+def test_probes_of_one_table_are_read_in_one_locking_select_and_their_tombstones_in_another() -> (
+    None
+):
+    from drc.apply.conflicts import MAX_FLAGS, Probe, ProbePlan
+
+    t = target("db", "t")
+    one = Probe(t, (1,), (row(1), row(1, v="b")), tombstone=True)
+    two = Probe(t, (2,), (row(2), row(2)), tombstone=True)  # equal images share one bit
+    many = Probe(t, (3,), tuple(row(3, v=str(n)) for n in range(MAX_FLAGS + 1)), tombstone=True)
+    plan = ProbePlan([one, two, many])
+    batched = [s for s in plan.statements if "CASE WHEN" in s.sql]
+    assert len(batched) == 2 and all(s.sql.endswith("FOR UPDATE") for s in plan.statements)
+    assert "`db`.`t`.*" in batched[0].sql and "`drc$deleted_at`" in batched[1].sql
+    assert batched[0].sql.count("%s") == len(batched[0].params)
+    assert "`id` IN (%s, %s)" in batched[0].sql  # the key with too many images goes alone
+    assert len(plan.statements) == 4
+
+    names = ["drc_probe", "drc_same", "id", "v", "ts"]
+    results = [  # in statement order: the lone probe first, then the batch
+        (["f"] * MAX_FLAGS + ["f", "id", "v", "ts"], []),  # key 3: no row
+        (["drc$deleted_at", "drc$origin"], []),
+        (names, [(1, 1, 2, "a", at(0))]),  # probe 1 of the batch (key 2) equals its image
+        (["drc_probe", "drc$deleted_at", "drc$origin"], [(0, at(5), "dc1")]),  # key 1 deleted
+    ]
+    first, second, third = plan.observe(results)
+    assert first.row is None and first.tombstone == Version(at(5), "dc1")
+    assert second.row == row(2) and second.same == (True, True) and second.tombstone is None
+    assert third.row is None and third.same == (False,) * (MAX_FLAGS + 1)
