@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,6 +124,20 @@ def wait_healthy(configs: dict[str, Path], timeout: float = 60.0) -> None:
             raise RuntimeError(f"{dc} did not become healthy; see its log")
 
 
+def reset(directory: Path, *servers: ServerInfo) -> None:
+    """Start every demo afresh: a previous run's buffers (kept in ``directory``) and its rows
+    and checkpoints (kept by servers still running) would otherwise be replayed or resumed
+    from, against servers that no longer match them."""
+    shutil.rmtree(directory, ignore_errors=True)
+    for server in servers:
+        conn = _connect(server)
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute(f"DROP DATABASE IF EXISTS `{SCHEMA}`")
+            cur.execute("DROP DATABASE IF EXISTS `drc`")
+        conn.close()
+
+
 def create_schema(origin: ServerInfo) -> None:
     conn = _connect(origin)
     with conn.cursor() as cur:
@@ -202,6 +217,7 @@ def run_demo(
 ) -> bool:
     """Run the whole demo; True when both sides converged."""
     dc1, dc2 = description.server("dc1"), description.server("dc2")
+    reset(directory, dc1, dc2)
     configs = write_configs(description, directory)
     say(f"configs: {', '.join(str(p) for p in configs.values())}")
     procs = start_nodes(configs, directory)
