@@ -68,6 +68,7 @@ from drc.apply.conflict_rules import (
 from drc.apply.errors import ApplyError
 from drc.apply.plan import TargetTable, key_of
 from drc.core.events import Op, RowChange, Transaction
+from drc.core.scn import SCN
 
 __all__ = [  # the rules are re-exported: callers need one import for conflict handling
     "ConflictContext", "ConflictEngine", "Observed", "Policies", "Prepared", "Probe", "Ranks",
@@ -337,8 +338,14 @@ class ConflictEngine:
         items: list[_Item] = []
         images: dict[tuple[str, str, tuple[Any, ...]], list[Row]] = {}
         probes_for: dict[tuple[str, str, tuple[Any, ...]], tuple[TargetTable, bool]] = {}
+        # A big transaction comes in fragments, and a delete's tombstone row may sit in the
+        # next one: the times are collected per source transaction (SCN), in order.
+        by_scn: dict[SCN, dict[tuple[str, str, tuple[Any, ...]], deque[Any]]] = {}
         for txn in transactions:
-            stamps = self._delete_stamps(txn)
+            for ref, queued in self._delete_stamps(txn).items():
+                by_scn.setdefault(txn.scn, {}).setdefault(ref, deque()).extend(queued)
+        for txn in transactions:
+            stamps = by_scn.get(txn.scn, {})
             for change in txn.changes:
                 if tombstones.is_tombstone_table(change.schema, change.table):
                     continue
@@ -352,9 +359,9 @@ class ConflictEngine:
                     ref = (table.schema, table.table, key)
                     stamp = None
                     if part.op is Op.DELETE and policy.column is not None:
-                        queued = stamps.get(ref)
-                        found = queued.popleft() if queued and change.op is Op.DELETE else None
-                        stamp = self._delete_stamp(txn, part, policy, found, change)
+                        waiting = stamps.get(ref)
+                        carried = waiting.popleft() if waiting and change.op is Op.DELETE else None
+                        stamp = self._delete_stamp(txn, part, policy, carried, change)
                     items.append(_Item(txn, part, policy, table, key, stamp))
                     found = images.setdefault(ref, [])
                     found.extend(i for i in (part.before, part.after) if i is not None)

@@ -1195,3 +1195,15 @@ def test_probes_of_one_table_are_read_in_one_locking_select_and_their_tombstones
     assert first.row is None and first.tombstone == Version(at(5), "dc1")
     assert second.row == row(2) and second.same == (True, True) and second.tombstone is None
     assert third.row is None and third.same == (False,) * (MAX_FLAGS + 1)
+
+
+def test_a_delete_whose_tombstone_row_is_in_the_next_fragment_gets_its_time() -> None:
+    import dataclasses
+
+    engine = make_engine()
+    whole = txn(delete(row()), tombstone_row(1, at(40)))
+    first = dataclasses.replace(whole, changes=whole.changes[:1], fragment=0, last_fragment=False)
+    second = dataclasses.replace(whole, changes=whole.changes[1:], fragment=1)
+    resolution = run(engine, first, second, rows={1: row()})
+    assert resolution.tombstones == [tomb_write(1, at(40))]
+    assert engine.fallback_stamps == 0
