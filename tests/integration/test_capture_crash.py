@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from drc.core.errors import BufferStateError
 from drc.eventbuffer import EventBuffer
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.capture import master_position, read_all, source_table_rows
@@ -146,7 +147,11 @@ def _wait_and_read(directory: Path, end: tuple[str, int], proc: Any, log: Path) 
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"replicator exited: {log.read_text()[-3000:]}"
-        reader = EventBuffer.open_read_only(directory)
+        try:
+            reader = EventBuffer.open_read_only(directory)
+        except BufferStateError:  # every kill came before the buffer was created: not yet
+            time.sleep(0.2)
+            continue
         try:
             last = reader.last_scn
             if last is not None and (last.log_index, last.log_pos) >= target:
