@@ -132,8 +132,9 @@ def observe(probe: Probe, results: Sequence[tuple[list[str], list[tuple[Any, ...
     return Observed(dict(zip(names[width:], rows[0][width:], strict=True)), flags, tombstone)
 
 
-PROBES_PER_STATEMENT = 500
-MAX_FLAGS = 62  # distinct images of one key a batched probe can report on (bits of a BIGINT)
+PROBES_PER_STATEMENT = 500  # < SLOT
+MAX_FLAGS = 50  # distinct images of one key a batched probe reports on: mask * SLOT fits a BIGINT
+SLOT = 1024
 
 Results = Sequence[tuple[list[str], list[tuple[Any, ...]]]]
 
@@ -142,9 +143,10 @@ class ProbePlan:
     """Probes batched per table: one locking SELECT for the rows of up to
     PROBES_PER_STATEMENT keys and one for their tombstones, instead of one or two per key.
 
-    In each, the server says which probe a row answers (``CASE WHEN <key> THEN i``, so keys
-    match by MySQL's collation rules, not Python's) and, as a bit mask, which of that key's
-    images the row equals. A key with more distinct images than MAX_FLAGS is probed alone.
+    In each, the server says which probe a row answers and, as a bit mask, which of that
+    key's images the row equals: ``CASE WHEN <key i> THEN <mask> * SLOT + i``, so keys match
+    by MySQL's collation rules, not Python's. A key with more distinct images than MAX_FLAGS
+    is probed alone.
     """
 
     def __init__(self, probes: Sequence[Probe]) -> None:
@@ -183,14 +185,18 @@ class ProbePlan:
     def _batch(self, indexes: Sequence[int]) -> None:
         table = self.probes[indexes[0]].table
         key = table.primary_key
-        matches = [sql.by_keys(key, [self.probes[i].key]) for i in indexes]
-        which = _case([(m, str(n)) for n, m in enumerate(matches)])
-        masks = _case([(m, self._mask(i)) for m, i in zip(matches, indexes, strict=True)])
+        match = sql.by_keys(key, [self.probes[indexes[0]].key]).sql  # the same for every key
+        answers = _case(
+            [(match, self.probes[i].key, self._mask(i, n)) for n, i in enumerate(indexes)]
+        )
+        which = _case(
+            [(match, self.probes[i].key, sql.Statement(str(n), ())) for n, i in enumerate(indexes)]
+        )
         where = sql.by_keys(key, [self.probes[i].key for i in indexes])
         name = sql.table_name(table.schema, table.table)
         self.statements.append(sql.Statement(
-            f"SELECT {which.sql} AS drc_probe, {masks.sql} AS drc_same, {name}.* FROM {name} "
-            f"WHERE {where.sql} FOR UPDATE", which.params + masks.params + where.params,
+            f"SELECT {answers.sql} AS drc_answer, {name}.* FROM {name} WHERE {where.sql} "
+            "FOR UPDATE", answers.params + where.params,
         ))  # fmt: skip
         self._readers.append(("rows", indexes))
         if self.probes[indexes[0]].tombstone:
@@ -204,14 +210,15 @@ class ProbePlan:
             ))  # fmt: skip
             self._readers.append(("tombstones", indexes))
 
-    def _mask(self, i: int) -> sql.Statement:
+    def _mask(self, i: int, slot: int) -> sql.Statement:
+        """``<bit mask of the images the row equals> * SLOT + slot``."""
         terms: list[str] = []
         params: list[Any] = []
         for bit, image in enumerate(self._distinct[i]):
             text, values = sql.whole_row(tuple(image), tuple(image.values()))
-            terms.append(f"({text.removesuffix(' LIMIT 1')}) * {1 << bit}")
+            terms.append(f"({text.removesuffix(' LIMIT 1')}) * {(1 << bit) * SLOT}")
             params.extend(values)
-        return sql.Statement(" + ".join(terms) or "0", tuple(params))
+        return sql.Statement(" + ".join([*terms, str(slot)]), tuple(params))
 
     def observe(self, results: Results) -> list[Observed]:
         """What every probe found, in probe order, from the statements' result sets."""
@@ -223,10 +230,10 @@ class ProbePlan:
                 alone.setdefault(indexes[0], []).append((names, found))
             elif kind == "rows":
                 for values in found:
-                    i = indexes[int(values[0])]
-                    mask = int(values[1])
+                    mask, slot = divmod(int(values[0]), SLOT)
+                    i = indexes[slot]
                     flags = tuple(bool(mask >> bit & 1) for bit in self._bits[i])
-                    rows[i] = (dict(zip(names[2:], values[2:], strict=True)), flags)
+                    rows[i] = (dict(zip(names[1:], values[1:], strict=True)), flags)
             else:
                 for n, stamp, origin in found:
                     stones[indexes[int(n)]] = Version(stamp, origin)
@@ -240,16 +247,14 @@ class ProbePlan:
         return out
 
 
-def _case(branches: Sequence[tuple[sql.Statement, str | sql.Statement]]) -> sql.Statement:
-    """CASE WHEN <match> THEN <value> ... END (values: literal text or a statement)."""
+def _case(branches: Sequence[tuple[str, tuple[Any, ...], sql.Statement]]) -> sql.Statement:
+    """CASE WHEN <match, bound to key> THEN <value> ... END."""
     parts: list[str] = []
     params: list[Any] = []
-    for match, value in branches:
-        then = value if isinstance(value, str) else value.sql
-        parts.append(f"WHEN {match.sql} THEN {then}")
-        params.extend(match.params)
-        if not isinstance(value, str):
-            params.extend(value.params)
+    for match, key, value in branches:
+        parts.append(f"WHEN {match} THEN {value.sql}")
+        params.extend(sql.adapt(v) for v in key)
+        params.extend(value.params)
     return sql.Statement(f"CASE {' '.join(parts)} END", tuple(params))
 
 

@@ -1170,7 +1170,7 @@ def test_a_delete_concurrent_with_an_update_converges(
 def test_probes_of_one_table_are_read_in_one_locking_select_and_their_tombstones_in_another() -> (
     None
 ):
-    from drc.apply.conflicts import MAX_FLAGS, Probe, ProbePlan
+    from drc.apply.conflicts import MAX_FLAGS, SLOT, Probe, ProbePlan
 
     t = target("db", "t")
     one = Probe(t, (1,), (row(1), row(1, v="b")), tombstone=True)
@@ -1184,11 +1184,11 @@ def test_probes_of_one_table_are_read_in_one_locking_select_and_their_tombstones
     assert "`id` IN (%s, %s)" in batched[0].sql  # the key with too many images goes alone
     assert len(plan.statements) == 4
 
-    names = ["drc_probe", "drc_same", "id", "v", "ts"]
+    names = ["drc_answer", "id", "v", "ts"]
     results = [  # in statement order: the lone probe first, then the batch
         (["f"] * MAX_FLAGS + ["f", "id", "v", "ts"], []),  # key 3: no row
         (["drc$deleted_at", "drc$origin"], []),
-        (names, [(1, 1, 2, "a", at(0))]),  # probe 1 of the batch (key 2) equals its image
+        (names, [(1 * SLOT + 1, 2, "a", at(0))]),  # batch slot 1 (key 2) equals its image
         (["drc_probe", "drc$deleted_at", "drc$origin"], [(0, at(5), "dc1")]),  # key 1 deleted
     ]
     first, second, third = plan.observe(results)
