@@ -212,6 +212,7 @@ class ConflictsConfig(_Model):
 
     priority: tuple[str, ...] = ()  # datacenters, first wins a lww tie on equal timestamps
     tombstone_retention_hours: float = Field(168, gt=0)
+    log_retention_days: float = Field(90, gt=0)  # how long drc.conflicts keeps an entry
     tables: tuple[ConflictTableConfig, ...] = ()  # first matching entry wins
 
     @property

@@ -174,7 +174,9 @@ class ApplyChannel:
             datacenter=datacenter, tables=self.session.table, names=names,
         )  # fmt: skip
         retention_s = int(config.tombstone_retention_hours * 3600)
-        return ConflictTarget(self.session, engine, policies, retention_s)
+        return ConflictTarget(
+            self.session, engine, policies, retention_s, config.log_retention_days
+        )
 
     def _subscription(self) -> ChannelConfig:
         """The channel's config as subscribed: a table list also asks for tombstone rows."""

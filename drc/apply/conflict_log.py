@@ -163,6 +163,19 @@ def create_statements() -> list[str]:
     ]
 
 
+PURGE_BATCH = 5000
+
+
+def purge(older_than_days: float) -> Statement:
+    """Delete up to PURGE_BATCH entries detected more than ``older_than_days`` ago (run until
+    it deletes fewer): the log is kept for a bounded time (conflicts.log_retention_days)."""
+    return Statement(
+        f"DELETE FROM {ident(SCHEMA)}.{ident(TABLE)} WHERE {ident('detected_at')} < "
+        f"UTC_TIMESTAMP(6) - INTERVAL %s SECOND LIMIT {PURGE_BATCH}",
+        (int(older_than_days * 86400),),
+    )
+
+
 def insert(entries: Sequence[ConflictEntry]) -> Statement:
     """One multi-row INSERT of ``entries``; ``detected_at`` is the server's UTC_TIMESTAMP(6)."""
     if not entries:

@@ -9,7 +9,7 @@ channel's TargetSession:
     resolve    one locked read per key the group touches (SELECT .. FOR UPDATE, batched in a
                few round trips), then the engine's decisions
     writes     the conflict log rows and tombstones, in the group's own transaction
-    maintain   purge tombstones past the retention
+    maintain   purge tombstones and conflict log entries past their retention
 """
 
 from __future__ import annotations
@@ -33,10 +33,16 @@ NEED_SUPER_FOR_TRIGGERS = 1419
 
 class ConflictTarget:
     def __init__(
-        self, session: Any, engine: ConflictEngine, policies: Policies, retention_s: int
+        self,
+        session: Any,
+        engine: ConflictEngine,
+        policies: Policies,
+        retention_s: int,
+        log_retention_days: float | None = None,
     ) -> None:
         self.session, self.engine, self.policies = session, engine, policies
         self.retention_s = retention_s
+        self.log_retention_days = log_retention_days
         self._ready: dict[tuple[str, str], tombstones.StampType] = {}  # timestamped tables set up
         self._checked: set[tuple[str, str]] = set()  # every table looked at
         self._shapes: dict[tuple[str, str], Any] = {}  # what the triggers were made for
@@ -192,12 +198,24 @@ class ConflictTarget:
             statement = tombstones.purge(
                 schema, table, tombstones.integer_stamp(stamp), self.retention_s
             )
-            while True:
-                deleted = self.session.execute(statement, f"purging tombstones of {schema}.{table}")
-                self.session.commit()
-                purged += deleted
-                if deleted < tombstones.PURGE_BATCH:
-                    break
+            purged += self._purge(statement, tombstones.PURGE_BATCH, f"{schema}.{table}")
         if purged:
             log.info("purged %d tombstones older than %d s", purged, self.retention_s)
+        if self.log_retention_days is not None:
+            old = self._purge(
+                conflict_log.purge(self.log_retention_days), conflict_log.PURGE_BATCH, "the log"
+            )
+            if old:
+                log.info("purged %d conflict log entries older than %s days", old,
+                         self.log_retention_days)  # fmt: skip
         return purged
+
+    def _purge(self, statement: Statement, batch: int, what: str) -> int:
+        """Run a bounded DELETE until it deletes less than a batch, committing each."""
+        total = 0
+        while True:
+            deleted = self.session.execute(statement, f"purging old entries of {what}")
+            self.session.commit()
+            total += deleted
+            if deleted < batch:
+                return total

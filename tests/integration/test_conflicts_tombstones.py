@@ -14,6 +14,7 @@ from pathlib import Path
 from drc.apply import ApplyChannel, tombstones
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
+from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     Running,
     apply_user,
@@ -49,6 +50,7 @@ def _channel(url: str, server: ServerInfo, retention_h: float) -> Running:
     lww = ConflictsConfig(
         priority=("dc1", "dc2"),
         tombstone_retention_hours=retention_h,
+        log_retention_days=30,
         tables=(ConflictTableConfig(table=f"{SCHEMA}.t", policy="lww", column="ts"),),
     )
     return Running(ApplyChannel(config, apply_user(server), conflicts=lww, datacenter="dc2"))
@@ -85,9 +87,11 @@ def test_triggers_keep_row_time_moving_forward_and_old_tombstones_are_purged(
         _app(dc2, T + dt.timedelta(seconds=1), f"UPDATE {table} SET v = 'd' WHERE id = 1")
         assert query(dc2, f"SELECT ts FROM {table}") == [(T + dt.timedelta(seconds=1),)]
 
+        _log_entries(dc2, ages_days=(400, 0))
         time.sleep(1.5)  # the tombstone is now older than the retention below
         with _channel(url, dc2, retention_h=1 / 3600) as running:
             wait_for(lambda: not _tombstones(dc2), "the old tombstone purged", running=running)
+            wait_for(lambda: _log_ages(dc2) == [0], "the old log entry purged", running=running)
 
         # the key column renamed by local DDL: the triggers and tombstone table follow it
         execute(dc2, f"ALTER TABLE {table} CHANGE id rid INT NOT NULL")
@@ -107,3 +111,31 @@ def _has_triggers(server: ServerInfo, key: str = "id") -> bool:
     found = query(server, "SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE "
                   "EVENT_OBJECT_SCHEMA = %s", (SCHEMA,))  # fmt: skip
     return len(found) == 3 and sum(f"`{key}`" in row[0] for row in found) == 2
+
+
+def _log_entries(server: ServerInfo, ages_days: tuple[int, ...]) -> None:
+    """Conflict log entries detected ``ages_days`` ago."""
+    from drc.apply import conflict_log
+    from drc.apply.conflict_log import ConflictEntry
+
+    execute(server, *conflict_log.create_statements(), "DELETE FROM drc.conflicts")
+    for age in ages_days:
+        entry = ConflictEntry(
+            "cf-tomb", "1:1:1:4", "dc1", "dc2", SCHEMA, "t", {"id": age}, "update-update",
+            "lww", "local", "test", {"id": age}, {"id": age}, {"id": age}, {"id": age},
+        )  # fmt: skip
+        statement = conflict_log.insert([entry])
+        conn = connect(server)
+        with conn.cursor() as cur:
+            cur.execute(statement.sql, statement.params)
+            cur.execute(
+                "UPDATE drc.conflicts SET detected_at = detected_at - INTERVAL %s DAY "
+                "WHERE id = LAST_INSERT_ID()",
+                (age,),
+            )
+        conn.close()
+
+
+def _log_ages(server: ServerInfo) -> list[int]:
+    rows = query(server, "SELECT DATEDIFF(UTC_TIMESTAMP(), detected_at) FROM drc.conflicts")
+    return sorted(int(r[0]) for r in rows)

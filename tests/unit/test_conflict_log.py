@@ -263,3 +263,10 @@ def test_other_target_errors_pass_through() -> None:
     session = FakeSession(error=ApplyError("access denied", 1142))
     with pytest.raises(ApplyError, match="access denied"):
         log.get_conflict(session, 1)
+
+
+def test_purge_deletes_a_bounded_batch_of_entries_older_than_the_retention() -> None:
+    statement = log.purge(older_than_days=1.5)
+    assert statement.sql.startswith("DELETE FROM `drc`.`conflicts` WHERE `detected_at` < ")
+    assert statement.sql.endswith(f"LIMIT {log.PURGE_BATCH}")
+    assert statement.params == (129600,)
