@@ -107,9 +107,10 @@ class Node:
             state = f"STOPPED ({component.failure[0]})" if component.failure else "running"
             applied = channel.stats
             lag = "?" if applied.lag_seconds is None else f"{applied.lag_seconds:.2f}s"
+            conflicts = f", {applied.conflicts} conflicts" if applied.conflicts else ""
             parts.append(
-                f"{channel.name}: {applied.transactions} txns {applied.rows} rows, lag {lag}, "
-                f"at {applied.last_scn} [{state}]"
+                f"{channel.name}: {applied.transactions} txns {applied.rows} rows{conflicts}, "
+                f"lag {lag}, at {applied.last_scn} [{state}]"
             )
         return "; ".join(parts) or "nothing to run"
 

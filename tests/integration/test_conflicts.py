@@ -304,6 +304,8 @@ def test_lww_scripted_conflicts_converge_to_the_newer_write_and_are_logged(run: 
     for key, (on_dc1, on_dc2) in expected.items():
         assert entries_for(run, run.dc1, "lww_t", key) == on_dc1, key
         assert entries_for(run, run.dc2, "lww_t", key) == on_dc2, key
+    for node in run.nodes.values():  # what `drc run` prints as it goes
+        assert f"{node.channels[0].stats.conflicts} conflicts" in node.progress_line()
 
 
 def test_the_tie_and_delete_reasons_say_why(run: Run) -> None:
