@@ -215,9 +215,8 @@ class ProbePlan:
         terms: list[str] = []
         params: list[Any] = []
         for bit, image in enumerate(self._distinct[i]):
-            text, values = sql.whole_row(tuple(image), tuple(image.values()))
-            terms.append(f"({text.removesuffix(' LIMIT 1')}) * {(1 << bit) * SLOT}")
-            params.extend(values)
+            terms.append(f"({sql.same_row(tuple(image))}) * {(1 << bit) * SLOT}")
+            params.extend(map(sql.adapt, image.values()))
         return sql.Statement(" + ".join([*terms, str(slot)]), tuple(params))
 
     def observe(self, results: Results) -> list[Observed]:

@@ -166,8 +166,13 @@ def _by_keys_text(key: tuple[str, ...], count: int) -> str:
 
 def whole_row(columns: Sequence[str], row: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
     """NULL-safe equality on every column, for at most one row."""
-    match = " AND ".join(f"{ident(c)} <=> %s" for c in columns)
-    return f"{match} LIMIT 1", tuple(adapt(v) for v in row)
+    return f"{same_row(tuple(columns))} LIMIT 1", tuple(adapt(v) for v in row)
+
+
+@_cached
+def same_row(columns: tuple[str, ...]) -> str:
+    """``c1 <=> %s AND c2 <=> %s ...``: NULL-safe equality on every column."""
+    return " AND ".join(f"{ident(c)} <=> %s" for c in columns)
 
 
 def by_whole_row(columns: Sequence[str], row: Sequence[Any]) -> Statement:
