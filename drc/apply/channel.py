@@ -161,7 +161,6 @@ class ApplyChannel:
             [self._skip_drc, keep, self._ddl_filter, self._mapping, self._idempotency]
         )
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
-        self._conflicts_found = 0  # by the last commit attempt
 
     def _conflict_target(
         self, config: ConflictsConfig | None, datacenter: str, names: NameMap
@@ -324,11 +323,11 @@ class ApplyChannel:
         session, planner = self.session, plan.Planner(self.channel.no_primary_key)
         changes: Iterable[RowChange] = (c for txn in group.transactions for c in txn.changes)
         extra: list[Statement] = []
-        self._conflicts_found = 0
+        conflicts = 0
         if self.conflicts is not None:  # first: it reads and locks the rows the group touches
             resolution = self.conflicts.resolve(group.transactions)
             changes, extra = resolution.changes, self.conflicts.writes(resolution)
-            self._conflicts_found = len(resolution.entries)
+            conflicts = len(resolution.entries)
         batch = session.batch()
         for change in changes:
             table = session.table(change.schema, change.table)
@@ -340,6 +339,7 @@ class ApplyChannel:
             batch.extend(writes)
         batch.extend(planner.finish())
         effects = batch.finish()
+        effects.conflicts = conflicts
         for statement in extra:
             session.execute(statement, "recording conflicts and tombstones")
         session.write_checkpoint(row)
@@ -351,7 +351,6 @@ class ApplyChannel:
         stats.commits += 1
         stats.transactions += group.complete
         stats.add_effects(effects)
-        stats.conflicts += self._conflicts_found
         stats.last_scn = self._applied
         stats.ddl_skipped = self._ddl_filter.skipped + self._mapping.ddl_skipped
         if group.newest_timestamp is not None:

@@ -116,8 +116,6 @@ class Policies:
 
 def stamp_key(value: Any) -> tuple[int, Any]:
     """A sortable form of a timestamp column value (NULL and zero dates sort first)."""
-    if value is None or isinstance(value, str) or not hasattr(value, "__lt__"):
-        return (0, 0)
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.UTC).replace(tzinfo=None)
@@ -126,7 +124,7 @@ def stamp_key(value: Any) -> tuple[int, Any]:
         return (1, dt.datetime(value.year, value.month, value.day))
     if isinstance(value, int | float | Decimal):
         return (1, value)
-    return (0, 0)  # ZeroDate and other non-instants
+    return (0, 0)  # NULL, zero dates (ZeroDate or their text) and other non-instants
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,9 +43,10 @@ class ConflictTarget:
         self.session, self.engine, self.policies = session, engine, policies
         self.retention_s = retention_s
         self.log_retention_days = log_retention_days
-        self._ready: dict[tuple[str, str], tombstones.StampType] = {}  # timestamped tables set up
+        # Tables with a timestamp column, set up: their stamp type, and the (key, time column,
+        # its definition) the triggers were made for.
+        self._ready: dict[tuple[str, str], tuple[tombstones.StampType, tuple[Any, ...]]] = {}
         self._checked: set[tuple[str, str]] = set()  # every table looked at
-        self._shapes: dict[tuple[str, str], Any] = {}  # what the triggers were made for
         self._maintained_at: float | None = None
 
     # ------------------------------------------------------------------ setup
@@ -120,8 +121,7 @@ class ConflictTarget:
                 "channel; do not give the apply user SUPER (it bypasses read_only)",
                 exc.code,
             ) from exc
-        self._ready[(schema, table)] = stamp
-        self._shapes[(schema, table)] = (target.primary_key, found, info)
+        self._ready[(schema, table)] = (stamp, (target.primary_key, found, info))
         self._checked.add((schema, table))
 
     # ------------------------------------------------------------------ per group
@@ -130,9 +130,8 @@ class ConflictTarget:
         """Read and lock the rows the group touches, then decide. Run first in the target
         transaction: a table set up here commits DDL, so nothing may be written before it."""
         prepared = self.engine.prepare(transactions)
-        for probe in prepared.probes:
-            if probe.tombstone:
-                self._ensure(probe.table.schema, probe.table.table)
+        for schema, table in {(p.table.schema, p.table.table) for p in prepared.probes}:
+            self._ensure(schema, table)
         plan = ProbePlan(prepared.probes)
         results = (
             self.session.select_many(plan.statements, "reading target rows to check conflicts")
@@ -166,8 +165,7 @@ class ConflictTarget:
         wanted = {k.name: k.definition for k in key}
         have = {n: c.definition for n, c in existing.items() if not n.startswith("drc$")}
         deleted_at = existing.get(tombstones.COL_DELETED_AT)
-        wanted_type = stamp.column_sql.split("(")[0].split()[0].lower()  # e.g. "datetime"
-        same_time = deleted_at is not None and deleted_at.data_type.lower() == wanted_type
+        same_time = deleted_at is not None and deleted_at.data_type.lower() == stamp.data_type
         return have != wanted or not same_time
 
     def _reshaped(self, schema: str, table: str) -> bool:
@@ -180,7 +178,7 @@ class ConflictTarget:
         columns = self.session.columns(schema, table)
         found = {c.lower(): c for c in columns}.get(policy.column.lower())
         info = columns.get(found) if found is not None else None
-        return self._shapes.get((schema, table)) != (key, found, info)
+        return self._ready[(schema, table)][1] != (key, found, info)
 
     def due(self, now: float) -> bool:
         return self._maintained_at is None or now - self._maintained_at >= MAINTAIN_EVERY_S
@@ -194,10 +192,8 @@ class ConflictTarget:
                 del self._ready[(schema, table)]
             self._ensure(schema, table)
         purged = 0
-        for (schema, table), stamp in self._ready.items():
-            statement = tombstones.purge(
-                schema, table, tombstones.integer_stamp(stamp), self.retention_s
-            )
+        for (schema, table), (stamp, _shape) in self._ready.items():
+            statement = tombstones.purge(schema, table, stamp, self.retention_s)
             purged += self._purge(statement, tombstones.PURGE_BATCH, f"{schema}.{table}")
         if purged:
             log.info("purged %d tombstones older than %d s", purged, self.retention_s)

@@ -75,12 +75,14 @@ class Effects:
     duplicate_inserts: int = 0
     missing_updates: int = 0
     missing_deletes: int = 0
+    conflicts: int = 0  # resolved in the same transaction (drc.apply.conflicts)
 
     def add(self, other: Effects) -> None:
         self.rows += other.rows
         self.duplicate_inserts += other.duplicate_inserts
         self.missing_updates += other.missing_updates
         self.missing_deletes += other.missing_deletes
+        self.conflicts += other.conflicts
 
     @property
     def fixes(self) -> int:

@@ -35,6 +35,7 @@ class ApplyStats:
         self.duplicate_inserts += effects.duplicate_inserts
         self.missing_updates += effects.missing_updates
         self.missing_deletes += effects.missing_deletes
+        self.conflicts += effects.conflicts
 
     def as_dict(self) -> dict[str, object]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}

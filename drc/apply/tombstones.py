@@ -37,7 +37,6 @@ Privileges: TRIGGER on the lww tables and CREATE/INSERT/DELETE on ``drc.*`` for 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +75,7 @@ class StampType:
     """How the companion table stores a deletion time comparable with the lww column, and
     the smallest step of that column (a change must move it by at least that much)."""
 
-    column_sql: str  # type of drc$deleted_at
+    data_type: str  # information_schema's DATA_TYPE of drc$deleted_at: datetime|timestamp|bigint
     now_sql: str  # the trigger's "now" in that type
     step_sql: str  # "+ <step>" in the column's unit
 
@@ -84,16 +83,28 @@ class StampType:
     def of(cls, data_type: str, precision: int | None, column: str, table: str) -> StampType:
         kind = data_type.lower()
         step = f"+ INTERVAL {10 ** (6 - (precision or 0))} MICROSECOND"
-        if kind == "datetime":
-            return cls("DATETIME(6) NULL", "NOW(6)", step)
-        if kind == "timestamp":
-            return cls("TIMESTAMP(6) NULL DEFAULT NULL", "NOW(6)", step)
+        if kind in ("datetime", "timestamp"):
+            return cls(kind, "NOW(6)", step)
         if kind == "bigint":
-            return cls("BIGINT NULL", "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)", "+ 1")
+            return cls(kind, "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)", "+ 1")
         raise ValueError(
             f"lww column {column!r} of {table} is {data_type}: use DATETIME(3..6), TIMESTAMP(3..6) "
             "or a BIGINT of milliseconds since the epoch"
         )
+
+    @property
+    def integer(self) -> bool:
+        return self.data_type == "bigint"
+
+    @property
+    def type_sql(self) -> str:
+        return "BIGINT" if self.integer else f"{self.data_type.upper()}(6)"
+
+    @property
+    def column_sql(self) -> str:
+        """The column definition of drc$deleted_at (a TIMESTAMP must not default to now)."""
+        default = " DEFAULT NULL" if self.data_type == "timestamp" else ""
+        return f"{self.type_sql} NULL{default}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +175,7 @@ def create_triggers(
         f"IF @drc_apply IS NULL THEN INSERT INTO {companion} ({', '.join(tomb_columns)}) "
         f"VALUES ({', '.join(values)}) ON DUPLICATE KEY UPDATE {updates}; END IF",
         f"CREATE OR REPLACE TRIGGER {insert} BEFORE INSERT ON {on} FOR EACH ROW BEGIN "
-        f"DECLARE deleted_at {stamp.column_sql.split()[0]} DEFAULT NULL; "
+        f"DECLARE deleted_at {stamp.type_sql} DEFAULT NULL; "
         f"IF @drc_apply IS NULL THEN SET deleted_at = (SELECT {quote(COL_DELETED_AT)} "
         f"FROM {companion} WHERE {match}); IF NEW.{ts} <= deleted_at THEN "
         f"SET NEW.{ts} = deleted_at {stamp.step_sql}; END IF; END IF; END",
@@ -201,10 +212,10 @@ def upsert(
     )
 
 
-def purge(schema: str, table: str, integer_stamp: bool, retention_s: int) -> Statement:
+def purge(schema: str, table: str, stamp: StampType, retention_s: int) -> Statement:
     """Delete up to PURGE_BATCH tombstones older than the retention (run until it deletes 0)."""
     at = ident(COL_DELETED_AT)
-    if integer_stamp:
+    if stamp.integer:
         limit = "(UNIX_TIMESTAMP(NOW(3)) - %s) * 1000"
     else:
         limit = "NOW(6) - INTERVAL %s SECOND"
@@ -213,10 +224,3 @@ def purge(schema: str, table: str, integer_stamp: bool, retention_s: int) -> Sta
         f"LIMIT {PURGE_BATCH}",
         (retention_s,),
     )
-
-
-_INTEGER = re.compile(r"BIGINT", re.IGNORECASE)
-
-
-def integer_stamp(stamp: StampType) -> bool:
-    return _INTEGER.match(stamp.column_sql) is not None

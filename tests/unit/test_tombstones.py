@@ -67,7 +67,9 @@ def test_is_tombstone_table(schema: str, table: str, expected: bool) -> None:
 
 
 def test_a_datetime_column_is_stamped_in_datetime6_with_its_own_step() -> None:
-    assert DATETIME3 == StampType("DATETIME(6) NULL", "NOW(6)", "+ INTERVAL 1000 MICROSECOND")
+    assert DATETIME3.column_sql == "DATETIME(6) NULL"
+    assert DATETIME3.now_sql == "NOW(6)"
+    assert DATETIME3.step_sql == "+ INTERVAL 1000 MICROSECOND"
 
 
 def test_a_timestamp_column_is_stamped_in_timestamp6() -> None:
@@ -87,8 +89,8 @@ def test_a_bigint_column_is_stamped_in_milliseconds() -> None:
     assert BIGINT.column_sql == "BIGINT NULL"
     assert BIGINT.now_sql == "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
     assert BIGINT.step_sql == "+ 1"
-    assert tombstones.integer_stamp(BIGINT)
-    assert not tombstones.integer_stamp(DATETIME3) and not tombstones.integer_stamp(TIMESTAMP6)
+    assert BIGINT.integer
+    assert not DATETIME3.integer and not TIMESTAMP6.integer
 
 
 @pytest.mark.parametrize("data_type", ["varchar", "int", "date"])
@@ -304,7 +306,7 @@ def test_upsert_binds_an_aware_time_as_naive_utc() -> None:
 
 
 def test_purge_deletes_in_batches_older_than_the_retention() -> None:
-    statement = tombstones.purge("shop", "orders", False, 7 * 24 * 3600)
+    statement = tombstones.purge("shop", "orders", DATETIME3, 7 * 24 * 3600)
     assert statement.sql == (
         f"DELETE FROM `drc`.`{tombstones.name('shop', 'orders')}` WHERE `drc$deleted_at` < "
         f"NOW(6) - INTERVAL %s SECOND LIMIT {tombstones.PURGE_BATCH}"
@@ -313,7 +315,7 @@ def test_purge_deletes_in_batches_older_than_the_retention() -> None:
 
 
 def test_purge_of_millisecond_tombstones_compares_milliseconds() -> None:
-    statement = tombstones.purge("shop", "orders", True, 60)
+    statement = tombstones.purge("shop", "orders", BIGINT, 60)
     assert "WHERE `drc$deleted_at` < (UNIX_TIMESTAMP(NOW(3)) - %s) * 1000 LIMIT 5000" in (
         statement.sql
     )
