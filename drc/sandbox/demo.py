@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import signal
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,18 @@ TABLES = {
 
 
 def write_configs(
-    description: SandboxDescription, directory: Path, schema: str = SCHEMA, extra: str = ""
+    description: SandboxDescription,
+    directory: Path,
+    schema: str = SCHEMA,
+    extra: str = "",
+    tables: Sequence[str] | None = None,
+    no_primary_key: str = "refuse",
 ) -> dict[str, Path]:
     """A config per datacenter: capture its own server, apply the other one's stream
-    (``extra``: more TOML appended to each, e.g. a [conflicts] section)."""
+    (``tables``: the db.table patterns captured and applied, ``schema.*`` by default;
+    ``extra``: more TOML appended to each, e.g. a [conflicts] section)."""
     directory.mkdir(parents=True, exist_ok=True)
+    patterns = json.dumps(list(tables) if tables is not None else [f"{schema}.*"])
     ports = {s.datacenter: free_port() for s in description.servers}
     paths = {}
     for server in description.servers:
@@ -55,7 +63,8 @@ def write_configs(
 name = "from-{peer.datacenter}"
 origin = "{peer.datacenter}"
 remote = ["http://127.0.0.1:{ports[peer.datacenter]}"]
-tables = ["{schema}.*"]
+tables = {patterns}
+no_primary_key = "{no_primary_key}"
 max_commit_delay_ms = 20
 wait_ms = 200
 """
@@ -74,7 +83,7 @@ password_file = "{secret}"
 replica_server_id = {1000 + server.server_id}
 [replicator]
 buffer_dir = "{directory / server.datacenter / "buffer"}"
-include = ["{schema}.*"]
+include = {patterns}
 commit_max_ms = 20
 [api]
 port = {ports[server.datacenter]}
