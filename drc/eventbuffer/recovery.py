@@ -87,7 +87,7 @@ def load_segments(
     segments: list[Segment] = []
     for seq in seqs:
         last = seq == seqs[-1]
-        seg = _load_one(directory, meta, seq, segments, index_every, last, fix=repair)
+        seg = _load_one(directory, meta, seq, segments, index_every, last)
         if seg is None:
             if repair:
                 seg = _replace_torn_creation(directory, meta, seq, segments, index_every, sync)
@@ -96,6 +96,7 @@ def load_segments(
         segments.append(seg)
     if repair:
         repair_tail(segments, sync)
+        _write_rebuilt_headers(segments, sync)
         if sync:
             fsync_dir(directory)
     return segments
@@ -135,10 +136,9 @@ def _load_one(
     before: list[Segment],
     index_every: int,
     last: bool,
-    fix: bool = False,
 ) -> Segment | None:
-    """Load one segment, rebuilding a damaged header (written back when ``fix``); None for a
-    last segment whose creation was torn (shorter than a header)."""
+    """Load one segment, rebuilding a damaged header in memory (``rebuilt_from`` says why);
+    None for a last segment whose creation was torn (shorter than a header)."""
     path = segment_path(directory, seq)
     # The MORE flag of the record before this segment, when it is known.
     known = bool(before) and before[-1].error is None
@@ -160,15 +160,23 @@ def _load_one(
         return None
     prev = _known_prev(meta, seq, before)
     seg = _rebuilt(path, meta, seq, prev, index_every, start_more, damage)
-    if fix:
-        log.warning(
-            "EventBuffer recovery: rebuilt the damaged header of %s (%s): prev_scn %s",
-            path,
-            damage,
-            seg.header.prev_scn,
-        )
-        write_header(path, seg.header, sync=True)
+    seg.rebuilt_from = str(damage)
     return seg
+
+
+def _write_rebuilt_headers(segments: list[Segment], sync: bool) -> None:
+    """Write back headers rebuilt in memory: only once the tail is known to be recoverable,
+    so a writer that refuses to open has changed nothing."""
+    for seg in segments:
+        if seg.rebuilt_from is not None:
+            log.warning(
+                "EventBuffer recovery: rebuilt the damaged header of %s (%s): prev_scn %s",
+                seg.path,
+                seg.rebuilt_from,
+                seg.header.prev_scn,
+            )
+            write_header(seg.path, seg.header, sync)
+            seg.rebuilt_from = None
 
 
 def _known_prev(meta: BufferMeta, seq: int, before: list[Segment]) -> SCN | None:

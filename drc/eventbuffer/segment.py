@@ -49,6 +49,7 @@ class Segment:
         self.start_more = start_more  # MORE flag of the record before this segment, if known
         self._mm: mmap.mmap | None = None
         self._map_lock = threading.Lock()
+        self.rebuilt_from: str | None = None  # why the header was rebuilt (not yet written)
         self.reset()
 
     def reset(self) -> None:
