@@ -103,7 +103,8 @@ def _pull(url: str, after: SCN) -> tuple[int, list[tuple[SCN, int]]]:
     position = str(after)
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
         while True:
-            response = client.get(wire.PATH_EVENTS, params={"after": position, "tables": "dmg_db.t"})
+            params = {"after": position, "tables": "dmg_db.t"}
+            response = client.get(wire.PATH_EVENTS, params=params)
             if response.status_code != 200:
                 return response.status_code, out
             body = response.json()
