@@ -13,6 +13,8 @@ Directory layout
       ...
       00000000000000000012.seg      segment 12: the active segment, the only one appended to
 
+A writer makes the directory 0700 and creates every file 0600, whatever the umask (row data).
+``discarded-<time>/`` subdirectories hold what ``drc buffer repair`` moved away.
 Segments are named ``%020d.seg`` by their sequence number, so name order is number order and a
 segment is found by binary search. Numbers are contiguous from the oldest remaining segment to
 the active one: retention deletes whole segments, oldest first, never the active one.
@@ -337,17 +339,32 @@ def frames_after(buf: memoryview, start: int, limit: int) -> Iterator[Frame]:
     A torn write leaves none (only the unsynced end of the file is missing or garbage); a
     flipped bit in the middle of a segment leaves the records after it intact.
     """
-    offset = start + ALIGN
-    while offset + FRAME_OVERHEAD <= limit:
+    first = start + ALIGN
+    end = limit - (limit - first) % ALIGN if limit > first else first
+    # The length word of every aligned offset, so that only plausible ones are decoded.
+    lengths = memoryview(bytes(buf[first:end])).cast("I")[1::2]
+    skip_to = first
+    for i, length in enumerate(lengths):
+        offset = first + i * ALIGN
+        if offset < skip_to or not BODY_FIXED <= length <= limit - offset - 8:
+            continue
+        if not _plausible(buf, offset, length):
+            continue  # cheap checks first: a CRC over garbage of random length is not cheap
         try:
             frame = decode_frame(buf, offset, limit)
         except CorruptRecordError:
-            frame = None
-        if frame is None:
-            offset += ALIGN
-        else:
+            continue
+        if frame is not None:
             yield frame
-            offset = frame.next_offset
+            skip_to = frame.next_offset
+
+
+def _plausible(buf: memoryview, offset: int, length: int) -> bool:
+    """Known flags and zero padding: what any frame has, checked without reading its body."""
+    if buf[offset + 8 + SCN_BYTES] & ~KNOWN_FLAGS:
+        return False
+    end = offset + 8 + length
+    return is_zero(buf, end, end + -end % ALIGN)
 
 
 def is_zero(buf: memoryview, start: int, end: int) -> bool:
