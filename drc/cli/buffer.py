@@ -1,4 +1,7 @@
-"""``drc buffer inspect|verify``: look into an EventBuffer directory without changing it."""
+"""``drc buffer inspect|verify|repair``: look into an EventBuffer directory, and discard damage.
+
+inspect and verify change nothing; repair is the one explicit, lossy step (see
+:mod:`drc.eventbuffer.repair`)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import sys
 import click
 
 from drc.eventbuffer.buffer import EventBuffer
+from drc.eventbuffer.repair import repair_buffer
 from drc.eventbuffer.verify import describe_buffer, verify_buffer
 
 _COLUMNS = ("file", "seq", "first_scn", "last_scn", "records", "bytes")
@@ -15,7 +19,8 @@ _COLUMNS = ("file", "seq", "first_scn", "last_scn", "records", "bytes")
 
 @click.group()
 def buffer() -> None:
-    """Inspect and verify EventBuffer directories (safe on a buffer a writer is using)."""
+    """Inspect and verify EventBuffer directories (safe on a buffer a writer is using), or
+    repair a damaged one (the writer stopped)."""
 
 
 @buffer.command()
@@ -72,3 +77,21 @@ def verify(directory: str) -> None:
     click.echo(report.summary())
     if not report.ok:
         sys.exit(1)
+
+
+@buffer.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+def repair(directory: str) -> None:
+    """Discard damaged committed records of the buffer in DIRECTORY, visibly.
+
+    Run it only when the replicator refuses to start because committed records are damaged
+    and the buffer cannot be restored from a peer. The replicator must be stopped. The
+    segments up to the last damaged one are moved to DIRECTORY/discarded-<time>/; the buffer
+    then serves reads only after the newest SCN seen in them, so subscribers at older
+    positions get 410 scn_too_old and must resync (never a silent gap), and capture resumes
+    after that SCN. Does nothing when no committed record is damaged.
+    """
+    report = repair_buffer(directory)
+    for damage in report.damage:
+        click.echo(f"DISCARDED {damage}", err=True)
+    click.echo(report.summary())

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from drc.core.errors import BufferStateError, RetriableError
 from drc.core.scn import SCN
-from drc.eventbuffer.layout import BufferMeta, DirectoryLock, read_meta
+from drc.eventbuffer.layout import BufferMeta, DirectoryLock, make_private_dir, read_meta
 from drc.eventbuffer.reader import Record, SegmentGone, View, read_batch, too_old
 from drc.eventbuffer.recovery import (
     load_new_segments,
@@ -105,7 +105,7 @@ class EventBuffer:
         """
         check_options(segment_bytes, fsync, retain_bytes, retain_seconds, index_every_bytes)
         path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path)
         lock = DirectoryLock(path)
         try:
             sync = fsync != "never"
@@ -306,6 +306,16 @@ class EventBuffer:
     def last_scn(self) -> SCN | None:
         """SCN of the newest committed transaction, None when there is none."""
         return self._current().last_scn
+
+    @property
+    def resume_scn(self) -> SCN | None:
+        """Where the buffer's history ends, so capture continues after it: the last SCN, or
+        when no record is stored the oldest servable SCN (a repair or a cut tail may leave
+        only an empty segment). None only for a new buffer, whose start is not fixed yet."""
+        view = self._current()
+        if view.last_scn is not None:
+            return view.last_scn
+        return None if view.oldest_servable == SCN.ZERO else view.oldest_servable
 
     @property
     def oldest_servable(self) -> SCN:

@@ -13,6 +13,8 @@ Directory layout
       ...
       00000000000000000012.seg      segment 12: the active segment, the only one appended to
 
+A writer makes the directory 0700 and creates every file 0600, whatever the umask (row data).
+``discarded-<time>/`` subdirectories hold what ``drc buffer repair`` moved away.
 Segments are named ``%020d.seg`` by their sequence number, so name order is number order and a
 segment is found by binary search. Numbers are contiguous from the oldest remaining segment to
 the active one: retention deletes whole segments, oldest first, never the active one.
@@ -89,17 +91,45 @@ A record bigger than a segment goes alone into its own, oversized, segment.
 Recovery rule
 =============
 
-A writer opening the buffer keeps exactly the valid prefix of the tail:
+A writer opening the buffer keeps every record a reader may have been served, and cuts only
+what a torn write can leave: the valid prefix of the tail is kept, damage to committed data
+stops the writer instead of being cut away, and no recovery ever leaves a gap that is served.
 
-1. The last segment is cut at its first invalid byte range: a short or unreadable header (the
-   whole file goes, unless it is the only one: segment 0 is then rewritten empty), or the first
-   frame failing a check (short, length, CRC, padding, flags, SCN order), or non-zero bytes
-   after an end-of-data marker. Bytes after the end of data are cut too.
-2. A trailing transaction whose last fragment is missing (the last record has MORE) is cut
+1. A segment header failing its checks (magic, CRC, version) is *rebuilt*, not dropped: its
+   fields are known without it (constants; the epoch from buffer.json; ``seq`` from the file
+   name; ``prev_scn`` is base_scn for segment 0, and the last SCN of the segment before when
+   that one is intact). For the oldest segment of a buffer retention has trimmed, the stored
+   ``prev_scn`` is kept when the stored CRC matches the header rebuilt around it (the damage
+   was elsewhere), else it becomes the SCN of the segment's first record: the servable start
+   moves forward, so a reader at an older position gets ScnTooOldError (HTTP 410) rather than
+   a gap. The rebuilt header is written back and logged at WARNING. When no rebuild is
+   possible (that oldest segment holds no record) the writer stops with an error. A file
+   shorter than a header is a creation torn by a crash (it never held a record): the last
+   segment is deleted then, or rewritten when it is the only one (segment 0).
+2. The last segment is cut at its first invalid frame (short, length, CRC, padding, flags, SCN
+   order, non-zero bytes after an end-of-data marker) only when no valid frame follows it at
+   any aligned offset: a torn write. Valid frames after the damage mean a flipped bit in
+   committed data: the writer refuses to open (CorruptRecordError naming file, offset and the
+   next step) and nothing is cut. ``drc buffer verify`` reports it (exit 1). A crash can leave
+   valid frames after a hole only if the filesystem wrote back one unsynced write's pages out
+   of order; refusing then too errs on the side of never dropping a committed record.
+3. A trailing transaction whose last fragment is missing (the last record has MORE) is cut
    from its first fragment, following it back into earlier segments if it started there.
-3. Segments left without records after the last record are deleted (never the oldest).
+4. Segments left without records after the last record are deleted (never the oldest).
 
 Each cut is made with ``ftruncate`` + fsync and logged at WARNING: file, offset, bytes.
+
+The resume position of capture is the buffer's last SCN, or, when it holds no record, the
+``prev_scn`` of its oldest segment (unless that is zero: a new buffer), so a buffer whose tail
+was cut resumes where its history ends and the source binlog fills the cut in with the same
+SCNs.
+
+Explicit repair (``drc buffer repair``, with the writer stopped) discards damage for good:
+the segments up to the last one damaged in committed data are moved to
+``DIR/discarded-<time>/``. When that is the last segment, an empty segment is created first
+whose ``prev_scn`` is the newest SCN seen in the damaged one (valid records after the damage
+included). Either way the oldest servable SCN moves past every lost record: a reader at an
+older position gets ScnTooOldError (410) and resyncs, never a 200 over a gap.
 
 Only the last segment is cut for damage. A torn write can only be there, because a segment is
 synced before the next one is created (``fsync="never"`` gives that up), so damage in an
@@ -112,6 +142,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -282,6 +313,58 @@ def order_error(prev: bytes, prev_more: bool | None, scn: bytes) -> str | None:
         "strictly increase, repeating only for the next fragment of a transaction appended "
         "with more=True"
     )
+
+
+def rebuild_header(
+    raw: bytes | memoryview, epoch: bytes, seq: int, prev_scn: SCN | None
+) -> SegmentHeader | None:
+    """The header a damaged one held, or None when its ``prev_scn`` cannot be known.
+
+    Every field but prev_scn is known without reading it: constants, the buffer's epoch, the
+    file name's number. ``prev_scn`` is passed when it is known too (base_scn for segment 0,
+    the last SCN of an intact segment before). Otherwise the stored one is trusted only if the
+    stored CRC matches the header rebuilt around it, proving the damage was elsewhere.
+    """
+    if prev_scn is not None:
+        return SegmentHeader(epoch, seq, prev_scn)
+    if len(raw) < HEADER_SIZE:
+        return None
+    header = SegmentHeader(epoch, seq, SCN.from_bytes(bytes(raw[40:60])))
+    return header if encode_header(header)[_HEADER.size :] == bytes(raw[60:64]) else None
+
+
+def frames_after(buf: memoryview, start: int, limit: int) -> Iterator[Frame]:
+    """Valid frames after the invalid one at ``start``, found by trying every aligned offset.
+
+    A torn write leaves none (only the unsynced end of the file is missing or garbage); a
+    flipped bit in the middle of a segment leaves the records after it intact.
+    """
+    first = start + ALIGN
+    end = limit - (limit - first) % ALIGN if limit > first else first
+    # The length word of every aligned offset, so that only plausible ones are decoded.
+    lengths = memoryview(bytes(buf[first:end])).cast("I")[1::2]
+    skip_to = first
+    for i, length in enumerate(lengths):
+        offset = first + i * ALIGN
+        if offset < skip_to or not BODY_FIXED <= length <= limit - offset - 8:
+            continue
+        if not _plausible(buf, offset, length):
+            continue  # cheap checks first: a CRC over garbage of random length is not cheap
+        try:
+            frame = decode_frame(buf, offset, limit)
+        except CorruptRecordError:
+            continue
+        if frame is not None:
+            yield frame
+            skip_to = frame.next_offset
+
+
+def _plausible(buf: memoryview, offset: int, length: int) -> bool:
+    """Known flags and zero padding: what any frame has, checked without reading its body."""
+    if buf[offset + 8 + SCN_BYTES] & ~KNOWN_FLAGS:
+        return False
+    end = offset + 8 + length
+    return is_zero(buf, end, end + -end % ALIGN)
 
 
 def is_zero(buf: memoryview, start: int, end: int) -> bool:

@@ -21,6 +21,8 @@ from drc.eventbuffer.format import FORMAT_VERSION
 META_NAME = "buffer.json"
 LOCK_NAME = "LOCK"
 SEGMENT_SUFFIX = ".seg"
+FILE_MODE = 0o600  # every file of a buffer holds row data or describes it: owner only
+DIR_MODE = 0o700
 _SEGMENT_NAME = re.compile(r"([0-9]{20})\.seg")
 
 
@@ -41,6 +43,23 @@ class BufferMeta:
     def new(cls, base_scn: SCN) -> BufferMeta:
         created = datetime.now(UTC).isoformat(timespec="seconds")
         return cls(epoch=uuid.uuid4().hex, created_at=created, base_scn=base_scn)
+
+
+def make_private_dir(directory: Path) -> None:
+    """Create ``directory`` (and parents) if needed and make it owner-only, whatever the umask."""
+    directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    os.chmod(directory, DIR_MODE)
+
+
+def open_private(path: Path, flags: int) -> int:
+    """os.open with O_CREAT and owner-only permissions, also for a file that already existed."""
+    fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def segment_path(directory: Path, seq: int) -> Path:
@@ -96,7 +115,7 @@ def write_meta(directory: Path, meta: BufferMeta, sync: bool) -> None:
         "base_scn": str(meta.base_scn),
     }
     tmp = directory / (META_NAME + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)
         f.write("\n")
         f.flush()
@@ -126,7 +145,7 @@ class DirectoryLock:
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / LOCK_NAME
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

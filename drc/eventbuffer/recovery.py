@@ -12,7 +12,13 @@ from pathlib import Path
 
 from drc.core.errors import BufferStateError, CorruptRecordError
 from drc.core.scn import SCN
-from drc.eventbuffer.format import HEADER_SIZE, SegmentHeader
+from drc.eventbuffer.format import (
+    HEADER_SIZE,
+    KEY_BYTES,
+    SegmentHeader,
+    frames_after,
+    rebuild_header,
+)
 from drc.eventbuffer.layout import (
     META_NAME,
     BufferMeta,
@@ -29,6 +35,8 @@ from drc.eventbuffer.segment import (
     create_segment_file,
     load_segment,
     map_file,
+    read_raw_header,
+    write_header,
 )
 
 log = logging.getLogger(__name__)
@@ -78,15 +86,17 @@ def load_segments(
     _check_contiguous(directory, seqs)
     segments: list[Segment] = []
     for seq in seqs:
-        seg = _load_one(directory, meta, seq, segments, index_every, last=seq == seqs[-1])
+        last = seq == seqs[-1]
+        seg = _load_one(directory, meta, seq, segments, index_every, last)
         if seg is None:
             if repair:
-                seg = _replace_bad_last(directory, meta, seq, segments, index_every, sync)
+                seg = _replace_torn_creation(directory, meta, seq, segments, index_every, sync)
             if seg is None:
                 break
         segments.append(seg)
     if repair:
         repair_tail(segments, sync)
+        _write_rebuilt_headers(segments, sync)
         if sync:
             fsync_dir(directory)
     return segments
@@ -120,46 +130,115 @@ def load_new_segments(
 
 
 def _load_one(
-    directory: Path, meta: BufferMeta, seq: int, before: list[Segment], index_every: int, last: bool
+    directory: Path,
+    meta: BufferMeta,
+    seq: int,
+    before: list[Segment],
+    index_every: int,
+    last: bool,
 ) -> Segment | None:
-    """Load one segment; None for a last segment whose header cannot be read."""
+    """Load one segment, rebuilding a damaged header in memory (``rebuilt_from`` says why);
+    None for a last segment whose creation was torn (shorter than a header)."""
     path = segment_path(directory, seq)
     # The MORE flag of the record before this segment, when it is known.
-    known = before and before[-1].error is None
+    known = bool(before) and before[-1].error is None
     start_more = False if seq == 0 else (before[-1].last_more if known else None)
     try:
         return load_segment(path, seq, meta.epoch_bytes, index_every, start_more)
     except ValueError as exc:
         raise BufferStateError(f"{exc}; move it out of {directory}") from exc
     except CorruptRecordError as exc:
+        damage = exc
+    if path.stat().st_size < HEADER_SIZE:
         if not last:
             raise CorruptRecordError(
-                f"{exc}. This sealed segment cannot be read at all: restore the buffer from a "
-                "peer, or move this segment away together with every older one",
+                f"{damage}. This sealed segment cannot be read at all: restore the buffer from "
+                "a peer, or move this segment away together with every older one",
                 0,
-            ) from exc
-        log.warning("EventBuffer %s: last segment unreadable: %s", directory, exc)
+            ) from damage
+        log.warning("EventBuffer %s: last segment unreadable: %s", directory, damage)
         return None
+    prev = _known_prev(meta, seq, before)
+    seg = _rebuilt(path, meta, seq, prev, index_every, start_more, damage)
+    seg.rebuilt_from = str(damage)
+    return seg
 
 
-def _replace_bad_last(
+def _write_rebuilt_headers(segments: list[Segment], sync: bool) -> None:
+    """Write back headers rebuilt in memory: only once the tail is known to be recoverable,
+    so a writer that refuses to open has changed nothing."""
+    for seg in segments:
+        if seg.rebuilt_from is not None:
+            log.warning(
+                "EventBuffer recovery: rebuilt the damaged header of %s (%s): prev_scn %s",
+                seg.path,
+                seg.rebuilt_from,
+                seg.header.prev_scn,
+            )
+            write_header(seg.path, seg.header, sync)
+            seg.rebuilt_from = None
+
+
+def _known_prev(meta: BufferMeta, seq: int, before: list[Segment]) -> SCN | None:
+    """The prev_scn a segment's header must hold, when the segments before tell it."""
+    if seq == 0:
+        return meta.base_scn
+    if before and before[-1].seq == seq - 1 and before[-1].error is None:
+        return SCN.from_bytes(before[-1].last_scn)
+    return None
+
+
+def _rebuilt(
+    path: Path,
+    meta: BufferMeta,
+    seq: int,
+    prev: SCN | None,
+    index_every: int,
+    start_more: bool | None,
+    damage: CorruptRecordError,
+) -> Segment:
+    """The segment read with its header rebuilt (see the recovery rule in the format)."""
+    header = rebuild_header(read_raw_header(path), meta.epoch_bytes, seq, prev)
+    if header is not None:
+        return load_segment(path, seq, meta.epoch_bytes, index_every, start_more, header)
+    # The oldest segment, prev_scn unknown: serve only after its first record, never older.
+    probe = SegmentHeader(meta.epoch_bytes, seq, SCN.ZERO)
+    seg = load_segment(path, seq, meta.epoch_bytes, index_every, None, probe)
+    if seg.first_scn is None:
+        raise CorruptRecordError(
+            f"{damage}, and this oldest segment holds no record, so the oldest servable SCN of "
+            f"{path.parent} is unknown: restore the buffer from a peer, or move the directory "
+            "away and rebuild the buffer",
+            0,
+        ) from damage
+    header = SegmentHeader(meta.epoch_bytes, seq, SCN.from_bytes(seg.first_scn))
+    log.warning(
+        "EventBuffer %s: prev_scn of the oldest segment is unknown; it now serves only after "
+        "SCN %s, its first record (older positions get scn_too_old)",
+        path,
+        header.prev_scn,
+    )
+    return load_segment(path, seq, meta.epoch_bytes, index_every, None, header)
+
+
+def _replace_torn_creation(
     directory: Path, meta: BufferMeta, seq: int, before: list[Segment], index_every: int, sync: bool
 ) -> Segment | None:
-    """Repair a last segment whose header is torn or damaged (its records are unreachable)."""
+    """Deal with a last segment shorter than a header: its creation was torn, it held nothing."""
     path = segment_path(directory, seq)
     size = path.stat().st_size
     if before:
-        log.warning("EventBuffer recovery: deleted %s (%d bytes): header unreadable", path, size)
+        log.warning("EventBuffer recovery: deleted %s (%d bytes): creation torn", path, size)
         os.unlink(path)
         return None
     if seq != 0:
         raise CorruptRecordError(
-            f"segment {path} offset 0: the header of the only segment is damaged, so the oldest "
-            f"servable SCN of {directory} is unknown; move the directory away and rebuild the "
-            "buffer from a peer",
+            f"segment {path} offset 0: the only segment is {size} bytes, shorter than its "
+            f"header, so the oldest servable SCN of {directory} is unknown; restore the buffer "
+            "from a peer, or move the directory away and rebuild the buffer",
             0,
         )
-    log.warning("EventBuffer recovery: rewrote %s (%d bytes): header unreadable", path, size)
+    log.warning("EventBuffer recovery: rewrote %s (%d bytes): creation torn", path, size)
     tmp = path.with_suffix(".seg.tmp")
     tmp.unlink(missing_ok=True)
     create_segment_file(tmp, SegmentHeader(meta.epoch_bytes, 0, meta.base_scn), sync)
@@ -178,6 +257,7 @@ def repair_tail(segments: list[Segment], sync: bool) -> None:
     """
     last = segments[-1]
     if last.error is not None:
+        refuse_committed_damage(last)
         _truncate(last, last.error_offset or HEADER_SIZE, last.error, sync)
     t = len(segments) - 1
     while True:
@@ -197,6 +277,35 @@ def repair_tail(segments: list[Segment], sync: bool) -> None:
     tail = segments[-1]
     if tail.error is None and tail.path.stat().st_size != tail.end:
         _truncate(tail, tail.end, "bytes after the end of data", sync)
+
+
+def scns_after_damage(seg: Segment) -> list[bytes]:
+    """SCNs of the valid records after the first damage in ``seg``: none for a torn tail."""
+    assert seg.error_offset is not None
+    mm = map_file(seg.path)
+    try:
+        with memoryview(mm) as buf:
+            return [frame.scn for frame in frames_after(buf, seg.error_offset, len(buf))]
+    finally:
+        close_quietly(mm)
+
+
+def refuse_committed_damage(seg: Segment) -> None:
+    """CorruptRecordError when valid records follow the damage in ``seg``: not a torn write."""
+    later = scns_after_damage(seg)
+    if not later:
+        return
+    directory = seg.path.parent
+    newest = SCN.from_bytes(max(later, key=lambda scn: scn[:KEY_BYTES]))
+    raise CorruptRecordError(
+        f"segment {seg.path} offset {seg.error_offset}: {seg.error}, and {len(later)} valid "
+        f"record(s) follow it (up to SCN {newest}): this is damage to committed records, not a "
+        "torn write, so nothing was cut and capture is stopped. Run "
+        f"`drc buffer verify {directory}` to see it, then restore the buffer from a peer, or run "
+        f"`drc buffer repair {directory}` to discard the damaged records (subscribers at "
+        f"positions before SCN {newest} then get 410 scn_too_old and must resync)",
+        seg.error_offset or 0,
+    )
 
 
 def _last_used(segments: list[Segment], hi: int) -> int:

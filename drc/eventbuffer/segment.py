@@ -26,6 +26,7 @@ from drc.eventbuffer.format import (
     order_error,
 )
 from drc.eventbuffer.index import SparseIndex
+from drc.eventbuffer.layout import open_private
 
 
 class Segment:
@@ -48,6 +49,7 @@ class Segment:
         self.start_more = start_more  # MORE flag of the record before this segment, if known
         self._mm: mmap.mmap | None = None
         self._map_lock = threading.Lock()
+        self.rebuilt_from: str | None = None  # why the header was rebuilt (not yet written)
         self.reset()
 
     def reset(self) -> None:
@@ -190,9 +192,15 @@ def map_file(path: Path) -> mmap.mmap:
 
 
 def load_segment(
-    path: Path, seq: int, epoch: bytes, index_every: int, start_more: bool | None
+    path: Path,
+    seq: int,
+    epoch: bytes,
+    index_every: int,
+    start_more: bool | None,
+    header: SegmentHeader | None = None,
 ) -> Segment:
-    """Read, check and scan one segment file.
+    """Read, check and scan one segment file (with ``header`` instead of the stored one, when
+    recovery rebuilt it).
 
     Raises CorruptRecordError for an unreadable header (too short, magic, CRC, version), and
     ValueError for a valid header of another buffer (epoch) or another file name (seq): those
@@ -201,17 +209,8 @@ def load_segment(
     mm = map_file(path)
     try:
         with memoryview(mm) as buf:
-            try:
-                header = decode_header(buf[:HEADER_SIZE])
-            except CorruptRecordError as exc:
-                raise CorruptRecordError(f"segment {path} offset 0: {exc}", 0) from exc
-            if header.epoch != epoch:
-                raise ValueError(
-                    f"segment {path} belongs to buffer epoch {header.epoch.hex()}, not "
-                    f"{epoch.hex()}: it was copied in from another buffer"
-                )
-            if header.seq != seq:
-                raise ValueError(f"segment {path} has sequence number {header.seq} in its header")
+            if header is None:
+                header = _read_header(buf, path, seq, epoch)
             segment = Segment(path, header, index_every, start_more)
             segment.scan(buf, len(buf))
     finally:
@@ -219,9 +218,41 @@ def load_segment(
     return segment
 
 
+def _read_header(buf: memoryview, path: Path, seq: int, epoch: bytes) -> SegmentHeader:
+    try:
+        header = decode_header(buf[:HEADER_SIZE])
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"segment {path} offset 0: {exc}", 0) from exc
+    if header.epoch != epoch:
+        raise ValueError(
+            f"segment {path} belongs to buffer epoch {header.epoch.hex()}, not "
+            f"{epoch.hex()}: it was copied in from another buffer"
+        )
+    if header.seq != seq:
+        raise ValueError(f"segment {path} has sequence number {header.seq} in its header")
+    return header
+
+
+def read_raw_header(path: Path) -> bytes:
+    """The first HEADER_SIZE bytes of ``path`` (fewer if it is shorter)."""
+    with open(path, "rb") as f:
+        return f.read(HEADER_SIZE)
+
+
+def write_header(path: Path, header: SegmentHeader, sync: bool) -> None:
+    """Overwrite the header of an existing segment (recovery's rebuild)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, encode_header(header), 0)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def create_segment_file(path: Path, header: SegmentHeader, sync: bool) -> None:
     """Create a segment holding only its header (the caller fsyncs the directory)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = open_private(path, os.O_WRONLY | os.O_EXCL)
     try:
         os.write(fd, encode_header(header))
         if sync:

@@ -23,6 +23,7 @@ from drc.eventbuffer.format import (
     decode_frame,
     decode_header,
     decode_payload,
+    frames_after,
     is_zero,
     order_error,
 )
@@ -127,6 +128,8 @@ def _check_segment(
             problem = _check_header(buf, path, seq, meta, previous, check)
             if problem is None:
                 problem = _check_records(buf, path, check)
+                if problem is not None:
+                    problem = _explain(buf, problem)
             check.problem = problem
     finally:
         close_quietly(mm)
@@ -183,6 +186,19 @@ def _check_records(buf: memoryview, path: Path, check: SegmentCheck) -> Problem 
         check.records += 1
         check.last_scn, check.last_more = frame.scn, bool(frame.flags & FLAG_MORE)
         offset = frame.next_offset
+
+
+def _explain(buf: memoryview, problem: Problem) -> Problem:
+    """Say whether records damage is a torn tail or damage to records that follow it."""
+    later = sum(1 for _ in frames_after(buf, problem.offset, len(buf)))
+    if not later:
+        hint = "no valid record follows: a torn tail, which the writer cuts when it opens"
+    else:
+        hint = (
+            f"{later} valid record(s) follow it: damage to committed records, not a torn write; "
+            f"restore the buffer from a peer or run `drc buffer repair {problem.path.parent}`"
+        )
+    return Problem(problem.path, problem.offset, f"{problem.reason} ({hint})")
 
 
 def describe_buffer(buffer: EventBuffer) -> dict[str, Any]:

@@ -45,6 +45,7 @@ row reads, so serialising them is cheaper than a connection per thread. Other pr
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -122,6 +123,8 @@ class MetaStore:
             raise MetaStoreError(f"cannot create metastore {path}: {path.parent} does not exist")
         target = f"{path.resolve().as_uri()}?mode=ro" if read_only else str(path)
         try:
+            if not read_only:
+                _make_private(path)
             conn = sqlite3.connect(
                 target,
                 uri=read_only,
@@ -129,7 +132,7 @@ class MetaStore:
                 isolation_level=None,  # autocommit; writes use explicit BEGIN IMMEDIATE
                 check_same_thread=False,
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise MetaStoreError(f"cannot open metastore {path}: {exc}") from exc
         store = cls(conn, path)
         try:
@@ -493,3 +496,13 @@ def _corrupt(path: Path, detail: str) -> str:
         "follower's copy; a new empty metastore knows only schemas recorded from the "
         "replicator's resume point on"
     )
+
+
+def _make_private(path: Path) -> None:
+    """Create the file owner-only (it holds table schemas and DDL text). SQLite gives its WAL
+    and shared-memory files the database file's permissions, so they follow."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)

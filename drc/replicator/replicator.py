@@ -4,11 +4,13 @@
                                                           └ group commit when the queue stays dry
                                                             or at max_txns / max_bytes / max_ms
 
-Restart position: the buffer's last SCN. It is a transaction boundary by construction (the
-SCN is the position after the commit event), so after any crash or dropped connection reading
-resumes exactly after the last transaction the buffer holds: no gap, no duplicate. Transactions
-the capture filter empties are not stored, but before each group commit an empty marker is
-appended for the newest one, so the restart position keeps up with a filtered-out workload.
+Restart position: the buffer's ``resume_scn``: its last SCN, or the oldest servable SCN when
+it stores no record (e.g. after ``drc buffer repair``), so a lost tail is never skipped. It is a
+transaction boundary by construction (the SCN is the position after the commit event), so
+after any crash or dropped connection reading resumes exactly after the last transaction the
+buffer holds: no gap, no duplicate. Transactions the capture filter empties are not stored,
+but before each group commit an empty marker is appended for the newest one, so the restart
+position keeps up with a filtered-out workload.
 
 The metastore is written before the buffer commits; after a crash those transactions are read
 again and their schema recorded again, which the metastore treats as a no-op.
@@ -111,7 +113,7 @@ class Replicator:
     def prepare(self) -> None:
         """On an empty buffer, fix and store the start position now, so that every write made
         after this call is captured even if capture itself starts a moment later."""
-        if self._buffer.last_scn is None:
+        if self._buffer.resume_scn is None:
             self._start_position(inspect_source(self._source))
 
     def run_session(self, stop: threading.Event) -> None:
@@ -144,7 +146,7 @@ class Replicator:
             assembler.reset()
 
     def _start_position(self, info: SourceInfo) -> tuple[str, int, int]:
-        last: SCN | None = self._buffer.last_scn
+        last: SCN | None = self._buffer.resume_scn
         if last is None:
             log_file, log_pos = self._initial_position(info)
             check_not_purged(info, log_file, "the configured start")

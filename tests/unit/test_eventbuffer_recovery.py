@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +23,12 @@ import pytest
 from click.testing import CliRunner
 
 from drc.cli.main import cli
-from drc.core.errors import BufferStateError, CorruptRecordError
+from drc.core.errors import BufferStateError, CorruptRecordError, ScnTooOldError
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer, Record
 from drc.eventbuffer.format import HEADER_SIZE, SegmentHeader, decode_header, encode_header
 from drc.eventbuffer.layout import list_segments, segment_path
+from drc.metastore.store import MetaStore
 from tests.unit.test_eventbuffer import SEG, Item, as_items, fill, read_all, scn, workload
 
 CASES = 80
@@ -72,6 +75,31 @@ class Template:
         while keep and keep[-1].more:
             keep.pop()
         return keep
+
+    def damaged_record(self, position: int) -> Record:
+        """The record of the last segment whose frame (padding included) holds ``position``."""
+        in_last = [r for r in self.records if r.segment == self.last_seq]
+        return next(r for r in in_last if r.offset <= position < self.record_end(r))
+
+    def expected_after_flips(self, positions: list[int]) -> list[Record] | None:
+        """What recovery keeps after bytes at ``positions`` of the last segment are flipped;
+        None when an intact record follows the first damaged one, so the writer must refuse.
+
+        A damaged header alone loses nothing: recovery rebuilds it (the segment before it is
+        intact, so its prev_scn is known).
+        """
+        in_records = [p for p in positions if p >= HEADER_SIZE]
+        if not in_records:
+            return self.records
+        first = in_records[0]
+        intact_after = [
+            r
+            for r in self.records
+            if r.segment == self.last_seq
+            and r.offset > first
+            and not any(r.offset <= p < self.record_end(r) for p in positions)
+        ]
+        return None if intact_after else self.expected_after_damage(first)
 
     def copy(self, to: Path) -> Path:
         shutil.copytree(self.directory, to)
@@ -124,7 +152,7 @@ def test_random_truncation_of_the_last_segment_keeps_the_valid_prefix(
 
 
 @pytest.mark.parametrize("seed", range(CASES))
-def test_random_byte_flips_in_the_last_segment_keep_the_valid_prefix(
+def test_random_byte_flips_in_the_last_segment_cut_a_torn_tail_or_stop_the_writer(
     template: Template, tmp_path: Path, seed: int
 ) -> None:
     rnd = random.Random(1000 + seed)
@@ -132,7 +160,20 @@ def test_random_byte_flips_in_the_last_segment_keep_the_valid_prefix(
     positions = sorted(rnd.sample(range(template.last_size), rnd.randint(1, 3)))
     for position in positions:
         flip(segment_path(directory, template.last_seq), position, rnd.randint(1, 255))
-    check_recovered(directory, template, template.expected_after_damage(positions[0]))
+    expected = template.expected_after_flips(positions)
+    if expected is not None:
+        check_recovered(directory, template, expected)
+        return
+    damaged = template.damaged_record([p for p in positions if p >= HEADER_SIZE][0])
+    before = _contents(directory)
+    where = f"{segment_path(directory, template.last_seq)} offset {damaged.offset}: "
+    with pytest.raises(CorruptRecordError, match=re.escape(where) + ".*drc buffer repair"):
+        EventBuffer.open(directory, segment_bytes=SEG)
+    assert _contents(directory) == before  # nothing cut
+
+
+def _contents(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("*.seg"))}
 
 
 _CHILD = """
@@ -200,16 +241,27 @@ def test_an_unfinished_transaction_is_dropped_across_segments(tmp_path: Path) ->
         assert as_items(read_all(buf)) == head + whole
 
 
-def test_a_damaged_header_of_the_only_segment_zero_is_rewritten(tmp_path: Path) -> None:
+@pytest.mark.parametrize("offset", [0, 5, 9, 11, 14, 20, 35, 45, 59, 62])
+def test_a_damaged_header_of_the_only_segment_is_rebuilt_keeping_its_records(
+    tmp_path: Path, offset: int
+) -> None:
     directory = tmp_path / "buf"
-    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
-        fill(buf, workload(3))
-        epoch = buf.epoch
-    flip(segment_path(directory, 0), 5)
-    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
-        assert buf.epoch == epoch and read_all(buf) == []
-        fill(buf, workload(2))
-        assert len(read_all(buf)) >= 2
+    with EventBuffer.open(directory, segment_bytes=1 << 20) as buf:
+        fill(buf, workload(14))
+        epoch, records = buf.epoch, read_all(buf)
+    path = segment_path(directory, 0)
+    intact = path.read_bytes()
+    flip(path, offset)
+    assert CliRunner().invoke(cli, ["buffer", "verify", str(directory)]).exit_code == 1
+    with EventBuffer.open_read_only(directory) as reader:  # rebuilt in memory, not written
+        assert as_items(read_all(reader)) == as_items(records)
+    assert path.read_bytes() != intact
+    with EventBuffer.open(directory, segment_bytes=1 << 20) as buf:
+        assert buf.epoch == epoch and buf.oldest_servable == SCN.ZERO
+        assert as_items(read_all(buf)) == as_items(records)
+        assert buf.resume_scn == records[-1].scn
+    assert path.read_bytes() == intact  # the header written back is the original one
+    assert CliRunner().invoke(cli, ["buffer", "verify", str(directory)]).exit_code == 0
 
 
 def test_an_unfinished_creation_is_redone(tmp_path: Path) -> None:
@@ -245,12 +297,75 @@ def test_a_missing_segment_in_the_middle_is_refused(template: Template, tmp_path
         EventBuffer.open(directory, segment_bytes=SEG)
 
 
-def test_a_damaged_header_of_a_sealed_segment_stops_the_writer(
+def test_a_damaged_header_of_a_sealed_segment_is_rebuilt_from_the_one_before(
     template: Template, tmp_path: Path
 ) -> None:
     directory = template.copy(tmp_path / "buf")
-    flip(segment_path(directory, 1), 40)
-    with pytest.raises(CorruptRecordError, match=f"{segment_path(directory, 1)} offset 0"):
+    flip(segment_path(directory, 1), 40)  # prev_scn: known from segment 0's last record
+    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+        assert as_items(read_all(buf)) == as_items(template.records)
+    assert CliRunner().invoke(cli, ["buffer", "verify", str(directory)]).exit_code == 0
+
+
+def _trimmed(tmp_path: Path) -> tuple[Path, list[Record]]:
+    """A buffer of whole one-record transactions as retention leaves it (segments 0 and 1
+    deleted), and the records it still holds."""
+    directory = tmp_path / "buf"
+    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+        fill(buf, workload(60, fragments=False))
+        records = read_all(buf)
+    assert len(list_segments(directory)) > 3
+    for seq in (0, 1):
+        segment_path(directory, seq).unlink()
+    return directory, [r for r in records if r.segment > 1]
+
+
+def test_a_damaged_header_of_the_oldest_segment_keeps_a_prev_scn_its_crc_proves(
+    tmp_path: Path,
+) -> None:
+    directory, kept = _trimmed(tmp_path)
+    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+        oldest = buf.oldest_servable
+    flip(
+        segment_path(directory, kept[0].segment), 20
+    )  # the epoch: known, so the CRC checks prev_scn
+    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+        assert buf.oldest_servable == oldest
+        served = as_items(read_all(buf, after=oldest))
+        assert served == [item for item in as_items(kept) if item[0] > oldest]
+
+
+def test_an_unknown_prev_scn_of_the_oldest_segment_moves_the_servable_start_forward(
+    tmp_path: Path,
+) -> None:
+    directory, kept = _trimmed(tmp_path)
+    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+        oldest = buf.oldest_servable
+    flip(
+        segment_path(directory, kept[0].segment), 45
+    )  # prev_scn itself: it cannot be trusted any more
+    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+        first = kept[0].scn
+        assert oldest < first and buf.oldest_servable == first
+        with pytest.raises(ScnTooOldError):
+            buf.read_after(oldest)  # older positions get 410, never a gap
+        assert as_items(read_all(buf, after=first)) == [
+            item for item in as_items(kept) if item[0] > first
+        ]
+
+
+def test_an_empty_oldest_segment_with_a_damaged_header_stops_the_writer(tmp_path: Path) -> None:
+    directory = tmp_path / "buf"
+    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+        fill(buf, workload(40))
+    seqs = list_segments(directory)
+    for seq in seqs[:-1]:
+        segment_path(directory, seq).unlink()
+    last = segment_path(directory, seqs[-1])
+    with open(last, "r+b") as f:
+        f.truncate(HEADER_SIZE)
+    flip(last, 45)
+    with pytest.raises(CorruptRecordError, match="oldest servable SCN .* is unknown"):
         EventBuffer.open(directory, segment_bytes=SEG)
 
 
@@ -340,3 +455,89 @@ def test_inspect_describes_a_live_buffer(template: Template, tmp_path: Path) -> 
         table = runner.invoke(cli, ["buffer", "inspect", str(directory)])
         assert table.exit_code == 0 and buf.epoch in table.output
         assert segment_path(directory, 0).name in table.output
+
+
+def test_a_torn_tail_is_cut_but_a_flip_with_records_after_it_stops_the_writer(
+    template: Template, tmp_path: Path
+) -> None:
+    in_last = [r for r in template.records if r.segment == template.last_seq]
+    victim = in_last[len(in_last) // 2]
+    torn = template.copy(tmp_path / "torn")  # the damage reaches the end of the file
+    with open(segment_path(torn, template.last_seq), "r+b") as f:
+        f.truncate(victim.offset + 20)
+    check_recovered(torn, template, template.expected_after_damage(victim.offset))
+
+    flipped = template.copy(tmp_path / "flipped")  # the same record damaged, records after it
+    flip(segment_path(flipped, template.last_seq), victim.offset + 20)
+    before = _contents(flipped)
+    where = f"{segment_path(flipped, template.last_seq)} offset {victim.offset}: "
+    with pytest.raises(CorruptRecordError, match=re.escape(where)) as failure:
+        EventBuffer.open(flipped, segment_bytes=SEG)
+    assert f"drc buffer verify {flipped}" in str(failure.value)
+    assert f"drc buffer repair {flipped}" in str(failure.value)
+    assert _contents(flipped) == before  # nothing cut
+    verify = CliRunner().invoke(cli, ["buffer", "verify", str(flipped)])
+    assert verify.exit_code == 1 and "valid record(s) follow it" in verify.output
+
+
+def test_repair_discards_the_damage_and_moves_the_servable_start_past_it(
+    template: Template, tmp_path: Path
+) -> None:
+    directory = template.copy(tmp_path / "buf")
+    in_last = [r for r in template.records if r.segment == template.last_seq]
+    victim = in_last[len(in_last) // 2]
+    flip(segment_path(directory, template.last_seq), victim.offset + 20)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["buffer", "repair", str(directory)])
+    assert result.exit_code == 0, result.output
+    newest = template.records[-1].scn  # seen after the damage: lost, so not servable
+    assert f"serves reads after SCN {newest}" in result.output
+    [moved] = list(directory.glob("discarded-*"))
+    assert sorted(p.name for p in moved.iterdir()) == [
+        segment_path(directory, seq).name for seq in range(template.last_seq + 1)
+    ]
+    assert runner.invoke(cli, ["buffer", "verify", str(directory)]).exit_code == 0
+    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+        assert buf.oldest_servable == newest and buf.resume_scn == newest
+        for record in (template.records[0], victim, in_last[-2]):
+            with pytest.raises(ScnTooOldError):
+                buf.read_after(record.scn)
+        buf.append(scn(1000), b"captured again", 5)
+        buf.commit()
+        assert as_items(read_all(buf, after=newest)) == [(scn(1000), b"captured again", 5, False)]
+    again = runner.invoke(cli, ["buffer", "repair", str(directory)])
+    assert again.exit_code == 0 and "nothing to repair" in again.output
+
+
+def test_repair_of_a_damaged_sealed_segment_discards_it_and_every_older_one(
+    template: Template, tmp_path: Path
+) -> None:
+    directory = template.copy(tmp_path / "buf")
+    victim = _victim(template, 1)
+    flip(segment_path(directory, 1), victim.offset + 40)
+    result = CliRunner().invoke(cli, ["buffer", "repair", str(directory)])
+    assert result.exit_code == 0, result.output
+    assert list_segments(directory) == list(range(2, template.last_seq + 1))
+    with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+        with pytest.raises(ScnTooOldError):
+            buf.read_after(victim.scn)
+        rest = [r for r in template.records if r.segment >= 2 and r.scn > buf.oldest_servable]
+        assert as_items(read_all(buf, after=buf.oldest_servable)) == as_items(rest)
+
+
+def test_buffer_files_are_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    directory = tmp_path / "buf"
+    directory.mkdir(mode=0o755)  # made by an installer, say
+    old = os.umask(0)
+    try:
+        with EventBuffer.open(directory, segment_bytes=SEG) as buf:
+            fill(buf, workload(30))
+        with MetaStore.open(directory / "metastore.sqlite3"):  # with its -wal and -shm files
+            files = list(directory.iterdir())
+            modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in files}
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert {"buffer.json", "LOCK", "metastore.sqlite3-wal"} <= set(modes)
+    assert len(list_segments(directory)) > 1
+    assert modes == dict.fromkeys(modes, 0o600)
