@@ -96,7 +96,7 @@ class Probe:
         flags: list[str] = []
         params: list[Any] = []
         for image in self.images:
-            text, values = sql.whole_row(tuple(image), tuple(image.values()))
+            text, values = sql.whole_row(tuple(image), tuple(image.values()), t.float_columns)
             flags.append(f"({text.removesuffix(' LIMIT 1')})")
             params.extend(values)
         name = sql.table_name(t.schema, t.table)
@@ -214,9 +214,10 @@ class ProbePlan:
         """``<bit mask of the images the row equals> * SLOT + slot``."""
         terms: list[str] = []
         params: list[Any] = []
+        floats = self.probes[i].table.float_columns
         for bit, image in enumerate(self._distinct[i]):
             terms.append(f"({sql.same_row(tuple(image))}) * {(1 << bit) * SLOT}")
-            params.extend(map(sql.adapt, image.values()))
+            params.extend(sql.row_values(tuple(image), tuple(image.values()), floats))
         return sql.Statement(" + ".join([*terms, str(slot)]), tuple(params))
 
     def observe(self, results: Results) -> list[Observed]:

@@ -14,6 +14,7 @@
         |   +-- MissingTableError
         |   +-- MissingColumnError
         |   +-- NoPrimaryKeyError   no_primary_key = "refuse" and the table has no primary key
+        |   +-- TargetDivergedError a keyless table's UNIQUE key refused a source row
         +-- CheckpointMismatchError the checkpoint row belongs to another origin
 
 A fatal error never loses a change: the failed target transaction is rolled back, so the
@@ -73,6 +74,11 @@ class MissingColumnError(TargetSchemaError):
 
 class NoPrimaryKeyError(TargetSchemaError):
     """A change to a table without a primary key, and the channel is set to refuse them."""
+
+
+class TargetDivergedError(TargetSchemaError):
+    """The target holds rows the source does not (a keyless table's UNIQUE key refused a row the
+    source inserted): compare the table on both sides and fix the target."""
 
 
 class CheckpointMismatchError(FatalError):

@@ -19,14 +19,23 @@ Affected-row counts are *matched* rows (the session connects with CLIENT.FOUND_R
 update that finds the row already at its after image is not mistaken for a missing row.
 
 Tables without a primary key (``no_primary_key``): "refuse" raises NoPrimaryKeyError naming the
-table; "match_whole_row" matches updates and deletes on every before-image column with ``<=>``
-and ``LIMIT 1``, and inserts only when no identical row is there, so a replay never duplicates
-a row (identical rows in such a table are indistinguishable anyway; each skip is counted).
+table; "match_whole_row" applies each change exactly as the row event did, so the target ends
+with the same *multiset* of rows as the source (identical rows are common in log tables):
+
+    insert   INSERT (plain: an identical row already there is another row, kept)
+    update   UPDATE .. WHERE every column <=> before LIMIT 1   no row matched: insert the after
+                                                               image ("missing update")
+    delete   DELETE .. WHERE every column <=> before LIMIT 1   none matched: "missing delete"
+
+Such a table gets no replay idempotency: the checkpoint commits with the writes, so a change is
+applied exactly once, and a rewound channel would insert a keyless row again. A keyless table
+with a UNIQUE key that refuses an insert has diverged from the source: the channel stops
+(TargetDivergedError) rather than guess which row is meant.
 
 Grouping (:class:`Planner`): consecutive inserts into the same table with the same columns
-become one multi-row upsert, consecutive deletes from the same table one multi-key delete,
-bounded by rows and bytes. Writes come out in stream order: a run only ever merges neighbours,
-so nothing moves across any other change.
+become one multi-row upsert (a plain multi-row INSERT for a keyless table), consecutive deletes
+from the same keyed table one multi-key delete, bounded by rows and bytes. Writes come out in
+stream order: a run only ever merges neighbours, so nothing moves across any other change.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from drc.apply import sql
-from drc.apply.errors import MissingColumnError, NoPrimaryKeyError
+from drc.apply.errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
 from drc.core.events import Op, RowChange
 
 NoPrimaryKey = Literal["refuse", "match_whole_row"]
@@ -56,6 +65,7 @@ class TargetTable:
     table: str
     columns: tuple[str, ...]
     primary_key: tuple[str, ...]
+    float_columns: frozenset[str] = frozenset()  # lower-case names of FLOAT columns
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Columns of ``names`` the table lacks (MySQL column names are case-insensitive)."""
@@ -100,13 +110,15 @@ class Upsert:
 
 
 @dataclass(frozen=True, slots=True)
-class InsertAbsent:
+class Insert:
+    """Rows of a table without a primary key: always inserted, identical rows included."""
+
     table: TargetTable
     columns: tuple[str, ...]
-    row: tuple[Any, ...]
+    rows: tuple[tuple[Any, ...], ...]
 
     def statement(self) -> sql.Statement:
-        return sql.insert_absent(self.table.schema, self.table.table, self.columns, self.row)
+        return sql.insert(self.table.schema, self.table.table, self.columns, self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +127,7 @@ class Update:
     columns: tuple[str, ...]
     values: tuple[Any, ...]
     match: sql.Statement
-    insert: Upsert | InsertAbsent  # the after image, written if no row matched
+    insert: Upsert | Insert  # the after image, written if no row matched
     delete_before: Delete | None  # set when the key changes: frees it if the after key is taken
 
     def statement(self) -> sql.Statement:
@@ -133,7 +145,7 @@ class Delete:
         return sql.delete(self.table.schema, self.table.table, self.match)
 
 
-Write = Upsert | InsertAbsent | Update | Delete
+Write = Upsert | Insert | Update | Delete
 Executor = Callable[[sql.Statement], int]  # runs a statement, returns matched/affected rows
 
 
@@ -148,8 +160,8 @@ def settled(write: Write, affected: int) -> Effects | None:
     if isinstance(write, Upsert):
         # Affected = 1 per inserted row, 1 per identical existing row, 2 per changed one.
         return Effects(len(write.rows), duplicate_inserts=max(0, affected - len(write.rows)))
-    if isinstance(write, InsertAbsent):
-        return Effects(1, duplicate_inserts=1 if affected == 0 else 0)
+    if isinstance(write, Insert):
+        return Effects(len(write.rows))
     return Effects(write.count, missing_deletes=max(0, write.count - affected))
 
 
@@ -157,7 +169,13 @@ def run(write: Write, execute: Executor) -> Effects:
     """Apply one write with its idempotent fallbacks (see the module docstring)."""
     if isinstance(write, Update):
         return _run_update(write, execute)
-    effects = settled(write, execute(write.statement()))
+    try:
+        affected = execute(write.statement())
+    except DuplicateKey as exc:
+        if isinstance(write, Insert):
+            raise _diverged(write.table, exc) from exc
+        raise
+    effects = settled(write, affected)
     assert effects is not None
     return effects
 
@@ -174,8 +192,22 @@ def _run_update(write: Update, execute: Executor) -> Effects:
         return Effects(1, duplicate_inserts=1)
     if affected:
         return Effects(1)
-    execute(write.insert.statement())
+    try:
+        execute(write.insert.statement())
+    except DuplicateKey as exc:
+        if isinstance(write.insert, Insert):
+            raise _diverged(write.table, exc) from exc
+        raise
     return Effects(1, missing_updates=1)
+
+
+def _diverged(table: TargetTable, exc: DuplicateKey) -> TargetDivergedError:
+    return TargetDivergedError(
+        f"{table.name} has no primary key, and a UNIQUE key of the target refused a row the "
+        f"source inserted ({exc}): the target's rows differ from the source's. Compare the "
+        "table on both sides and fix the target (or give the table a primary key); nothing "
+        "after the last checkpoint was applied"
+    )
 
 
 class Planner:
@@ -218,7 +250,8 @@ class Planner:
                     '"match_whole_row" for the channel; nothing after the last checkpoint '
                     "was applied"
                 )
-            return [*self.finish(), _whole_row_write(change, table)]
+            if change.op is not Op.INSERT:
+                return [*self.finish(), _whole_row_write(change, table)]
         if self._run is not None and self._run.accepts(change, table, self._limits):
             self._run.add(change, table)
             return []
@@ -259,6 +292,8 @@ class _Run:
     def accepts(self, change: RowChange, table: TargetTable, limits: tuple[int, int]) -> bool:
         if change.op is not self.op or table is not self.table:  # the session's cached table
             return False
+        if change.op is Op.DELETE and not table.primary_key:
+            return False  # keyless deletes go one row at a time (LIMIT 1 each)
         if len(self.rows) >= limits[0] or self.bytes >= limits[1]:
             return False
         return change.op is Op.DELETE or tuple(change.row) == self.columns
@@ -272,6 +307,8 @@ class _Run:
         self.bytes += _size(row)
 
     def write(self) -> Write:
+        if self.op is Op.INSERT and not self.table.primary_key:
+            return Insert(self.table, self.columns, tuple(self.rows))
         if self.op is Op.INSERT:
             return Upsert(self.table, self.columns, tuple(self.rows))
         return Delete(self.table, sql.by_keys(self.table.primary_key, self.rows), len(self.rows))
@@ -290,17 +327,15 @@ def _keyed_update(change: RowChange, table: TargetTable) -> Update:
 
 
 def _whole_row_write(change: RowChange, table: TargetTable) -> Write:
+    """An update or delete of exactly one row equal to the before image (keyless tables)."""
     after = change.after
-    if change.op is Op.INSERT:
-        assert after is not None
-        return InsertAbsent(table, tuple(after), tuple(after.values()))
     before = change.before
     assert before is not None
-    match = sql.by_whole_row(tuple(before), tuple(before.values()))
+    match = sql.by_whole_row(tuple(before), tuple(before.values()), table.float_columns)
     if change.op is Op.DELETE:
         return Delete(table, match, 1)
     assert after is not None
-    insert = InsertAbsent(table, tuple(after), tuple(after.values()))
+    insert = Insert(table, tuple(after), (tuple(after.values()),))
     return Update(table, tuple(after), tuple(after.values()), match, insert, None)
 
 

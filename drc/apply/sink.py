@@ -346,8 +346,9 @@ class TargetSession:
     def _describe(self, schema: str, table: str) -> TargetTable:
         what = f"reading the definition of {schema}.{table}"
         columns = self.query(sql.Statement(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
-            "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (schema, table)), what)  # fmt: skip
+            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
+            "TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (schema, table)), what)  # fmt: skip
         if not columns:
             raise MissingTableError(
                 f"the target has no table {schema}.{table} for the changes the source makes to "
@@ -358,7 +359,9 @@ class TargetSession:
             "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
             "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
             (schema, table)), what)  # fmt: skip
-        return TargetTable(schema, table, tuple(r[0] for r in columns), tuple(r[0] for r in key))
+        floats = frozenset(r[0].lower() for r in columns if r[1].lower() == "float")
+        names = tuple(r[0] for r in columns)
+        return TargetTable(schema, table, names, tuple(r[0] for r in key), floats)
 
     def local_row(
         self, schema: str, table: str, key: Mapping[str, Any]

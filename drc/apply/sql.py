@@ -17,8 +17,7 @@ Statements (``t`` = `schema`.`table`)::
 
     upsert        INSERT INTO t (c1, c2) VALUES (%s, %s), ... ON DUPLICATE KEY UPDATE
                   c1 = VALUES(c1), c2 = VALUES(c2)
-    insert_absent INSERT INTO t (c1, c2) SELECT %s, %s FROM DUAL
-                  WHERE NOT EXISTS (SELECT 1 FROM t WHERE c1 <=> %s AND c2 <=> %s LIMIT 1)
+    insert        INSERT INTO t (c1, c2) VALUES (%s, %s), ...   (tables without a primary key)
     update        UPDATE t SET c1 = %s, c2 = %s WHERE <match>
     delete        DELETE FROM t WHERE <match>
     match by key  k = %s  |  k IN (%s, %s)  |  (k1 = %s AND k2 = %s) OR (...)
@@ -29,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -117,17 +117,19 @@ def _upsert_text(schema: str, table: str, columns: tuple[str, ...], count: int) 
     )
 
 
-def insert_absent(schema: str, table: str, columns: Sequence[str], row: Sequence[Any]) -> Statement:
-    """Insert ``row`` unless an identical row is there (tables without a primary key)."""
-    name = table_name(schema, table)
+def insert(
+    schema: str, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> Statement:
+    """A plain multi-row INSERT (tables without a primary key: identical rows are kept)."""
+    sql = _insert_text(schema, table, tuple(columns), len(rows))
+    return Statement(sql, tuple([adapt(v) for row in rows for v in row]))
+
+
+@_cached
+def _insert_text(schema: str, table: str, columns: tuple[str, ...], count: int) -> str:
     cols = ", ".join(ident(c) for c in columns)
-    marks = ", ".join(["%s"] * len(columns))
-    match, match_params = whole_row(columns, row)
-    sql = (
-        f"INSERT INTO {name} ({cols}) SELECT {marks} FROM DUAL "
-        f"WHERE NOT EXISTS (SELECT 1 FROM {name} WHERE {match})"
-    )
-    return Statement(sql, tuple(adapt(v) for v in row) + match_params)
+    values = ", ".join([_placeholders(len(columns))] * count)
+    return f"INSERT INTO {table_name(schema, table)} ({cols}) VALUES {values}"
 
 
 def update(
@@ -164,9 +166,34 @@ def _by_keys_text(key: tuple[str, ...], count: int) -> str:
     return " OR ".join([one] * count)
 
 
-def whole_row(columns: Sequence[str], row: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
-    """NULL-safe equality on every column, for at most one row."""
-    return f"{same_row(tuple(columns))} LIMIT 1", tuple(adapt(v) for v in row)
+def whole_row(
+    columns: Sequence[str], row: Sequence[Any], floats: frozenset[str] = frozenset()
+) -> tuple[str, tuple[Any, ...]]:
+    """NULL-safe equality on every column, for at most one row (``floats``: see
+    :func:`row_values`)."""
+    return f"{same_row(tuple(columns))} LIMIT 1", row_values(columns, row, floats)
+
+
+def row_values(
+    columns: Sequence[str], row: Sequence[Any], floats: frozenset[str] = frozenset()
+) -> tuple[Any, ...]:
+    """A row image's values bound for comparison with the stored row.
+
+    A FLOAT column holds a single-precision value, which the server widens to double to
+    compare; the captured value is the shortest decimal that names it (1.1 for 1.1f), whose
+    double is another number. So values of the columns in ``floats`` (lower-case names) are
+    bound as the exact double of their single-precision value, which compares equal.
+    """
+    if not floats:
+        return tuple([adapt(v) for v in row])
+    return tuple(
+        _single(v) if type(v) is float and c.lower() in floats else adapt(v)
+        for c, v in zip(columns, row, strict=True)
+    )
+
+
+def _single(value: float) -> float:
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
 
 
 @_cached
@@ -175,5 +202,7 @@ def same_row(columns: tuple[str, ...]) -> str:
     return " AND ".join(f"{ident(c)} <=> %s" for c in columns)
 
 
-def by_whole_row(columns: Sequence[str], row: Sequence[Any]) -> Statement:
-    return Statement(*whole_row(columns, row))
+def by_whole_row(
+    columns: Sequence[str], row: Sequence[Any], floats: frozenset[str] = frozenset()
+) -> Statement:
+    return Statement(*whole_row(columns, row, floats))

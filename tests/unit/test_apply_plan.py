@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from drc.apply import plan, sql
-from drc.apply.errors import MissingColumnError, NoPrimaryKeyError
-from drc.apply.plan import Delete, DuplicateKey, InsertAbsent, Planner, TargetTable, Update, Upsert
+from drc.apply.errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
+from drc.apply.plan import Delete, DuplicateKey, Insert, Planner, TargetTable, Update, Upsert
 from drc.core.events import Op, RowChange
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))
@@ -113,7 +113,7 @@ def test_table_without_primary_key_is_refused_by_default() -> None:
         Planner().add(change, N)
 
 
-def test_table_without_primary_key_matches_the_whole_row_when_configured() -> None:
+def test_table_without_primary_key_keeps_identical_rows_and_changes_one_at_a_time() -> None:
     planner = Planner("match_whole_row")
     before, after = {"a": 1, "b": None}, {"a": 1, "b": 5}
     writes = plan_all(
@@ -122,17 +122,22 @@ def test_table_without_primary_key_matches_the_whole_row_when_configured() -> No
             RowChange("db", "n", Op.INSERT, None, after),
             RowChange("db", "n", Op.UPDATE, before, after),
             RowChange("db", "n", Op.DELETE, after, None),
+            RowChange("db", "n", Op.DELETE, after, None),
         ],
         planner,
     )
-    assert [type(w) for w in writes] == [InsertAbsent, InsertAbsent, Update, Delete]
-    update = writes[2].statement()
+    assert [type(w) for w in writes] == [Insert, Update, Delete, Delete]
+    insert = writes[0].statement()
+    assert insert.sql == "INSERT INTO `db`.`n` (`a`, `b`) VALUES (%s, %s), (%s, %s)"
+    assert insert.params == (1, 5, 1, 5)  # both identical rows inserted
+    update = writes[1].statement()
     assert update.sql == (
         "UPDATE `db`.`n` SET `a` = %s, `b` = %s WHERE `a` <=> %s AND `b` <=> %s LIMIT 1"
     )
     assert update.params == (1, 5, 1, None)
-    assert writes[3].statement().sql.endswith("WHERE `a` <=> %s AND `b` <=> %s LIMIT 1")
-    assert isinstance(writes[2].insert, InsertAbsent)
+    for delete in writes[2:]:
+        assert delete.statement().sql.endswith("WHERE `a` <=> %s AND `b` <=> %s LIMIT 1")
+    assert isinstance(writes[1].insert, Insert)
 
 
 class Executor:
@@ -179,10 +184,19 @@ def test_delete_of_missing_rows_is_a_counted_no_op() -> None:
     assert plan.run(write, Executor(1)) == plan.Effects(3, missing_deletes=2)
 
 
-def test_insert_absent_counts_an_existing_identical_row() -> None:
-    write = InsertAbsent(N, ("a", "b"), (1, 2))
-    assert plan.run(write, Executor(0)) == plan.Effects(1, duplicate_inserts=1)
-    assert plan.run(write, Executor(1)) == plan.Effects(1)
+def test_keyless_insert_counts_every_row_and_stops_on_a_unique_key_clash() -> None:
+    write = Insert(N, ("a", "b"), ((1, 2), (1, 2)))
+    assert plan.run(write, Executor(2)) == plan.Effects(2)
+    with pytest.raises(TargetDivergedError, match=r"db\.n has no primary key"):
+        plan.run(write, Executor(DuplicateKey("dup")))
+
+
+def test_keyless_update_of_a_missing_row_inserts_the_after_image() -> None:
+    change = RowChange("db", "n", Op.UPDATE, {"a": 1, "b": 2}, {"a": 1, "b": 3})
+    (write,) = plan_all([change], Planner("match_whole_row"))
+    executor = Executor(0, 1)
+    assert plan.run(write, executor) == plan.Effects(1, missing_updates=1)
+    assert executor.ran[1].sql == "INSERT INTO `db`.`n` (`a`, `b`) VALUES (%s, %s)"
 
 
 def test_effects_add_up() -> None:

@@ -62,12 +62,9 @@ def test_whole_row_match_is_null_safe_and_limited_to_one_row() -> None:
     assert statement.sql == "DELETE FROM `db`.`n` WHERE `a` <=> %s AND `b` <=> %s LIMIT 1"
 
 
-def test_insert_absent_checks_for_an_identical_row() -> None:
-    statement = sql.insert_absent("db", "n", ["a", "b"], [1, None])
-    assert statement.sql == (
-        "INSERT INTO `db`.`n` (`a`, `b`) SELECT %s, %s FROM DUAL WHERE NOT EXISTS "
-        "(SELECT 1 FROM `db`.`n` WHERE `a` <=> %s AND `b` <=> %s LIMIT 1)"
-    )
+def test_plain_insert_lists_every_row() -> None:
+    statement = sql.insert("db", "n", ["a", "b"], [[1, None], [1, None]])
+    assert statement.sql == "INSERT INTO `db`.`n` (`a`, `b`) VALUES (%s, %s), (%s, %s)"
     assert statement.params == (1, None, 1, None)
 
 
@@ -119,3 +116,10 @@ def test_statement_params_are_adapted() -> None:
         "d", "t", ["s", "b", "z"], [(frozenset({"x"}), Bit(1, 1), ZeroDate("0000-00-00"))]
     )
     assert statement.params == ("x", 1, "0000-00-00")
+
+
+def test_float_columns_are_matched_by_their_single_precision_value() -> None:
+    # 1.1 names the FLOAT 1.1f, whose double (what the server compares) is 1.100000023841858.
+    values = sql.row_values(["F", "d", "s"], [1.1, 1.1, "x"], frozenset({"f"}))
+    assert values == (1.100000023841858, 1.1, "x")
+    assert sql.row_values(["f"], [None], frozenset({"f"})) == (None,)
