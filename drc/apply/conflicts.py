@@ -62,6 +62,7 @@ from drc.apply.conflict_rules import (
     Row,
     TablePolicy,
     Version,
+    derived_delete_stamp,
     load_resolver,
     stamp_key,
 )
@@ -413,14 +414,10 @@ class ConflictEngine:
             return _column(change.after, column, change)
         if found is not None:
             return found
-        # No tombstone row: the origin has no DRC delete trigger on the table (yet). The
-        # commit second is the best both sides can agree on.
+        # No tombstone row: the origin had no DRC delete trigger on the table (yet). Its
+        # LwwGuard derives the same time from the same captured delete and records it there.
         self.fallback_stamps += 1
-        before = _column(part.before, column, part)
-        when = dt.datetime.fromtimestamp(txn.timestamp, dt.UTC).replace(tzinfo=None)
-        if isinstance(before, int):
-            return txn.timestamp * 1000
-        return when
+        return derived_delete_stamp(txn.timestamp, _column(part.before, column, part))
 
     # -- deciding -------------------------------------------------------------------------
 
