@@ -28,10 +28,10 @@ Policies:
 - ``lww``: the newer version wins. A row's version is ``(its timestamp column, datacenter
   rank)``; a delete's is ``(when it was deleted, rank)``, taken from its tombstone
   (drc.apply.tombstones: the origin's delete trigger writes it in the deleting transaction, so
-  it travels with the delete). Equal timestamps go to the datacenter listed first in
-  ``conflicts.priority``; the target's row counts as written by this datacenter, a tombstone by
-  the datacenter it names. A delete is never undone by an older update, and an older delete
-  never removes a newer row.
+  it travels with the delete; a delete without one is dated by derived_delete_stamp). Equal
+  timestamps go to the datacenter listed first in ``conflicts.priority``; the target's row
+  counts as written by this datacenter, a tombstone by the datacenter it names. A delete is
+  never undone by an older update, and an older delete never removes a newer row.
 - ``resolver``: ``module:function(local, before, after, context)`` returns the row to keep (a
   mapping with the same key) or None to delete it. An exception stops the channel; the change
   is not skipped, it is decided again after a restart.
