@@ -214,6 +214,9 @@ class ConflictsConfig(_Model):
     tombstone_retention_hours: float = Field(168, gt=0)
     log_retention_days: float = Field(90, gt=0)  # how long drc.conflicts keeps an entry
     tables: tuple[ConflictTableConfig, ...] = ()  # first matching entry wins
+    # API URLs of this datacenter's own replicator, read by the lww guard (drc.apply.lww_guard)
+    # when it runs on another host than the replicator (default: the [api] address).
+    local_api: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:

@@ -15,8 +15,10 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from drc.apply.channel import ApplyChannel
+from drc.apply.lww_guard import LwwGuard, build_guard
 from drc.apply.service import build_channels
 from drc.config import DrcConfig
 from drc.core.errors import RetriableError
@@ -41,6 +43,7 @@ class Node:
         self.role = role
         self.service: ReplicatorService | None = None
         self.channels: list[ApplyChannel] = []
+        self.guard: LwwGuard | None = None
         self._components: list[_Component] = []
 
     @property
@@ -60,8 +63,13 @@ class Node:
             self._spawn("replicator", self.service.run_capture, stop)
         if self.role in ("all", "apply"):
             self.channels = build_channels(self.config)
+            self.guard = build_guard(self.config, self.api_url)
+            if self.guard is not None:
+                self._spawn("lww guard", self.guard.run, stop)
             for channel in self.channels:
                 self._spawn(f"channel {channel.name}", channel.run, stop)
+        if self.service is not None:
+            self.service.protection = self.protection
 
     def _spawn(
         self, name: str, target: Callable[[threading.Event], None], stop: threading.Event
@@ -112,7 +120,28 @@ class Node:
                 f"{channel.name}: {applied.transactions} txns {applied.rows} rows{conflicts}, "
                 f"lag {lag}, at {applied.last_scn} [{state}]"
             )
+        unprotected = self.protection()["unprotected"] if self.guard is not None else []
+        if unprotected:
+            names = ", ".join(u["table"] for u in unprotected)
+            parts.append(f"lww triggers MISSING on {names} (see drc status)")
         return "; ".join(parts) or "nothing to run"
+
+    def protection(self) -> dict[str, Any]:
+        """lww protection here: tables refused DRC's triggers (and why), guard state."""
+        found: dict[tuple[str, str], str] = {}
+        for applier in (self.guard, *self.channels):
+            if applier is not None and applier.conflicts is not None:
+                found.update(applier.conflicts.unprotected)
+        guard = next((c for c in self._components if c.name == "lww guard"), None)
+        return {
+            "guard": None if guard is None else ("STOPPED" if guard.failure else "running"),
+            "guard_error": None if self.guard is None else self.guard.stats.last_error,
+            "derived_tombstones": None if self.guard is None else self.guard.derived,
+            "unprotected": [
+                {"table": f"{schema}.{table}", "reason": reason}
+                for (schema, table), reason in sorted(found.items())
+            ],
+        }
 
     def _channel_components(self) -> list[_Component]:
         return [c for c in self._components if c.name.startswith("channel ")]

@@ -6,8 +6,10 @@ Components never read files or the environment themselves; this module does, onc
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
@@ -34,6 +36,8 @@ class ReplicatorService:
     config: DrcConfig | None = None
     api: ApiServer | None = None
     failure: BaseException | None = None  # what stopped capture, for /healthz
+    # lww protection of this datacenter (set by the node when it runs the lww guard here)
+    protection: Callable[[], dict[str, Any]] | None = None
 
     def run_capture(self, stop: threading.Event) -> None:
         """Capture until ``stop``; a fatal error is kept (the API reports it) and re-raised."""
@@ -114,6 +118,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         tokens=tokens,
         capture_stats=lambda: service.replicator.stats,
         capture_failure=lambda: service.failure,
+        protection=lambda: None if service.protection is None else service.protection(),
     )
     return ApiServer(
         create_app(deps),

@@ -34,7 +34,8 @@ class ApiDeps:
     ``buffer`` is the writer's EventBuffer (in-process, so commits wake long polls),
     ``metastore`` its MetaStore (None: /v1/schema answers 404). ``capture_stats`` returns the
     Replicator's CaptureStats and ``capture_failure`` the fatal error that stopped capture, if
-    any (both None when the API serves a buffer nobody captures into).
+    any (both None when the API serves a buffer nobody captures into). ``protection`` returns
+    the lww protection of the datacenter when this process runs its lww guard.
     """
 
     buffer: Any
@@ -46,6 +47,7 @@ class ApiDeps:
     tokens: tuple[str, ...] = ()
     capture_stats: Callable[[], Any] | None = None
     capture_failure: Callable[[], BaseException | None] | None = None
+    protection: Callable[[], dict[str, Any] | None] | None = None  # lww triggers (node.py)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time

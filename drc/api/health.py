@@ -48,7 +48,33 @@ async def get_metrics(deps: Deps) -> Response:
 
 
 def metrics_text(deps: ApiDeps) -> str:
-    return render(buffer_families(deps) + capture_families(deps) + api_families(deps.metrics))
+    families = buffer_families(deps) + capture_families(deps) + lww_families(deps)
+    return render(families + api_families(deps.metrics))
+
+
+def lww_families(deps: ApiDeps) -> list[Family]:
+    found = deps.protection() if deps.protection is not None else None
+    if found is None:
+        return []
+    unprotected = Family(
+        "drc_lww_unprotected", "gauge", "1 per lww table without DRC's conflict triggers"
+    )
+    for entry in found["unprotected"]:
+        unprotected.add(1, table=entry["table"])
+    return [
+        Family("drc_lww_unprotected_tables", "gauge", "lww tables without DRC's triggers").add(
+            len(found["unprotected"])
+        ),
+        unprotected,
+        Family(
+            "drc_lww_derived_tombstones_total",
+            "counter",
+            "Local deletes captured without a tombstone, given a derived one",
+        ).add(found["derived_tombstones"]),
+        Family("drc_lww_guard_up", "gauge", "1 while the lww guard runs").add(
+            1 if found["guard"] == "running" else 0
+        ),
+    ]
 
 
 def buffer_families(deps: ApiDeps) -> list[Family]:

@@ -3,6 +3,10 @@
 Lag is the age of the newest stored commit (its binlog timestamp, second resolution) and
 ``caught_up`` says whether capture has read everything the source reported: an idle source
 makes the age grow while ``caught_up`` stays true, so an alert should use both.
+
+``lww`` (null unless this process also runs the datacenter's lww guard, drc.apply.lww_guard):
+the tables DRC could not give its conflict triggers, each with what to do, and how many local
+deletes came without a tombstone and were given a derived one.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ def status(deps: ApiDeps) -> dict[str, Any]:
         else {"log_index": position[0], "log_pos": position[1]},
         "lag": lag(deps, buffer["newest_commit_ms"], position),
         "capture": None if stats is None else capture_status(stats, failure),
+        "lww": deps.protection() if deps.protection is not None else None,
     }
 
 

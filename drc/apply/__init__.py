@@ -9,6 +9,7 @@
     retry.py       which errors are retried, and how
     sink.py        the pymysql adapter (the only module here that talks to the target)
     service.py     build_channels(config) for the composition root
+    lww_guard.py   lww triggers and tombstones on the datacenter a table is created on
 
 ``python -m drc.apply --config FILE`` runs the channels of a config on their own.
 """

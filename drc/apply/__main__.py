@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 
+from drc.apply.lww_guard import build_guard
 from drc.apply.service import build_channels, run_channels
 from drc.config import load_config
 from drc.core.errors import DrcError
@@ -33,7 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per pull otherwise
     try:
-        channels = build_channels(load_config(args.config), args.channel)
+        config = load_config(args.config)
+        channels = build_channels(config, args.channel)
+        guard = None if args.channel else build_guard(config)  # drc.apply.lww_guard
+        if guard is not None:
+            channels.append(guard)
     except (DrcError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -127,6 +127,21 @@ def stamp_key(value: Any) -> tuple[int, Any]:
     return (0, 0)  # NULL, zero dates (ZeroDate or their text) and other non-instants
 
 
+def derived_delete_stamp(commit_second: int, row_stamp: Any) -> Any:
+    """The time of a delete that came without its tombstone row (no DRC trigger on the table
+    when it ran): what the trigger would write, ``GREATEST(NOW(6), OLD.ts + step)``, with the
+    commit second for NOW. A pure function of the captured delete, so the origin's own
+    derivation (drc.apply.lww_guard) and every receiving channel agree on it."""
+    if isinstance(row_stamp, int) and not isinstance(row_stamp, bool):
+        return max(commit_second * 1000, row_stamp + 1)  # BIGINT milliseconds
+    when = dt.datetime.fromtimestamp(commit_second, dt.UTC).replace(tzinfo=None)
+    if isinstance(row_stamp, dt.datetime):
+        if row_stamp.tzinfo is not None:
+            row_stamp = row_stamp.astimezone(dt.UTC).replace(tzinfo=None)
+        return max(when, row_stamp + dt.timedelta(microseconds=1))
+    return when  # NULL or a zero date: the commit second alone
+
+
 @dataclass(frozen=True, slots=True)
 class Version:
     stamp: Any

@@ -29,6 +29,25 @@ log = logging.getLogger(__name__)
 
 MAINTAIN_EVERY_S = 30.0
 NEED_SUPER_FOR_TRIGGERS = 1419
+# Trigger creation refused: binlogging needs SUPER or log_bin_trust_function_creators (1419),
+# no TRIGGER privilege on the table (1142), a privilege like SUPER needed (1227).
+TRIGGER_REFUSED = frozenset({NEED_SUPER_FOR_TRIGGERS, 1142, 1227})
+
+
+def _refusal(exc: ApplyError) -> str:
+    """What to do about a refused trigger (the operator reads it in drc status)."""
+    if exc.code == NEED_SUPER_FOR_TRIGGERS:
+        return (
+            "the target refused DRC's triggers: with binary logging on, MariaDB lets a user "
+            "without SUPER create triggers only when log_bin_trust_function_creators = 1. Set "
+            "it (SET GLOBAL log_bin_trust_function_creators = 1, and in the config file); do "
+            "not give the apply user SUPER (it bypasses read_only)"
+        )
+    return (
+        f"the target refused DRC's triggers ({exc.code}): grant the apply user TRIGGER on the "
+        "table. Until then its deletes are dated by their commit second and the row's time, "
+        "and its rows' time is not kept moving forward"
+    )
 
 
 class ConflictTarget:
@@ -47,6 +66,8 @@ class ConflictTarget:
         # its definition) the triggers were made for.
         self._ready: dict[tuple[str, str], tuple[tombstones.StampType, tuple[Any, ...]]] = {}
         self._checked: set[tuple[str, str]] = set()  # every table looked at
+        # Tables set up without their triggers, and why (drc status, /metrics).
+        self.unprotected: dict[tuple[str, str], str] = {}
         self._maintained_at: float | None = None
 
     # ------------------------------------------------------------------ setup
@@ -60,8 +81,14 @@ class ConflictTarget:
         replaced: DDL may have changed the key or the columns)."""
         self._ready.clear()
         self._checked.clear()
-        for schema, table in self.session.base_tables():
+        present = self.session.base_tables()
+        for schema, table in present:
             self._ensure(schema, table)
+        self._forget_dropped(present)
+
+    def _forget_dropped(self, present: Sequence[tuple[str, str]]) -> None:
+        for gone in set(self.unprotected) - set(present):
+            del self.unprotected[gone]
 
     def _ensure(self, schema: str, table: str) -> None:
         if (schema, table) in self._checked:
@@ -99,30 +126,33 @@ class ConflictTarget:
         triggers = tombstones.create_triggers(
             schema, table, target.primary_key, found, stamp, self.engine.datacenter
         )
-        setup = [tombstones.create_table(schema, table, key, stamp), *triggers]
+        setup = [tombstones.create_table(schema, table, key, stamp)]
         if self._stale_companion(schema, table, key, stamp):
             log.warning(
                 "the key or timestamp column of %s changed: its tombstones are dropped and "
                 "recorded afresh", target.name,
             )  # fmt: skip
             setup.insert(0, tombstones.drop_table(schema, table))
-        try:
-            self.session.run_setup(
-                setup, f"creating the tombstone table and triggers of {target.name}"
-            )
-        except ApplyError as exc:
-            if exc.code != NEED_SUPER_FOR_TRIGGERS:
-                raise
-            raise ApplyError(
-                f"cannot create DRC's conflict triggers on {target.name}: with binary logging "
-                "on, MariaDB lets a user without SUPER create triggers only when "
-                "log_bin_trust_function_creators = 1. Set it on the target (SET GLOBAL "
-                "log_bin_trust_function_creators = 1, and in its config file) and restart the "
-                "channel; do not give the apply user SUPER (it bypasses read_only)",
-                exc.code,
-            ) from exc
+        self.session.run_setup(setup, f"creating the tombstone table of {target.name}")
+        self._install_triggers(target.name, (schema, table), triggers)
         self._ready[(schema, table)] = (stamp, (target.primary_key, found, info))
         self._checked.add((schema, table))
+
+    def _install_triggers(self, name: str, ref: tuple[str, str], triggers: list[str]) -> None:
+        """Create the triggers; a table the target refuses them on is recorded in
+        :attr:`unprotected` (reported by drc status and /metrics), not a stopped channel:
+        its deletes still get tombstones, derived from the captured delete (LwwGuard)."""
+        try:
+            self.session.run_setup(triggers, f"creating the conflict triggers of {name}")
+        except ApplyError as exc:
+            if exc.code not in TRIGGER_REFUSED:
+                raise
+            reason = _refusal(exc)
+            if self.unprotected.get(ref) != reason:
+                log.error("%s is not fully protected by lww: %s", name, reason)
+            self.unprotected[ref] = reason
+            return
+        self.unprotected.pop(ref, None)
 
     # ------------------------------------------------------------------ per group
 
@@ -186,11 +216,14 @@ class ConflictTarget:
     def maintain(self, now: float) -> int:
         """Set up tables created since, purge old tombstones; returns how many were purged."""
         self._maintained_at = now
-        for schema, table in self.session.base_tables():
-            if (schema, table) in self._ready and self._reshaped(schema, table):
-                self._checked.discard((schema, table))  # made again for the new shape
-                del self._ready[(schema, table)]
+        present = self.session.base_tables()
+        for schema, table in present:
+            ref = (schema, table)
+            if ref in self._ready and (ref in self.unprotected or self._reshaped(schema, table)):
+                self._checked.discard(ref)  # made again for the new shape, or tried again
+                del self._ready[ref]
             self._ensure(schema, table)
+        self._forget_dropped(present)
         purged = 0
         for (schema, table), (stamp, _shape) in self._ready.items():
             statement = tombstones.purge(schema, table, stamp, self.retention_s)

@@ -28,10 +28,10 @@ Policies:
 - ``lww``: the newer version wins. A row's version is ``(its timestamp column, datacenter
   rank)``; a delete's is ``(when it was deleted, rank)``, taken from its tombstone
   (drc.apply.tombstones: the origin's delete trigger writes it in the deleting transaction, so
-  it travels with the delete). Equal timestamps go to the datacenter listed first in
-  ``conflicts.priority``; the target's row counts as written by this datacenter, a tombstone by
-  the datacenter it names. A delete is never undone by an older update, and an older delete
-  never removes a newer row.
+  it travels with the delete; a delete without one is dated by derived_delete_stamp). Equal
+  timestamps go to the datacenter listed first in ``conflicts.priority``; the target's row
+  counts as written by this datacenter, a tombstone by the datacenter it names. A delete is
+  never undone by an older update, and an older delete never removes a newer row.
 - ``resolver``: ``module:function(local, before, after, context)`` returns the row to keep (a
   mapping with the same key) or None to delete it. An exception stops the channel; the change
   is not skipped, it is decided again after a restart.
@@ -62,6 +62,7 @@ from drc.apply.conflict_rules import (
     Row,
     TablePolicy,
     Version,
+    derived_delete_stamp,
     load_resolver,
     stamp_key,
 )
@@ -414,14 +415,10 @@ class ConflictEngine:
             return _column(change.after, column, change)
         if found is not None:
             return found
-        # No tombstone row: the origin has no DRC delete trigger on the table (yet). The
-        # commit second is the best both sides can agree on.
+        # No tombstone row: the origin had no DRC delete trigger on the table (yet). Its
+        # LwwGuard derives the same time from the same captured delete and records it there.
         self.fallback_stamps += 1
-        before = _column(part.before, column, part)
-        when = dt.datetime.fromtimestamp(txn.timestamp, dt.UTC).replace(tzinfo=None)
-        if isinstance(before, int):
-            return txn.timestamp * 1000
-        return when
+        return derived_delete_stamp(txn.timestamp, _column(part.before, column, part))
 
     # -- deciding -------------------------------------------------------------------------
 

@@ -28,8 +28,10 @@ Two writers, never both for one delete:
 
 Tombstones older than ``conflicts.tombstone_retention_hours`` are purged by each channel. An
 update delayed longer than that can bring a deleted row back. Deletes that fire no trigger
-(TRUNCATE, foreign-key cascades) leave no tombstone, and neither does a table the trigger is
-missing on: the other side then falls back to the delete's commit second.
+(TRUNCATE, foreign-key cascades) leave no tombstone. A delete on a table the trigger is missing
+on (not made yet, or refused) is dated from the captured delete instead, the same way by its
+own datacenter's lww guard, which writes the tombstone there, and by every receiving channel
+(conflict_rules.derived_delete_stamp).
 
 Privileges: TRIGGER on the lww tables and CREATE/INSERT/DELETE on ``drc.*`` for the apply user.
 """

@@ -22,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drc.apply import tombstones
+from drc.apply.conflict_rules import derived_delete_stamp
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import (
     ConflictContext,
@@ -437,6 +438,29 @@ def test_the_commit_second_fallback_is_in_milliseconds_for_an_integer_column() -
     resolution = run(engine, txn(change, timestamp=5))
     assert resolution.tombstones == [tomb_write(1, 5_000)]
     assert engine.fallback_stamps == 1
+
+
+def test_a_delete_without_its_tombstone_row_comes_after_the_row_it_deleted() -> None:
+    # Deleted in the same second it was written (T0 + 1.5 s, commit second T0 + 1 s): the
+    # delete is dated one step after the row, as the origin's trigger would date it, and so
+    # beats an older concurrent update (T0 + 1.2 s) though the commit second does not.
+    engine = make_engine()
+    change = delete(row(ts=at(1500)))
+    resolution = run(engine, txn(change), rows={1: row(v="x", ts=at(1200))})
+    assert decided(resolution) == [("delete-update", "incoming")]
+    assert resolution.tombstones == [tomb_write(1, at(1500) + dt.timedelta(microseconds=1))]
+    assert engine.fallback_stamps == 1
+
+
+def test_the_derived_delete_time_is_the_same_function_everywhere() -> None:
+    second = COMMIT
+    assert derived_delete_stamp(second, at(0)) == at(1000)
+    assert derived_delete_stamp(second, at(1000)) == at(1000) + dt.timedelta(microseconds=1)
+    aware = at(2000).replace(tzinfo=UTC)
+    assert derived_delete_stamp(second, aware) == at(2000) + dt.timedelta(microseconds=1)
+    assert derived_delete_stamp(5, 1_000) == 5_000
+    assert derived_delete_stamp(5, 9_000) == 9_001
+    assert derived_delete_stamp(second, None) == at(1000)
 
 
 def test_a_carried_tombstone_wins_over_the_commit_second() -> None:
