@@ -21,7 +21,10 @@ from drc.api.deps import ApiDeps, Deps, require_token
 
 router = APIRouter(dependencies=[Depends(require_token)])
 
-CAPTURE_COUNTERS = ("transactions", "rows", "bytes", "commits", "filtered_out", "reconnects")
+CAPTURE_COUNTERS = (
+    "transactions", "rows", "bytes", "commits", "filtered_out", "account_statements_dropped",
+    "reconnects",
+)  # fmt: skip
 
 
 @router.get(wire.PATH_STATUS)

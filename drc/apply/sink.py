@@ -61,6 +61,7 @@ from drc.apply.plan import DuplicateKey, Effects, TargetTable
 from drc.apply.retry import Kind, classify
 from drc.core.errors import DrcError
 from drc.core.events import SchemaChange
+from drc.core.statements import for_log
 
 log = logging.getLogger(__name__)
 
@@ -405,7 +406,7 @@ class TargetSession:
 
     def run_ddl(self, change: SchemaChange, tolerate: frozenset[int]) -> bool:
         """Run a DDL statement as the source did; False if it failed with a tolerated code."""
-        what = f"DDL {change.statement[:200]!r}"
+        what = f"DDL {for_log(change.statement)!r}"
         conn = self._new_connection(what)
         try:
             with conn.cursor() as cur:

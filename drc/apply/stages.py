@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from drc.core.events import RowChange, SchemaChange, Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
 from drc.core.scn import SCN
+from drc.core.statements import for_log
 from drc.core.tablefilter import TableFilter
 from drc.metastore.ddl import ddl_tables, dropped_database
 
@@ -134,7 +135,7 @@ class KeepApplicableDdl:
         for change in txn.ddl:
             if change not in kept:
                 self.skipped += 1
-                log.warning("not applying statement at %s: %.200s", txn.scn, change.statement)
+                log.warning("not applying statement at %s: %s", txn.scn, for_log(change.statement))
         return _narrowed(txn, txn.changes, kept)
 
 
@@ -220,10 +221,10 @@ class MapNames:
         if mapped:
             self.ddl_skipped += 1
             log.warning(
-                "not applying DDL at %s on mapped %s (apply the equivalent by hand): %.200s",
+                "not applying DDL at %s on mapped %s (apply the equivalent by hand): %s",
                 scn,
                 ", ".join(".".join(n for n in name if n) for name in mapped),
-                change.statement,
+                for_log(change.statement),
             )
         return not mapped
 

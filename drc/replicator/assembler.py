@@ -25,6 +25,7 @@ from typing import Protocol
 from drc.core.events import Op, RowChange, SchemaChange, TableSchema, Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
 from drc.core.scn import SCN
+from drc.core.statements import is_account_statement
 from drc.core.tablefilter import TableFilter
 from drc.metastore.ddl import ddl_tables
 from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, SourceEvent, Statement
@@ -108,6 +109,7 @@ class TransactionAssembler:
         self._limits = limits
         self._spill_factory = spill_factory
         self._open: _Open | None = None
+        self.account_statements_dropped = 0  # never stored: they may carry passwords
 
     def reset(self) -> None:
         """Forget a partly read transaction (the connection dropped; it will be read again)."""
@@ -166,7 +168,9 @@ class TransactionAssembler:
         if self._open is None:
             self._open = _Open(None, event.server_id, standalone=True)
         self._open.drc_originated |= event.skip_replication
-        if self._keeps_ddl(change):
+        if is_account_statement(event.sql):
+            self.account_statements_dropped += 1
+        elif self._keeps_ddl(change):
             self._open.ddl.append(change)
         if self._open.standalone or not (self._open.changes or self._open.spilled):
             return self._commit(event.log_index, event.log_pos, event.timestamp)

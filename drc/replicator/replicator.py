@@ -72,6 +72,7 @@ class CaptureStats:
     bytes: int = 0
     commits: int = 0
     filtered_out: int = 0
+    account_statements_dropped: int = 0  # CREATE USER, GRANT ...: never stored (secrets)
     reconnects: int = 0
     source_position: tuple[int, int] | None = None
     last_error: str | None = None
@@ -207,7 +208,9 @@ class Replicator:
     def _feed(self, event: Any, assembler: TransactionAssembler, batch: _Batch) -> None:
         if isinstance(event, Heartbeat):
             self.stats.source_position = (event.log_index, event.log_pos)
+        dropped = assembler.account_statements_dropped  # the assembler is new per session
         committed = assembler.feed(event)
+        self.stats.account_statements_dropped += assembler.account_statements_dropped - dropped
         if committed is not None:
             self._append(committed, batch)
             if self._batch_full(batch):
