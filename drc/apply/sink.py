@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -139,6 +140,7 @@ class TargetSession:
         self._conn: Any = None
         self._cursor: Any = None
         self._inflight: _InFlight | None = None  # statements sent, their replies not read yet
+        self._reply_seq: deque[int] = deque()  # the packet number each unread reply starts at
         self._tables: dict[tuple[str, str], TargetTable] = {}
 
     # ------------------------------------------------------------------ connection
@@ -158,6 +160,7 @@ class TargetSession:
     def close(self) -> None:
         conn, self._conn, self._cursor = self._conn, None, None
         self._inflight = None
+        self._reply_seq.clear()
         if conn is not None:
             try:
                 conn.close()
@@ -266,11 +269,15 @@ class TargetSession:
     def _send(self, texts: Sequence[str], what: str) -> None:
         """COM_QUERY packets back to back, replies left unread. pymysql has no public split
         of execute() into send and read, so this uses the two halves Connection.query() itself
-        calls. A failed send leaves the protocol mid-exchange: the connection is dropped."""
+        calls. pymysql expects the reply to the command it sent last, so the packet number each
+        reply starts at (1, or more after a command of 16 MB or more) is kept for
+        :meth:`_receive`. A failed send leaves the protocol mid-exchange: the connection is
+        dropped."""
         conn = self._conn
         try:
             for text in texts:
                 conn._execute_command(COMMAND.COM_QUERY, text)
+                self._reply_seq.append(conn._next_seq_id)
         except BaseException as exc:
             self.close()
             raise translate(exc, what) if isinstance(exc, _DRIVER_ERRORS) else exc from exc
@@ -281,6 +288,7 @@ class TargetSession:
         read. A broken connection (nothing more can be read) is dropped and raised."""
         conn, replies = self._conn, []
         for _ in range(count):
+            conn._next_seq_id = self._reply_seq.popleft()
             try:
                 conn._read_query_result()
             except pymysql.MySQLError as exc:

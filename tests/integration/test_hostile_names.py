@@ -111,7 +111,7 @@ def test_a_hostile_table_name_replicates_everywhere_a_name_goes(
              "the conflict logged", running=channel)  # fmt: skip
     assert _rows(dc2, rows) == [(3, "dc2")]
     assert _rows(dc1, rows) == [(2, "dc1"), (3, "dc1 newer")]
-    listed = _conflicts_list(dc2, tmp_path, f"{SCHEMA}.{name}")
+    listed = _conflicts_list(dc2, tmp_path, f"{SCHEMA}.{quote(name)}")  # as an operator would
     assert f"{SCHEMA}.{name}" in listed and "update-update" in listed
 
     assert _databases(dc2, "pwn") == [] and _databases(dc1, "pwn") == []

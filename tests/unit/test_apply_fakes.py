@@ -129,6 +129,7 @@ class FakeConnection:
         self.sent: list[str] = []  # every command, in order
         self.events: list[str] = []  # "send X" (no wait), "read", "run X" (a round trip)
         self._result: FakeResult | None = None
+        self._next_seq_id = 0  # pymysql's packet number: a reply is read expecting 1
 
     @property
     def open(self) -> bool:
@@ -146,6 +147,7 @@ class FakeConnection:
     def _execute_command(self, command: int, text: str) -> None:
         if self.closed:
             raise pymysql.err.InterfaceError(0, "")
+        self._next_seq_id = 1
         self.sent.append(text)
         self.events.append("send " + text.split(" ")[0])
         self.unread.append(text)
@@ -153,6 +155,11 @@ class FakeConnection:
 
     def _read_query_result(self) -> int:
         assert self.unread, "nothing was sent"
+        if self._next_seq_id != 1:  # what pymysql says when the replies got out of step
+            self.closed = True
+            raise pymysql.err.InternalError(f"Packet sequence number wrong - got 1 expected "
+                                            f"{self._next_seq_id}")  # fmt: skip
+        self._next_seq_id = 2
         self.events.append("read")
         self.unread.pop(0)
         reply = self.replies.pop(0)
