@@ -548,7 +548,8 @@ def _select_rounds(texts: list[str]) -> Iterator[list[str]]:
     run: list[str] = []
     size = 0
     for text in texts:
-        if run and (len(run) >= SELECTS_PER_ROUND_TRIP or size + len(text) > SELECT_BYTES_PER_ROUND_TRIP):
+        full = len(run) >= SELECTS_PER_ROUND_TRIP or size + len(text) > SELECT_BYTES_PER_ROUND_TRIP
+        if run and full:
             yield run
             run, size = [], 0
         run.append(text)

@@ -126,8 +126,9 @@ def _rows(server: ServerInfo, sql: str) -> list[Any] | None:
 
 
 def _triggers(server: ServerInfo, name: str) -> list[Any]:
-    return query(server, "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE "
-                 "EVENT_OBJECT_SCHEMA = %s AND EVENT_OBJECT_TABLE = %s", (SCHEMA, name))  # fmt: skip
+    sql = ("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
+           "AND EVENT_OBJECT_TABLE = %s")  # fmt: skip
+    return query(server, sql, (SCHEMA, name))
 
 
 def _tomb(server: ServerInfo, name: str) -> list[Any] | None:

@@ -10,7 +10,7 @@ import pymysql
 import pytest
 from pymysql.constants import SERVER_STATUS
 
-from drc.apply import checkpoint, plan, sql
+from drc.apply import checkpoint, plan, sink, sql
 from drc.apply.errors import (
     ApplyError,
     LockConflictError,
@@ -18,7 +18,6 @@ from drc.apply.errors import (
     TargetUnavailableError,
 )
 from drc.apply.plan import DuplicateKey, TargetTable
-from drc.apply import sink
 from drc.apply.sink import TargetSession, TargetSettings, translate
 from drc.core.events import Op, RowChange
 from drc.core.scn import SCN

@@ -228,7 +228,10 @@ def test_a_composite_key_is_copied_and_matched_whole() -> None:
     delete, insert, _ = tombstones.create_triggers(
         "s", "t", key=["a", "b"], column="ts", stamp=DATETIME3, datacenter="dc1"
     )
-    assert "(`a`, `b`, `drc$schema`" in delete and f"VALUES (OLD.`a`, OLD.`b`, {hexed('s')}, {hexed('t')}" in delete
+    assert (
+        "(`a`, `b`, `drc$schema`" in delete
+        and f"VALUES (OLD.`a`, OLD.`b`, {hexed('s')}, {hexed('t')}" in delete
+    )
     assert "WHERE `a` = NEW.`a` AND `b` = NEW.`b`)" in insert
 
 
