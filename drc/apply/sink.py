@@ -84,8 +84,8 @@ log = logging.getLogger(__name__)
 
 DDL_LOCK_WAIT_S = 60  # a DDL waiting on a metadata lock fails (1205) and is retried, not hung
 SELECTS_PER_ROUND_TRIP = 200
-# Pipelined SELECT text per round trip: the server may block writing a large answer before it
-# reads the next command, so every command must fit in the socket buffers meanwhile.
+# Pipelined SELECT text per round trip (characters): the server may block writing a large answer
+# before it reads the next command, so every command must fit in the socket buffers meanwhile.
 SELECT_BYTES_PER_ROUND_TRIP = 64 << 10
 
 
@@ -278,29 +278,36 @@ class TargetSession:
             for text in texts:
                 conn._execute_command(COMMAND.COM_QUERY, text)
                 self._reply_seq.append(conn._next_seq_id)
-        except BaseException as exc:
+        except _DRIVER_ERRORS as exc:
             self.close()
-            raise translate(exc, what) if isinstance(exc, _DRIVER_ERRORS) else exc from exc
+            raise translate(exc, what) from exc
+        except BaseException:
+            self.close()
+            raise
 
     def _receive(self, count: int, what: str) -> list[Any]:
         """The next ``count`` replies, in order: a result (affected_rows, rows, description)
         or the server's error for that statement, kept in its place while the rest are still
-        read. A broken connection (nothing more can be read) is dropped and raised."""
+        read. A broken connection (nothing more can be read), or anything else that stops the
+        reading half-way, drops the connection."""
         conn, replies = self._conn, []
-        for _ in range(count):
-            conn._next_seq_id = self._reply_seq.popleft()
-            try:
-                conn._read_query_result()
-            except pymysql.MySQLError as exc:
-                if not conn.open:
-                    self.close()
-                    raise translate(exc, what) from exc
-                replies.append(exc)
-                continue
-            except (OSError, EOFError) as exc:
-                self.close()
-                raise translate(exc, what) from exc
-            replies.append(conn._result)
+        try:
+            for _ in range(count):
+                conn._next_seq_id = self._reply_seq.popleft()
+                try:
+                    conn._read_query_result()
+                except pymysql.MySQLError as exc:
+                    if not conn.open:
+                        raise
+                    replies.append(exc)  # the server's error: the connection is fine
+                    continue
+                replies.append(conn._result)
+        except _DRIVER_ERRORS as exc:
+            self.close()
+            raise translate(exc, what) from exc
+        except BaseException:
+            self.close()
+            raise
         return replies
 
     def query(self, statement: sql.Statement, what: str) -> list[tuple[Any, ...]]:
