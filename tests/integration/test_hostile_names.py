@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from drc.apply import ApplyChannel, tombstones
+from drc.apply import ApplyChannel, checkpoint, conflict_log, tombstones
 from drc.apply.sql import quote
 from drc.cli.main import cli
 from drc.config import ConflictsConfig, ConflictTableConfig
@@ -62,6 +62,8 @@ def channel(
     """dc1 captured, a lww channel from dc1 applying to dc2 for every table of SCHEMA."""
     drop_everywhere(SCHEMA, dc1, dc2)
     drop_everywhere("pwn", dc1, dc2)
+    execute(dc2, *checkpoint.create_statements(), *conflict_log.create_statements())
+    _forget_channel(dc2)
     for server in (dc1, dc2):
         execute(server, f"CREATE DATABASE {SCHEMA}")
     lww = ConflictsConfig(
@@ -75,6 +77,14 @@ def channel(
         with Running(ApplyChannel(config, target, conflicts=lww, datacenter="dc2")) as running:
             yield running
     drop_everywhere(SCHEMA, dc1, dc2)
+    _forget_channel(dc2)
+
+
+def _forget_channel(server: ServerInfo) -> None:
+    """What the channel left in drc (other tests count conflicts and checkpoints there)."""
+    companions = [tombstones.drop_table(SCHEMA, name) for name in NAMES]
+    execute(server, *companions, "DELETE FROM drc.conflicts WHERE channel = 'hostile'",
+            "DELETE FROM drc.checkpoint WHERE channel = 'hostile'")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", NAMES)
