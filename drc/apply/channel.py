@@ -338,13 +338,13 @@ class ApplyChannel:
                 writes = planner.add(change, table)
             batch.extend(writes)
         batch.extend(planner.finish())
-        effects = batch.finish()
-        effects.conflicts = conflicts
+        batch.flush()  # left in flight: the checkpoint write is pipelined behind it
         for statement in extra:
             session.execute(statement, "recording conflicts and tombstones")
         session.write_checkpoint(row)
-        session.commit()
-        return effects
+        session.commit()  # reads every reply first, so batch.effects is complete
+        batch.effects.conflicts = conflicts
+        return batch.effects
 
     def _record(self, group: Group, effects: plan.Effects) -> None:
         stats = self.stats

@@ -12,19 +12,37 @@ the local replicator recognises it as DRC-originated even where no checkpoint ro
 ``@drc_apply = 1`` tells DRC's tombstone triggers (drc.apply.tombstones) that the channel records
 its deletes itself.
 
-Round trips (the target executing is the apply's main wait, so Python work overlaps it)::
+One statement per command, never a multi-statement: the connection is opened without
+CLIENT.MULTI_STATEMENTS, so a ``;`` that got into a statement's text is a syntax error, never
+a second statement. Speed comes from pipelining instead: several COM_QUERY packets are sent
+back to back without reading, then every reply is read in order (the server runs one command
+at a time, in the order received). Round trips (the target executing is the apply's main wait,
+so Python work overlaps it)::
 
-    WriteBatch chunk k     SAVEPOINT; w1; w2; ...   sent, results left unread ("in flight")
+    WriteBatch chunk k     SAVEPOINT, w1, w2, ...   sent, replies left unread ("in flight")
     render chunk k+1       while the server executes chunk k
-    settle chunk k         read its counts; a fallback rolls back to the savepoint and runs
+    settle chunk k         read every reply; a fallback rolls back to the savepoint and runs
                            chunk k's writes one by one, before chunk k+1 is sent
-    checkpoint + COMMIT    one round trip: ``upsert checkpoint;\nCOMMIT`` (the server stops a
-                           multi-statement at its first error, so a failed checkpoint write
-                           never commits)
+    checkpoint             sent behind the last chunk, unread
+    COMMIT                 sent only once every reply, the checkpoint's included, was read and
+                           checked: a failed write or checkpoint never commits
+
+Unlike a multi-statement, a pipeline does not stop at its first error: the statements after a
+failed one still run. So every reply is always read (a connection with replies unread is
+dropped, never reused), a failed write is undone by the chunk's ROLLBACK TO SAVEPOINT, and a
+deadlock or lock wait timeout anywhere in the chunk fails the whole attempt: the server rolled
+back the transaction (deadlock), the statements after it ran in a new one, and the channel's
+retry (:meth:`TargetSession.recover`) rolls that back too. Only small OK and error packets come
+back for writes, so a chunk of megabytes cannot stall on full socket buffers; SELECTs, whose
+answers may be large, are pipelined in at most :data:`SELECT_BYTES_PER_ROUND_TRIP` of text.
 
 Every other use of the connection settles the chunk in flight first (:meth:`_ready`), so
 statements still reach the server in the order they were issued and every read sees every
-earlier write; a failed attempt with a chunk in flight drops the connection.
+earlier write.
+
+Values are rendered client-side by :meth:`TargetSession.text` with pymysql's escaping, which
+follows the server's NO_BACKSLASH_ESCAPES status flag (the session pins a sql_mode without it
+anyway); the only value DRC writes into SQL text by itself is drc.apply.sql.text_literal's.
 
 Driver errors are translated here, once (:func:`translate`): lock conflicts, an unreachable or
 read-only target become the retriable errors of drc.apply.errors, a duplicate key becomes
@@ -39,15 +57,15 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 import pymysql
 from pymysql.constants import CLIENT, COMMAND
-from pymysql.converters import escape_string
 
 from drc.apply import checkpoint, plan, sql
 from drc.apply.errors import (
@@ -67,6 +85,9 @@ log = logging.getLogger(__name__)
 
 DDL_LOCK_WAIT_S = 60  # a DDL waiting on a metadata lock fails (1205) and is retried, not hung
 SELECTS_PER_ROUND_TRIP = 200
+# Pipelined SELECT text per round trip (characters): the server may block writing a large answer
+# before it reads the next command, so every command must fit in the socket buffers meanwhile.
+SELECT_BYTES_PER_ROUND_TRIP = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -119,43 +140,40 @@ class TargetSession:
         self._connect = connect
         self._conn: Any = None
         self._cursor: Any = None
-        self._inflight: _InFlight | None = None  # a chunk sent, its results not read yet
-        self._checkpoint: str | None = None  # a checkpoint write that rides with COMMIT
+        self._inflight: _InFlight | None = None  # statements sent, their replies not read yet
+        self._reply_seq: deque[int] = deque()  # the packet number each unread reply starts at
         self._tables: dict[tuple[str, str], TargetTable] = {}
 
     # ------------------------------------------------------------------ connection
 
     def open(self) -> None:
         if self._conn is None:
-            conn = self._new_connection("connecting to the target", CLIENT.MULTI_STATEMENTS)
+            conn = self._new_connection("connecting to the target")
             self._conn, self._cursor = conn, conn.cursor()
 
     def _ready(self) -> None:
-        """Open, with no chunk in flight and the deferred checkpoint write sent: the
-        connection is free for the next statement, and every earlier write is done."""
+        """Open, with nothing in flight: the connection is free for the next statement, and
+        every earlier statement is done and its reply checked."""
         self.open()
         if self._inflight is not None:
             self.settle()
-        if self._checkpoint is not None:
-            text, self._checkpoint = self._checkpoint, None
-            with _translated("writing the checkpoint"):
-                self._cursor.execute(text)
 
     def close(self) -> None:
         conn, self._conn, self._cursor = self._conn, None, None
-        self._inflight, self._checkpoint = None, None
+        self._inflight = None
+        self._reply_seq.clear()
         if conn is not None:
             try:
                 conn.close()
             except _DRIVER_ERRORS:
                 pass  # already gone
 
-    def _new_connection(self, what: str, flags: int = 0) -> Any:
+    def _new_connection(self, what: str) -> Any:
         s = self.settings
         with _translated(what):
             conn = self._connect(
                 host=s.host, port=s.port, user=s.user, password=s.password,
-                charset="utf8mb4", autocommit=False, client_flag=CLIENT.FOUND_ROWS | flags,
+                charset="utf8mb4", autocommit=False, client_flag=CLIENT.FOUND_ROWS,
                 binary_prefix=True, connect_timeout=s.connect_timeout_s,
             )  # fmt: skip
             try:
@@ -172,11 +190,10 @@ class TargetSession:
 
     def recover(self, exc: BaseException) -> None:
         """After a failed attempt: roll back, or drop a connection that may be broken."""
-        busy = self._inflight is not None  # results unread: the protocol is mid-exchange
+        busy = self._inflight is not None  # replies unread: the protocol is mid-exchange
         if isinstance(exc, TargetUnavailableError) or self._conn is None or busy:
             self.close()
             return
-        self._checkpoint = None
         try:
             self._conn.rollback()
         except _DRIVER_ERRORS:
@@ -187,15 +204,14 @@ class TargetSession:
     def execute(self, statement: sql.Statement, what: str = "a statement") -> int:
         """Run one statement in the open transaction; returns matched/affected rows."""
         self._ready()
-        with _translated(what):
-            return int(self._cursor.execute(self.text(statement)))
+        return self._execute_text(self.text(statement), what)
 
     def executor(self, what: str) -> Callable[[sql.Statement], int]:
         return lambda statement: self.execute(statement, what)
 
     def text(self, statement: sql.Statement) -> str:
-        """The statement with its values as literals, rendered exactly as pymysql would, with
-        fast paths for the common types (the pinned sql_mode has no NO_BACKSLASH_ESCAPES)."""
+        """The statement with its values as literals, rendered exactly as pymysql would (with
+        fast paths for types whose literal has no quote or backslash to escape)."""
         escape = self._conn.escape
         return statement.sql % tuple(_literal(v, escape) for v in statement.params)
 
@@ -212,51 +228,88 @@ class TargetSession:
         return effects
 
     def send_batch(self, writes: Sequence[plan.Write], into: Effects) -> None:
-        """Send writes as one multi-statement and return without waiting for the server;
-        their effects are added to ``into`` when the chunk is settled (:meth:`settle`, or
-        before the connection is next used). The text is rendered before the chunk already
+        """Send a savepoint and the writes, pipelined, and return without waiting for the
+        server; their effects are added to ``into`` when the chunk is settled (:meth:`settle`,
+        or before the connection is next used). The text is rendered before the chunk already
         in flight is waited for, so rendering overlaps the server's work."""
         self.open()  # rendering needs the connection's escaping
-        text = ";\n".join(["SAVEPOINT drc_batch", *(self.text(w.statement()) for w in writes)])
+        texts = ["SAVEPOINT drc_batch", *(self.text(w.statement()) for w in writes)]
         self._ready()
-        with _translated(f"a write to {writes[0].table.name}"):
-            self._send(text)
+        self._send(texts, f"a write to {writes[0].table.name}")
         self._inflight = _InFlight(tuple(writes), into)
 
     def settle(self) -> None:
-        """Wait for the chunk in flight, if any, and settle it (fallbacks included)."""
+        """Read every reply in flight, if any, and settle the chunk (fallbacks included).
+
+        Lock conflicts win over any other error: the transaction may be gone, so the attempt
+        is retried whole. Any other failed write takes the careful path: roll back to the
+        savepoint (undoing the writes that ran after it too) and run them one by one; the
+        checkpoint write, undone with them, is written again."""
         inflight, self._inflight = self._inflight, None
         if inflight is None:
             return
-        writes = inflight.writes
-        try:
-            with _translated(f"a write to {writes[0].table.name}"):
-                counts = self._receive()[1:]
-            settled = [plan.settled(w, n) for w, n in zip(writes, counts, strict=True)]
-        except (DuplicateKey, ApplyError):
-            settled = [None]
+        writes, what = inflight.writes, inflight.what
+        replies = self._receive(inflight.count, what)
+        errors = [(i, translate(r, what)) for i, r in enumerate(replies) if _failed(r)]
+        for i, error in errors:
+            if not isinstance(error, DuplicateKey | ApplyError) or (i == 0 and writes):
+                raise error  # retriable, or the savepoint itself failed: no fallback
+        if inflight.checkpoint is not None and _failed(replies[-1]):
+            raise errors[-1][1]  # the checkpoint write: nothing to fall back to
+        done = zip(writes, replies[1 : 1 + len(writes)], strict=True)
+        settled = [None if _failed(r) else plan.settled(w, r.affected_rows) for w, r in done]
         if any(e is None for e in settled):
             self.execute(sql.Statement("ROLLBACK TO SAVEPOINT drc_batch", ()), "rolling back")
             settled = [plan.run(w, self.executor(f"a write to {w.table.name}")) for w in writes]
+            if inflight.checkpoint is not None:
+                self._execute_text(inflight.checkpoint, "writing the checkpoint")
         for effects in settled:
             assert effects is not None
             inflight.into.add(effects)
 
-    def _send(self, text: str) -> None:
-        """COM_QUERY without reading the answer. pymysql has no public split of execute()
-        into send and read, so this uses the two halves Connection.query() itself calls."""
-        self._cursor._clear_result()
-        self._conn._execute_command(COMMAND.COM_QUERY, text)
+    def _send(self, texts: Sequence[str], what: str) -> None:
+        """COM_QUERY packets back to back, replies left unread. pymysql has no public split
+        of execute() into send and read, so this uses the two halves Connection.query() itself
+        calls. pymysql expects the reply to the command it sent last, so the packet number each
+        reply starts at (1, or more after a command of 16 MB or more) is kept for
+        :meth:`_receive`. A failed send leaves the protocol mid-exchange: the connection is
+        dropped."""
+        conn = self._conn
+        try:
+            for text in texts:
+                conn._execute_command(COMMAND.COM_QUERY, text)
+                self._reply_seq.append(conn._next_seq_id)
+        except _DRIVER_ERRORS as exc:
+            self.close()
+            raise translate(exc, what) from exc
+        except BaseException:
+            self.close()
+            raise
 
-    def _receive(self) -> list[int]:
-        """The affected-row count of every statement of the multi-statement just sent."""
-        cursor, conn = self._cursor, self._conn
-        conn._affected_rows = conn._read_query_result()
-        cursor._do_get_result()
-        counts = [cursor.rowcount]
-        while cursor.nextset():
-            counts.append(cursor.rowcount)
-        return counts
+    def _receive(self, count: int, what: str) -> list[Any]:
+        """The next ``count`` replies, in order: a result (affected_rows, rows, description)
+        or the server's error for that statement, kept in its place while the rest are still
+        read. A broken connection (nothing more can be read), or anything else that stops the
+        reading half-way, drops the connection."""
+        conn, replies = self._conn, []
+        try:
+            for _ in range(count):
+                conn._next_seq_id = self._reply_seq.popleft()
+                try:
+                    conn._read_query_result()
+                except pymysql.MySQLError as exc:
+                    if not conn.open:
+                        raise
+                    replies.append(exc)  # the server's error: the connection is fine
+                    continue
+                replies.append(conn._result)
+        except _DRIVER_ERRORS as exc:
+            self.close()
+            raise translate(exc, what) from exc
+        except BaseException:
+            self.close()
+            raise
+        return replies
 
     def query(self, statement: sql.Statement, what: str) -> list[tuple[Any, ...]]:
         self._ready()
@@ -267,19 +320,17 @@ class TargetSession:
     def select_many(
         self, statements: Sequence[sql.Statement], what: str
     ) -> list[tuple[list[str], list[tuple[Any, ...]]]]:
-        """Run SELECTs in few round trips; each one's column names and rows, in order."""
+        """Run SELECTs in few round trips (pipelined); each one's column names and rows, in
+        order. A failed one is raised once every reply of its round trip was read."""
         self._ready()
         results: list[tuple[list[str], list[tuple[Any, ...]]]] = []
-        cursor = self._cursor
-        for start in range(0, len(statements), SELECTS_PER_ROUND_TRIP):
-            chunk = statements[start : start + SELECTS_PER_ROUND_TRIP]
-            with _translated(what):
-                cursor.execute(";\n".join(self.text(s) for s in chunk))
-                while True:
-                    names = [d[0] for d in cursor.description or ()]
-                    results.append((names, list(cursor.fetchall())))
-                    if not cursor.nextset():
-                        break
+        for texts in _select_rounds([self.text(s) for s in statements]):
+            self._send(texts, what)
+            for reply in self._receive(len(texts), what):
+                if _failed(reply):
+                    raise translate(reply, what) from reply
+                names = [d[0] for d in reply.description or ()]
+                results.append((names, list(reply.rows or ())))
         return results
 
     def columns(self, schema: str, table: str) -> dict[str, ColumnInfo]:
@@ -314,19 +365,16 @@ class TargetSession:
             self._conn.commit()
 
     def commit(self) -> None:
-        """Commit; a deferred checkpoint write goes in the same round trip, just before."""
-        self.open()
-        if self._inflight is not None:
-            self.settle()
-        text, self._checkpoint = self._checkpoint, None
-        if text is None:
-            with _translated("committing"):
-                self._conn.commit()
-            return
-        with _translated("writing the checkpoint and committing"):
-            self._cursor.execute(text + ";\nCOMMIT")
-            while self._cursor.nextset():
-                pass
+        """Commit, once every reply in flight (the checkpoint write's too) was read and
+        checked: COMMIT is never pipelined behind a statement that might have failed."""
+        self._ready()
+        with _translated("committing"):
+            self._conn.commit()
+
+    def _execute_text(self, text: str, what: str) -> int:
+        self._ready()
+        with _translated(what):
+            return int(self._cursor.execute(text))
 
     # ------------------------------------------------------------------ tables
 
@@ -399,10 +447,16 @@ class TargetSession:
         return checkpoint.parse(channel, rows[0]) if rows else None
 
     def write_checkpoint(self, row: checkpoint.CheckpointRow) -> None:
-        """Write the checkpoint row in the open transaction. The statement is sent with the
-        next COMMIT (one round trip fewer per group), or before any other statement."""
-        self._ready()
-        self._checkpoint = self.text(checkpoint.upsert(row))
+        """Write the checkpoint row in the open transaction: sent now, pipelined behind the
+        chunk in flight (if any) and read with it, so it costs no round trip of its own."""
+        self.open()
+        text = self.text(checkpoint.upsert(row))
+        inflight = self._inflight
+        if inflight is None or inflight.checkpoint is not None:
+            self._ready()
+            inflight = _InFlight((), Effects())
+        self._send([text], "writing the checkpoint")
+        self._inflight = replace(inflight, checkpoint=text)
 
     def run_ddl(self, change: SchemaChange, tolerate: frozenset[int]) -> bool:
         """Run a DDL statement as the source did; False if it failed with a tolerated code."""
@@ -431,22 +485,23 @@ class TargetSession:
 
 
 def _literal(value: Any, escape: Callable[[Any], str]) -> str:
+    """pymysql's literal of ``value``. Strings and bytes always go to ``escape``
+    (Connection.escape, which follows the server's NO_BACKSLASH_ESCAPES flag); the fast paths
+    are for values whose text has no quote or backslash in it."""
     kind = type(value)
     if kind is int:
         return str(value)
-    if kind is str:
-        return "'" + escape_string(value) + "'"
     if value is None:
         return "NULL"
     if kind is Decimal:
         return format(value, "f") if value.is_finite() else escape(value)
     if kind is dt.datetime and value.tzinfo is None:
-        return "'" + value.isoformat(" ") + "'"
+        return "'" + value.isoformat(" ") + "'"  # digits, '-', ':', '.', ' ' only
     return escape(value)
 
 
 class WriteBatch:
-    """Writes collected into multi-statement round trips of bounded size."""
+    """Writes collected into pipelined round trips of bounded size."""
 
     MAX_STATEMENTS = 200
     MAX_BYTES = 2 << 20
@@ -465,12 +520,11 @@ class WriteBatch:
                 self.flush()
 
     def flush(self) -> None:
+        """Send the writes collected; :attr:`effects` has theirs once the session settles
+        them (before its next statement, or at commit)."""
         writes, self._writes, self._bytes = self._writes, [], 0
-        if len(writes) == 1:
-            what = f"a write to {writes[0].table.name}"
-            self.effects.add(plan.run(writes[0], self._session.executor(what)))
-        elif writes:
-            self._session.send_batch(writes, self.effects)  # settled before the next use
+        if writes:
+            self._session.send_batch(writes, self.effects)
 
     def finish(self) -> Effects:
         self.flush()
@@ -480,8 +534,39 @@ class WriteBatch:
 
 @dataclass(frozen=True, slots=True)
 class _InFlight:
+    """Statements sent, replies unread: [SAVEPOINT, *writes] if any writes, then the checkpoint
+    write if any."""
+
     writes: tuple[plan.Write, ...]
     into: Effects  # where the chunk's effects are added once settled
+    checkpoint: str | None = None  # its text, to write again after a fallback
+
+    @property
+    def count(self) -> int:
+        return (1 + len(self.writes) if self.writes else 0) + (self.checkpoint is not None)
+
+    @property
+    def what(self) -> str:
+        return f"a write to {self.writes[0].table.name}" if self.writes else "the checkpoint"
+
+
+def _failed(reply: Any) -> bool:
+    return isinstance(reply, BaseException)
+
+
+def _select_rounds(texts: list[str]) -> Iterator[list[str]]:
+    """The texts in runs of at most SELECTS_PER_ROUND_TRIP and SELECT_BYTES_PER_ROUND_TRIP."""
+    run: list[str] = []
+    size = 0
+    for text in texts:
+        full = len(run) >= SELECTS_PER_ROUND_TRIP or size + len(text) > SELECT_BYTES_PER_ROUND_TRIP
+        if run and full:
+            yield run
+            run, size = [], 0
+        run.append(text)
+        size += len(text)
+    if run:
+        yield run
 
 
 def _size(write: plan.Write) -> int:

@@ -7,6 +7,8 @@ Rules every statement here keeps:
   always identifier quotes.
 - Values are never inlined: every value is a ``%s`` placeholder and travels in ``params``.
   The text is therefore a pymysql format string, so a ``%`` inside a name is doubled too.
+  Where no placeholder can go (a trigger body is stored as text), a value is written by
+  :func:`text_literal`, the one function that puts a value into SQL text.
 - Values are adapted (:func:`adapt`) from DRC's value types (drc.core.values) to what pymysql
   binds exactly: ZeroDate -> its text, Bit -> int, SET (frozenset) -> comma-joined members,
   JSON documents (dict/list) -> JSON text, an aware datetime -> naive UTC (the session's
@@ -53,6 +55,17 @@ class Statement:
 def quote(name: str) -> str:
     """A backtick-quoted identifier for SQL run without parameters (DDL)."""
     return "`" + name.replace("`", "``") + "`"
+
+
+def text_literal(text: str) -> str:
+    """``text`` as a string expression inside SQL text: ``_utf8mb4 X'6869'``.
+
+    Only hex digits stand between the quotes, so no quote, backslash or ``;`` in ``text`` can end
+    the literal early, whatever the sql_mode (NO_BACKSLASH_ESCAPES or not) of the session that
+    runs it or of a trigger that stores it. Allowed wherever an expression is, not where the
+    grammar wants a plain string (``COMMENT '...'``): DRC writes no untrusted text there.
+    """
+    return "_utf8mb4 X'" + text.encode("utf-8").hex() + "'"
 
 
 # Statement texts depend only on names and counts, and a channel writes the same few shapes

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.apply.sql import Statement, by_keys, ident, quote, table_name
+from drc.apply.sql import Statement, by_keys, ident, quote, table_name, text_literal
 from drc.apply.sql import upsert as upsert_rows
 from drc.core.markers import TOMBSTONE_PREFIX, is_tombstone_table
 
@@ -55,6 +55,9 @@ COL_TABLE = "drc$table"
 COL_DELETED_AT = "drc$deleted_at"
 COL_ORIGIN = "drc$origin"
 PURGE_BATCH = 5000
+# COMMENT takes only a plain string literal, so it names no table: a name there could end it
+# (issue #12). The table's own name and its drc$schema/drc$table columns say whose it is.
+COMMENT = "'DRC tombstones (drc.apply.tombstones)'"
 
 
 def _digest(schema: str, table: str) -> str:
@@ -63,7 +66,8 @@ def _digest(schema: str, table: str) -> str:
 
 def name(schema: str, table: str) -> str:
     """The companion table of ``schema.table`` (in the drc schema)."""
-    return f"{TOMBSTONE_PREFIX}{_digest(schema, table)}_{schema}_{table}"[:64]
+    # MariaDB refuses a name ending in a space, which the cut may leave
+    return f"{TOMBSTONE_PREFIX}{_digest(schema, table)}_{schema}_{table}"[:64].rstrip(" ")
 
 
 def trigger_names(schema: str, table: str) -> tuple[str, str, str]:
@@ -125,19 +129,14 @@ def create_table(schema: str, table: str, key: Sequence[KeyColumn], stamp: Stamp
         f"PRIMARY KEY ({', '.join(quote(c.name) for c in key)})",
         f"KEY ({quote(COL_DELETED_AT)})",
     ]
-    comment = f"DRC tombstones of {schema}.{table}".replace("'", "''")
     return (
         f"CREATE TABLE IF NOT EXISTS {quote(SCHEMA)}.{quote(name(schema, table))} "
-        f"({', '.join(columns)}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='{comment}'"
+        f"({', '.join(columns)}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT={COMMENT}"
     )
 
 
 def drop_table(schema: str, table: str) -> str:
     return f"DROP TABLE IF EXISTS {quote(SCHEMA)}.{quote(name(schema, table))}"
-
-
-def _string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def create_triggers(
@@ -169,7 +168,7 @@ def create_triggers(
         quote(c) for c in (COL_SCHEMA, COL_TABLE, COL_DELETED_AT, COL_ORIGIN)
     ]
     values = [f"OLD.{quote(k)}" for k in key]
-    values += [_string(schema), _string(table), when, _string(datacenter)]
+    values += [text_literal(schema), text_literal(table), when, text_literal(datacenter)]
     updates = ", ".join(f"{c} = VALUES({c})" for c in tomb_columns[len(key) :])
     match = " AND ".join(f"{quote(k)} = NEW.{quote(k)}" for k in key)
     return [

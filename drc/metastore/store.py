@@ -80,7 +80,6 @@ _SCHEMA = (
         columns TEXT,
         statement TEXT)""",
     "CREATE INDEX IF NOT EXISTS history_by_table ON history (db, tbl, scn, id)",
-    f"INSERT OR IGNORE INTO meta (key, value) VALUES ('format', '{FORMAT_VERSION}')",
 )
 _LOW, _HIGH = b"\x00" * 4, b"\xff" * 4  # server_id bytes: compared SCN fields come first
 _AFTER_ALL = b"\xff" * 20
@@ -304,6 +303,9 @@ class MetaStore:
             conn.execute("BEGIN IMMEDIATE")
             for statement in _SCHEMA:
                 conn.execute(statement)
+            conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('format', ?)", (FORMAT_VERSION,)
+            )
             conn.execute("COMMIT")
         elif not {"meta", "history"} <= names:
             raise MetaStoreCorruptError(

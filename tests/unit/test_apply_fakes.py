@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
+from pymysql.constants import CLIENT
 
 from drc.apply import checkpoint
 from drc.client import ApiUnavailableError, Batch
@@ -76,6 +77,7 @@ class FakeTarget:
 
     def connect(self, **kwargs: Any) -> FakeConnection:
         assert kwargs["autocommit"] is False and kwargs["charset"] == "utf8mb4"
+        assert not kwargs["client_flag"] & CLIENT.MULTI_STATEMENTS, "one statement per command"
         if self.down:
             raise pymysql.err.OperationalError(2003, "Can't connect to server")
         self.connects += 1
@@ -99,40 +101,103 @@ class FakeTarget:
                 raise exc
 
 
+@dataclass
+class FakeResult:
+    """What pymysql's Connection._read_query_result leaves in ``_result``."""
+
+    affected_rows: int
+    rows: tuple[tuple[Any, ...], ...]
+    description: tuple[tuple[str], ...]
+
+
+LOST = frozenset({0, 2006, 2013})  # after these the client can read nothing more
+
+
 class FakeConnection:
+    """Runs one statement per command, like a server without multi-statements. Commands can
+    be pipelined (``_execute_command`` without reading, then ``_read_query_result`` per reply);
+    a statement after a failed one still runs, and a deadlock rolls the transaction back."""
+
     def __init__(self, target: FakeTarget) -> None:
         self.target = target
-        self.pending: list[str] = []
-        self.savepoint = 0
+        self.pending: list[str] = []  # the open transaction's writes
+        self.savepoint: int | None = None
         self.closed = False
         self.session: list[str] = []
-        self.unread: tuple[FakeCursor, str] | None = None  # sent, answer not read (pipelined)
-        self.sending: FakeCursor | None = None
+        self.unread: list[str] = []  # sent, reply not read (pipelined)
+        self.replies: list[FakeResult | BaseException] = []  # the server's replies, unread
+        self.sent: list[str] = []  # every command, in order
+        self.events: list[str] = []  # "send X" (no wait), "read", "run X" (a round trip)
+        self._result: FakeResult | None = None
+        self._next_seq_id = 0  # pymysql's packet number: a reply is read expecting 1
+
+    @property
+    def open(self) -> bool:
+        return not self.closed
 
     def cursor(self) -> FakeCursor:
         return FakeCursor(self)
 
     def in_sync(self) -> None:
-        """Like the server protocol: nothing may be sent while an answer is unread."""
-        if self.unread is not None:
+        """Like the client protocol: a command and its answer, nothing unread in between."""
+        if self.unread:
             raise pymysql.err.InterfaceError(0, "commands out of sync: an answer is unread")
 
     # pymysql's two halves of Connection.query(), which the sink uses to pipeline
     def _execute_command(self, command: int, text: str) -> None:
-        self.in_sync()
-        assert self.sending is not None, "cursor._clear_result() comes first"
-        self.unread, self.sending = (self.sending, text), None
+        if self.closed:
+            raise pymysql.err.InterfaceError(0, "")
+        self._next_seq_id = 1
+        self.sent.append(text)
+        self.events.append("send " + text.split(" ")[0])
+        self.unread.append(text)
+        self.replies.append(self._reply(text))  # the server runs commands as they arrive
 
     def _read_query_result(self) -> int:
-        assert self.unread is not None, "nothing was sent"
-        (cursor, text), self.unread = self.unread, None
-        return cursor.execute(text)
+        assert self.unread, "nothing was sent"
+        if self._next_seq_id != 1:  # what pymysql says when the replies got out of step
+            self.closed = True
+            raise pymysql.err.InternalError(f"Packet sequence number wrong - got 1 expected "
+                                            f"{self._next_seq_id}")  # fmt: skip
+        self._next_seq_id = 2
+        self.events.append("read")
+        self.unread.pop(0)
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            if reply.args and reply.args[0] in LOST:
+                self.closed = True
+            raise reply
+        self._result = reply
+        return reply.affected_rows
+
+    def _reply(self, text: str) -> FakeResult | BaseException:
+        cursor = FakeCursor(self)
+        try:
+            affected = cursor._one(text)
+        except pymysql.MySQLError as exc:
+            return exc
+        return FakeResult(affected, tuple(cursor.rows), tuple(cursor.description))
+
+    def run(self, text: str, cursor: FakeCursor) -> int:
+        self.in_sync()
+        self.sent.append(text)
+        self.events.append("run " + text.split(" ")[0])
+        if self.closed:
+            raise pymysql.err.InterfaceError(0, "")
+        try:
+            return cursor._one(text)
+        except pymysql.MySQLError as exc:
+            if exc.args and exc.args[0] in LOST:
+                self.closed = True
+            raise
 
     def escape(self, value: Any) -> str:
         return pymysql.converters.escape_item(value, "utf8mb4")
 
     def commit(self) -> None:
         self.in_sync()
+        self.sent.append("COMMIT")
+        self.events.append("run COMMIT")
         self.target.fail("COMMIT")
         for statement in self.pending:
             values = checkpoint_values(statement)
@@ -141,24 +206,25 @@ class FakeConnection:
                 self.target.checkpoints[channel] = (scn_text, origin, epoch, pending)
         if self.pending:
             self.target.committed.append(self.pending)
-        self.pending = []
+        self.pending, self.savepoint = [], None
 
     def rollback(self) -> None:
         self.in_sync()
+        self.sent.append("ROLLBACK")
+        self.events.append("run ROLLBACK")
         self.target.rollbacks += 1
-        self.pending = []
+        self.pending, self.savepoint = [], None
 
     def close(self) -> None:
         self.closed = True
 
 
 class FakeCursor:
-    """Runs statements one by one, or ';\n'-separated batches with a result per statement."""
+    """Runs one statement per execute(); the whole text is one statement."""
 
     def __init__(self, conn: FakeConnection) -> None:
         self.conn = conn
         self.rows: list[tuple[Any, ...]] = []
-        self.results: list[int] = []
         self.rowcount = 0
         self.description: list[tuple[str]] = []
 
@@ -168,36 +234,21 @@ class FakeCursor:
     def __exit__(self, *exc: object) -> None:
         pass
 
-    def _clear_result(self) -> None:
-        self.conn.sending = self
-
-    def _do_get_result(self) -> None:
-        pass  # execute() already set rowcount and the results
-
     def execute(self, statement: str, params: tuple[Any, ...] | None = None) -> int:
-        self.conn.in_sync()
         if params is not None:
             statement = statement % tuple(self.conn.escape(v) for v in params)
-        parts = statement.split(";\n")
-        self.results = []
-        for part in parts:  # like the server: stop at the first error
-            self.results.append(self._one(part))
-        self.rowcount = self.results.pop(0)
+        self.rowcount = self.conn.run(statement, self)
         return self.rowcount
-
-    def nextset(self) -> bool:
-        if not self.results:
-            return False
-        self.rowcount = self.results.pop(0)
-        return True
 
     def _one(self, sql: str) -> int:
         target, conn = self.conn.target, self.conn
-        if sql == "COMMIT":  # inside a multi-statement
-            conn.commit()
-            return 0
-        target.fail(sql)
-        self.rows = []
+        self.rows, self.description = [], []
+        try:
+            target.fail(sql)
+        except pymysql.MySQLError as exc:
+            if exc.args and exc.args[0] in (1213,):  # a deadlock rolls back the transaction
+                conn.pending, conn.savepoint = [], None
+            raise
         if sql.startswith(("SET SESSION", "USE ")):
             conn.session.append(sql)
             return 0
@@ -205,6 +256,8 @@ class FakeCursor:
             conn.savepoint = len(conn.pending)
             return 0
         if sql == "ROLLBACK TO SAVEPOINT drc_batch":
+            if conn.savepoint is None:
+                raise pymysql.err.OperationalError(1305, "SAVEPOINT drc_batch does not exist")
             del conn.pending[conn.savepoint :]
             return 0
         if "information_schema" in sql:

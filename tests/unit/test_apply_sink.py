@@ -8,8 +8,9 @@ from decimal import Decimal
 
 import pymysql
 import pytest
+from pymysql.constants import SERVER_STATUS
 
-from drc.apply import checkpoint, plan, sql
+from drc.apply import checkpoint, plan, sink, sql
 from drc.apply.errors import (
     ApplyError,
     LockConflictError,
@@ -38,9 +39,10 @@ def test_settings_never_show_the_password() -> None:
      dt.datetime(99, 1, 2), dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
      dt.timedelta(hours=-838, seconds=-1)],
 )  # fmt: skip
-def test_literals_are_what_pymysql_itself_would_send(value: object) -> None:
+@pytest.mark.parametrize("status", [0, SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES])
+def test_literals_are_what_pymysql_itself_would_send(value: object, status: int) -> None:
     conn = pymysql.connections.Connection(defer_connect=True, charset="utf8mb4", binary_prefix=True)
-    conn.server_status = 0  # as after connecting with the pinned sql_mode
+    conn.server_status = status  # 0: as after connecting with the pinned sql_mode
     session = TargetSession(SETTINGS)
     session._conn = conn
     statement = sql.Statement("SELECT %s, `a%%b`", (value,))
@@ -65,17 +67,19 @@ def upd(id_: int, v: str) -> RowChange:
     return RowChange("db", "t", Op.UPDATE, {"id": id_, "v": "old"}, {"id": id_, "v": v})
 
 
-def test_a_batch_is_one_round_trip_after_a_savepoint() -> None:
+def test_a_batch_is_one_round_trip_after_a_savepoint_one_statement_per_command() -> None:
     fake = FakeTarget()
     session = session_on(fake)
-    sent: list[str] = []
-    cursor = session._cursor
-    original = cursor.execute
-    cursor.execute = lambda text, params=None: sent.append(text) or original(text, params)
+    conn = session._conn
+    conn.events.clear()
     batch = session.batch()
     batch.extend(writes(upd(1, "a"), upd(2, "b"), RowChange("db", "t", Op.DELETE, {"id": 3}, None)))
     assert batch.finish() == plan.Effects(3)
-    assert len(sent) == 1 and sent[0].startswith("SAVEPOINT drc_batch;\nUPDATE")
+    assert conn.events == [
+        "send SAVEPOINT", "send UPDATE", "send UPDATE", "send DELETE", "read", "read", "read",
+        "read",
+    ]  # fmt: skip
+    assert all(";" not in text for text in conn.sent)
 
 
 def test_a_missing_row_in_a_batch_replays_the_batch_one_by_one_with_its_fallback() -> None:
@@ -113,6 +117,7 @@ def test_batches_are_bounded() -> None:
     batch.extend(writes(*(upd(i, "x") for i in range(5))))
     assert batch.finish() == plan.Effects(5)
     assert len(fake.committed) == 0 and len(session._conn.pending) == 5
+    assert session._conn.events.count("send SAVEPOINT") == 3  # 2 + 2 + 1
 
 
 @pytest.mark.parametrize(
@@ -142,18 +147,19 @@ def test_driver_errors_are_translated_once_at_the_boundary(exc: BaseException, k
 def test_the_next_chunk_is_rendered_while_the_server_runs_the_previous_one() -> None:
     fake = FakeTarget()
     session = session_on(fake)
-    events: list[str] = []
     render, conn = session.text, session._conn
-    session.text = lambda statement: events.append("render") or render(statement)  # type: ignore[method-assign]
-    send, read = conn._execute_command, conn._read_query_result
-    conn._execute_command = lambda *a: events.append("send") or send(*a)
-    conn._read_query_result = lambda: events.append("read") or read()
+    conn.events.clear()
+    session.text = lambda statement: conn.events.append("render") or render(statement)  # type: ignore[method-assign]
     batch = session.batch()
     batch.MAX_STATEMENTS = 2
     batch.extend(writes(*(upd(i, "x") for i in range(4))))
-    assert conn.unread is not None  # the second chunk is still in flight
+    assert conn.unread  # the second chunk is still in flight
     assert batch.finish() == plan.Effects(4)
-    assert events == ["render", "render", "send", "render", "render", "read", "send", "read"]
+    chunk = ["send SAVEPOINT", "send UPDATE", "send UPDATE"]
+    assert conn.events == [
+        "render", "render", *chunk, "render", "render", "read", "read", "read", *chunk,
+        "read", "read", "read",
+    ]  # fmt: skip
 
 
 def test_a_fallback_in_a_chunk_in_flight_runs_before_the_next_chunk_is_sent() -> None:
@@ -185,18 +191,24 @@ def test_any_other_statement_waits_for_the_chunk_in_flight() -> None:
     assert effects == plan.Effects(2)
 
 
-def test_the_checkpoint_write_rides_with_commit_in_one_round_trip() -> None:
+ROW = checkpoint.CheckpointRow("ch", SCN(1, 2, 3, 4), "dc1")
+
+
+def test_the_checkpoint_write_is_pipelined_behind_the_last_chunk_and_commit_waits_for_it() -> None:
     fake = FakeTarget()
     session = session_on(fake)
-    sent: list[str] = []
-    cursor = session._cursor
-    original = cursor.execute
-    cursor.execute = lambda text, params=None: sent.append(text) or original(text, params)
-    session.run_batch(writes(upd(1, "a"), upd(2, "b")))
-    session.write_checkpoint(checkpoint.CheckpointRow("ch", SCN(1, 2, 3, 4), "dc1"))
-    assert fake.checkpoints == {} and len(sent) == 1  # deferred
+    conn = session._conn
+    conn.events.clear()
+    effects = plan.Effects()
+    session.send_batch(writes(upd(1, "a"), upd(2, "b")), effects)
+    session.write_checkpoint(ROW)
+    assert conn.events[-1] == "send INSERT" and "read" not in conn.events  # no wait yet
     session.commit()
-    assert len(sent) == 2 and sent[1].endswith(";\nCOMMIT")
+    assert conn.events == [
+        "send SAVEPOINT", "send UPDATE", "send UPDATE", "send INSERT", "read", "read", "read",
+        "read", "run COMMIT",
+    ]  # two round trips: the pipeline, then COMMIT  # fmt: skip
+    assert effects == plan.Effects(2)
     assert fake.checkpoints["ch"][0] == str(SCN(1, 2, 3, 4)) and len(fake.writes()) == 2
 
 
@@ -205,20 +217,108 @@ def test_a_failed_checkpoint_write_commits_nothing() -> None:
     wait = pymysql.err.OperationalError(1205, "Lock wait timeout exceeded")
     fake.fail_once(lambda s: "`checkpoint`" in s, wait)
     session = session_on(fake)
-    session.run_batch(writes(upd(1, "a"), upd(2, "b")))
-    session.write_checkpoint(checkpoint.CheckpointRow("ch", SCN(1, 2, 3, 4), "dc1"))
+    session.send_batch(writes(upd(1, "a"), upd(2, "b")), plan.Effects())
+    session.write_checkpoint(ROW)
     with pytest.raises(LockConflictError) as failed:
         session.commit()
+    assert "run COMMIT" not in session._conn.events and not session._conn.unread
     session.recover(failed.value)
     assert fake.committed == [] and fake.checkpoints == {} and fake.rollbacks == 1
     session.commit()  # the checkpoint write went with the rolled back attempt
     assert fake.committed == []
 
 
+def test_a_deadlock_mid_pipeline_never_commits_what_ran_after_it() -> None:
+    # The server rolls the whole transaction back at a deadlock; the writes and the checkpoint
+    # pipelined after it still run, in a new transaction that the retry must roll back.
+    fake = FakeTarget()
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found")
+    fake.fail_once(lambda s: s.startswith("UPDATE `db`.`t` SET `id` = 2"), deadlock)
+    session = session_on(fake)
+    session.send_batch(writes(upd(1, "a"), upd(2, "b"), upd(3, "c")), plan.Effects())
+    session.write_checkpoint(ROW)
+    conn = session._conn
+    with pytest.raises(LockConflictError) as failed:
+        session.commit()
+    assert len(conn.pending) == 2  # upd 3 and the checkpoint, in the implicit new transaction
+    assert "run COMMIT" not in conn.events and not conn.unread
+    assert "run ROLLBACK" not in " ".join(conn.events)  # no fallback on a lost transaction
+    session.recover(failed.value)
+    assert conn.pending == [] and fake.committed == [] and fake.checkpoints == {}
+    assert session._conn is conn  # every reply was read: the connection is reused
+    effects = session.run_batch(writes(upd(1, "a"), upd(2, "b"), upd(3, "c")))  # the retry
+    session.write_checkpoint(ROW)
+    session.commit()
+    assert effects == plan.Effects(3) and len(fake.writes()) == 3 and "ch" in fake.checkpoints
+
+
+def test_a_failed_write_mid_pipeline_falls_back_and_writes_the_checkpoint_again() -> None:
+    fake = FakeTarget()
+    dup = pymysql.err.IntegrityError(1062, "Duplicate entry '9' for key 'PRIMARY'")
+    for _ in range(2):  # in the pipeline, then again when run on its own
+        fake.fail_once(lambda s: s.startswith("UPDATE `db`.`t` SET `id` = 9"), dup)
+    session = session_on(fake)
+    moved = RowChange("db", "t", Op.UPDATE, {"id": 1, "v": "x"}, {"id": 9, "v": "x"})
+    effects = plan.Effects()
+    session.send_batch(writes(moved, upd(5, "a")), effects)
+    session.write_checkpoint(ROW)
+    session.commit()
+    assert effects == plan.Effects(2, duplicate_inserts=1)
+    (committed,) = fake.committed
+    assert [s.split(" ")[0] for s in committed] == ["DELETE", "INSERT", "UPDATE", "INSERT"]
+    assert committed[-1].startswith("INSERT INTO `drc`.`checkpoint`")  # once, after the rerun
+
+
+def test_a_fatal_error_mid_pipeline_reads_every_reply_and_commits_nothing() -> None:
+    fake = FakeTarget()
+    gone = pymysql.err.ProgrammingError(1146, "Table 'db.t' doesn't exist")
+    for _ in range(2):
+        fake.fail_once(lambda s: s.startswith("UPDATE `db`.`t` SET `id` = 1"), gone)
+    session = session_on(fake)
+    session.send_batch(writes(upd(1, "a"), upd(2, "b")), plan.Effects())
+    session.write_checkpoint(ROW)
+    with pytest.raises(ApplyError, match="1146"):
+        session.commit()
+    assert not session._conn.unread and "run COMMIT" not in session._conn.events
+    session.close()
+    assert fake.committed == []
+
+
+def test_a_connection_lost_mid_pipeline_is_dropped() -> None:
+    fake = FakeTarget()
+    lost = pymysql.err.OperationalError(2013, "Lost connection to server during query")
+    fake.fail_once(lambda s: s.startswith("UPDATE `db`.`t` SET `id` = 2"), lost)
+    session = session_on(fake)
+    session.send_batch(writes(upd(1, "a"), upd(2, "b"), upd(3, "c")), plan.Effects())
+    with pytest.raises(TargetUnavailableError):
+        session.settle()
+    assert session._conn is None and fake.committed == []
+
+
+def test_selects_are_pipelined_and_a_failed_one_is_raised_after_every_reply_is_read() -> None:
+    fake = FakeTarget()
+    fake.fail_once(lambda s: "`id` = 2" in s, pymysql.err.OperationalError(1205, "Lock wait"))
+    session = session_on(fake)
+    conn = session._conn
+    probes = [sql.Statement("SELECT * FROM `db`.`t` WHERE `id` = %s", (i,)) for i in range(4)]
+    assert [rows for _, rows in session.select_many(probes[:2], "probing")] == [[], []]
+    with pytest.raises(LockConflictError):
+        session.select_many(probes, "probing")
+    assert conn.events[-8:] == ["send SELECT"] * 4 + ["read"] * 4 and not conn.unread
+    assert session._conn is conn
+
+
+def test_select_rounds_are_bounded_by_count_and_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sink, "SELECTS_PER_ROUND_TRIP", 3)
+    monkeypatch.setattr(sink, "SELECT_BYTES_PER_ROUND_TRIP", 10)
+    rounds = list(sink._select_rounds(["aaaa", "bbbb", "c", "dddddddddddd", "e", "f", "g", "h"]))
+    assert rounds == [["aaaa", "bbbb", "c"], ["dddddddddddd"], ["e", "f", "g"], ["h"]]
+
+
 def test_a_checkpoint_write_goes_out_before_any_later_statement() -> None:
     fake = FakeTarget()
     session = session_on(fake)
-    session.write_checkpoint(checkpoint.CheckpointRow("ch", SCN(1, 2, 3, 4), "dc1"))
+    session.write_checkpoint(ROW)
     session.execute(sql.Statement("DELETE FROM `db`.`t` WHERE `id` = %s", (1,)))
     session.commit()
     assert [s.split(" ")[0:3] for s in fake.committed[0]] == [

@@ -56,3 +56,15 @@ def test_password_never_shows_in_repr_or_errors(tmp_path: Path) -> None:
 def test_missing_file_says_where_the_example_is(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="example"):
         load_config(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize("name", ["a'b", "a\\", 'a"b', "a;b", "a b", "a`b", "a#b"])
+def test_channel_and_datacenter_names_cannot_carry_sql(tmp_path: Path, name: str) -> None:
+    # They reach the target's drc.checkpoint, drc.conflicts and trigger bodies (issue #12):
+    # bound or hex-written there, and refused here before they get that far.
+    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+    with pytest.raises(ConfigError, match=r"datacenter\.name"):
+        load_config(_write(tmp_path, BASE.replace('name = "dc1"', f'name = "{quoted}"')))
+    channel = f'[[channels]]\nname = "{quoted}"\norigin = "dc2"\nremote = ["http://x"]\n'
+    with pytest.raises(ConfigError, match=r"channels\.0\.name"):
+        load_config(_write(tmp_path, BASE + channel))
