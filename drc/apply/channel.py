@@ -22,10 +22,11 @@ engine decides each change, and the group's writes, the conflict log rows and to
 together with the checkpoint.
 
 DDL: the open group is committed first; then the checkpoint row gets ``pending_ddl_scn`` (with
-the transaction's row changes, if any), the statement runs on its own session with the source's
-default database, and the checkpoint moves to the DDL's SCN. After a crash in between, the same
-DDL is delivered again and only then its "already applied" errors (checkpoint.ALREADY_APPLIED)
-count as done. The target's table definitions are read again after every DDL.
+the transaction's row changes, if any), each statement runs exactly once (journalled in
+drc.ddl_journal with the definitions it found, on its own session with the source's default
+database: drc.apply.ddl_journal), and the checkpoint moves to the DDL's SCN. After a crash in
+between, or after a rewind, the journal says whether the statement ran. The target's table
+definitions are read again after every DDL.
 
 Privileges of the apply user on the target:
 
@@ -50,10 +51,10 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Protocol
 
-from drc.apply import checkpoint, plan
+from drc.apply import checkpoint, ddl_journal, plan
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import ConflictEngine, Policies, Ranks
-from drc.apply.errors import ApplyError, CheckpointMismatchError, MissingColumnError
+from drc.apply.errors import CheckpointMismatchError, MissingColumnError
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.sink import TargetSession, TargetSettings
@@ -71,14 +72,16 @@ from drc.apply.stats import ApplyStats
 from drc.client import ApiUnavailableError, Subscriber
 from drc.config import ChannelConfig, ConflictsConfig
 from drc.core.errors import DrcError
-from drc.core.events import RowChange, Transaction
+from drc.core.events import RowChange, SchemaChange, Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA as TOMBSTONE_SCHEMA
 from drc.core.markers import TOMBSTONE_PREFIX
 from drc.core.scn import SCN
+from drc.core.statements import for_log
 
 log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked at again
+DDL_LOCK_POLL_S = 5  # how long one wait for an earlier run's DDL lock lasts
 UNAVAILABLE_LOG_EVERY_S = 30.0
 
 
@@ -148,7 +151,6 @@ class ApplyChannel:
             max_delay_s=channel.max_commit_delay_ms / 1000,
         )
         self._applied = SCN.zero()  # the checkpoint row's SCN
-        self._replay_ddl: SCN | None = None  # a DDL that may have run before a crash
         self._stop = threading.Event()
         self._skip_drc = SkipDrcOriginated()
         self._ddl_filter = KeepApplicableDdl()
@@ -208,13 +210,15 @@ class ApplyChannel:
 
     def _start(self) -> None:
         self.session.ensure_checkpoint_table()
+        self.session.execute(ddl_journal.purge(self.name), "purging the DDL journal")
+        self.session.commit()
         if self.conflicts is not None:
             self.conflicts.setup()
         row = self.session.read_checkpoint(self.name)
         if row is not None:
             if row.origin and row.origin != self.channel.origin:
                 raise _origin_mismatch(self.name, row.origin, self.channel.origin)
-            self._applied, self._replay_ddl = row.scn, row.pending_ddl_scn
+            self._applied = row.scn
         self.stats.last_scn = self._applied
         log.info("channel %s (from %s) resumes after %s", self.name, self.channel.origin,
                  self._applied)  # fmt: skip
@@ -278,32 +282,56 @@ class ApplyChannel:
                 self._flush(group)
 
     def _apply_ddl(self, txn: Transaction, group: Group) -> None:
-        """Commit what is open with the DDL marked pending, run it, then move past it."""
+        """Commit what is open with the DDL marked pending, run each statement exactly once
+        (drc.apply.ddl_journal), then move past it."""
         if txn.changes:
             group.add(txn, self._clock())
-        before = group.checkpoint or self._applied
         self._flush(group, pending_ddl=txn.scn)
-        tolerate = checkpoint.ALREADY_APPLIED if txn.scn == self._replay_ddl else frozenset()
-        for number, change in enumerate(txn.ddl):
-            try:
-                if self._retrying(partial(self.session.run_ddl, change, tolerate)):
-                    self.stats.ddl += 1
-            except ApplyError:
-                if number == 0:  # it failed, so it did not run: no leniency after a restart
-                    self._retrying(partial(self._clear_pending, before, group.epoch))
-                raise
+        for seq, change in enumerate(txn.ddl):
+            self._retrying(partial(self._apply_statement, str(txn.scn), seq, change))
         self.session.forget_tables()
         if self.conflicts is not None:  # a new or altered table may need its tombstones
             self._retrying(self.conflicts.refresh_tables)
-        self._replay_ddl = None
         group.finished(txn, wrote=False)
         self.stats.transactions += 1
         self._flush(group, force=True)
 
-    def _clear_pending(self, position: SCN, epoch: str | None) -> None:
-        row = checkpoint.CheckpointRow(self.name, position, self.channel.origin, epoch)
-        self.session.write_checkpoint(row)
-        self.session.commit()
+    def _apply_statement(self, scn: str, seq: int, change: SchemaChange) -> None:
+        session, name = self.session, self.name
+        rows = session.query(ddl_journal.select(name, scn, seq), "reading the DDL journal")
+        session.commit()
+        entry = ddl_journal.parse(rows[0]) if rows else None
+        if entry is not None and entry.state == ddl_journal.DONE:
+            log.info("channel %s: DDL at %s #%d already applied, skipped", name, scn, seq)
+            return
+        what = f"DDL {for_log(change.statement)!r}"
+        with session.ddl_session(what) as ddl:
+            # A killed channel's DDL may still be running in the server: wait for it first.
+            while not ddl.try_lock(ddl_journal.lock_name(name), DDL_LOCK_POLL_S):
+                if self._stop.is_set():
+                    raise Stopped()
+                log.info("channel %s: waiting for an earlier run of %s to finish", name, what)
+            current = self._definitions(ddl, change)
+            decision = ddl_journal.decide(entry, current)
+            if decision is ddl_journal.Decision.RAN:
+                log.info("channel %s: %s ran before a restart; recorded as done", name, what)
+                after = current
+            else:
+                if entry is None:
+                    session.execute(ddl_journal.start(name, scn, seq, change.statement, current))
+                    session.commit()
+                ddl.run(change)
+                self.stats.ddl += 1
+                after = self._definitions(ddl, change)
+        session.execute(ddl_journal.finish(name, scn, seq, change.statement, after))
+        session.commit()
+
+    @staticmethod
+    def _definitions(ddl: Any, change: SchemaChange) -> ddl_journal.Definitions:
+        return {
+            ddl_journal.key(kind, db, obj): _normalised(ddl.definition(kind, db, obj))
+            for kind, db, obj in ddl_journal.objects(change)
+        }
 
     def _flush(self, group: Group, *, pending_ddl: SCN | None = None, force: bool = False) -> None:
         position = group.checkpoint or self._applied
@@ -387,3 +415,7 @@ def _origin_mismatch(name: str, found: str, configured: str) -> DrcError:
         "Delete that row (the channel then starts from the beginning of the remote buffer) "
         "or give the channel a new name"
     )
+
+
+def _normalised(create: str | None) -> str | None:
+    return None if create is None else ddl_journal.normalise(create)

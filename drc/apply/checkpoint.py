@@ -17,8 +17,8 @@ replicator recognises.
 
 DDL cannot share a transaction (it commits implicitly), so it is bracketed: first the row gets
 ``pending_ddl_scn`` (committed), then the DDL runs, then ``scn`` moves to the DDL's SCN and
-``pending_ddl_scn`` is cleared. A crash in between redelivers the DDL, and only that DDL may
-then fail with an "already applied" error (:data:`ALREADY_APPLIED`), which counts as done.
+``pending_ddl_scn`` is cleared. A crash in between redelivers the DDL; drc.apply.ddl_journal
+then knows whether it ran (no list of "already applied" error codes).
 
 ``updated_at`` changes on every write, so every write is a real row change and always lands in
 the binlog (an UPDATE to identical values would log nothing and carry no marker).
@@ -29,13 +29,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from drc.apply import ddl_journal
 from drc.apply.sql import Statement, ident, quote
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
 from drc.core.scn import SCN
-
-# Errors a DDL statement gives when it already ran: table exists, unknown table, duplicate
-# column, duplicate key name, can't drop (column/key), database exists, database doesn't exist.
-ALREADY_APPLIED = frozenset({1050, 1051, 1060, 1061, 1091, 1007, 1008})
 
 TABLE = f"{quote(CHECKPOINT_SCHEMA)}.{quote(CHECKPOINT_TABLE)}"
 COLUMNS: Mapping[str, str] = {
@@ -58,12 +55,13 @@ class CheckpointRow:
 
 
 def create_statements() -> list[str]:
-    """DDL that makes sure the schema and table exist (run without parameters)."""
+    """DDL that makes sure the schema and tables exist (run without parameters)."""
     columns = ",\n  ".join(f"{quote(name)} {kind}" for name, kind in COLUMNS.items())
     return [
         f"CREATE DATABASE IF NOT EXISTS {quote(CHECKPOINT_SCHEMA)}",
         f"CREATE TABLE IF NOT EXISTS {TABLE} (\n  {columns},\n  PRIMARY KEY (`channel`)\n)"
         " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        ddl_journal.create_statement(),
     ]
 
 

@@ -79,7 +79,6 @@ from drc.apply.plan import DuplicateKey, Effects, TargetTable
 from drc.apply.retry import Kind, classify
 from drc.core.errors import DrcError
 from drc.core.events import SchemaChange
-from drc.core.statements import for_log
 
 log = logging.getLogger(__name__)
 
@@ -458,30 +457,60 @@ class TargetSession:
         self._send([text], "writing the checkpoint")
         self._inflight = replace(inflight, checkpoint=text)
 
-    def run_ddl(self, change: SchemaChange, tolerate: frozenset[int]) -> bool:
-        """Run a DDL statement as the source did; False if it failed with a tolerated code."""
-        what = f"DDL {for_log(change.statement)!r}"
+    @contextmanager
+    def ddl_session(self, what: str) -> Iterator[DdlSession]:
+        """A connection of its own for one replicated DDL (same session settings; each
+        statement starts with exactly the default database the source used)."""
         conn = self._new_connection(what)
         try:
-            with conn.cursor() as cur:
+            with _translated(what), conn.cursor() as cur:
                 cur.execute("SET SESSION lock_wait_timeout = %s", (DDL_LOCK_WAIT_S,))
-                if change.schema:
-                    _use(cur, change.schema)
-                cur.execute(change.statement)  # no parameters: the text runs as written
-            return True
-        except pymysql.MySQLError as exc:
-            code = exc.args[0] if exc.args else None
-            if code in tolerate:
-                log.info("DDL already applied before a restart (%s): %s", code, what)
-                return False
-            raise translate(exc, what) from exc
-        except (OSError, EOFError) as exc:
-            raise translate(exc, what) from exc
+            yield DdlSession(conn, what)
         finally:
             try:
                 conn.close()
             except _DRIVER_ERRORS:
                 pass
+
+
+class DdlSession:
+    """One replicated DDL statement's connection: its advisory lock, the definitions of the
+    objects it names (drc.apply.ddl_journal), and the statement itself."""
+
+    def __init__(self, conn: Any, what: str) -> None:
+        self._conn, self._what = conn, what
+
+    def try_lock(self, name: str, wait_s: float) -> bool:
+        """GET_LOCK: held until this connection closes (or its server thread ends)."""
+        with _translated(self._what), self._conn.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(%s, %s)", (name, wait_s))
+            row = cur.fetchone()
+        return bool(row and row[0] == 1)
+
+    def definition(self, kind: str, db: str, name: str | None) -> str | None:
+        """SHOW CREATE TABLE (or DATABASE) text, or None when there is no such object."""
+        with _translated(self._what), self._conn.cursor() as cur:
+            if name is None:
+                cur.execute("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+                            (db,))  # fmt: skip
+                if cur.fetchone() is None:
+                    return None
+                cur.execute(f"SHOW CREATE DATABASE {sql.quote(db)}")
+            else:
+                cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                            "AND TABLE_NAME = %s", (db, name))  # fmt: skip
+                if cur.fetchone() is None:
+                    return None
+                cur.execute(f"SHOW CREATE TABLE {sql.quote(db)}.{sql.quote(name)}")
+            row = cur.fetchone()
+        return None if row is None else str(row[1])
+
+    def run(self, change: SchemaChange) -> None:
+        """Run the statement as the source did: its default database, its text as written."""
+        with _translated(self._what), self._conn.cursor() as cur:
+            if change.schema:
+                _use(cur, change.schema)
+            cur.execute(change.statement)  # no parameters: the text runs as written
 
 
 def _literal(value: Any, escape: Callable[[Any], str]) -> str:

@@ -193,21 +193,35 @@ def test_ddl_is_bracketed_by_a_pending_marker_and_the_checkpoint() -> None:
     assert channel.stats.ddl == 1 and channel.stats.transactions == 3
 
 
-def test_replayed_ddl_tolerates_already_applied_errors_only_when_pending() -> None:
+def test_a_pending_ddl_journalled_as_done_is_not_run_again() -> None:
+    ddl = (SchemaChange("db", "ALTER TABLE t RENAME COLUMN v TO w"),)
+    pending = target(checkpoints={"from-dc1": ("1:11:1:10", "dc1", None, "1:11:1:20")})
+    pending.journal[("from-dc1", "1:11:1:20", 0)] = "done"
+    channel = Harness(pending, [batch(1, txn(20, ddl=ddl))]).run()
+    assert pending.ddl == [] and channel.stats.ddl == 0
+    assert pending.checkpoints["from-dc1"] == ("1:11:1:20", "dc1", "epoch-1", None)
+
+
+def test_a_running_ddl_whose_table_changed_ran_before_the_crash() -> None:
+    ddl = (SchemaChange("db", "ALTER TABLE t RENAME COLUMN v TO w"),)
+    pending = target(checkpoints={"from-dc1": ("1:11:1:10", "dc1", None, "1:11:1:20")})
+    pending.journal[("from-dc1", "1:11:1:20", 0)] = "running"  # before: {} (no table then)
+    channel = Harness(pending, [batch(1, txn(20, ddl=ddl))]).run()
+    assert pending.ddl == [] and channel.stats.ddl == 0
+    assert pending.journal[("from-dc1", "1:11:1:20", 0)] == "done"
+    assert pending.checkpoints["from-dc1"] == ("1:11:1:20", "dc1", "epoch-1", None)
+
+
+def test_a_failing_ddl_stops_the_channel_with_it_still_pending() -> None:
     exists = pymysql.err.OperationalError(1060, "Duplicate column name 'c'")
     ddl = (SchemaChange("db", "ALTER TABLE t ADD COLUMN c INT"),)
-    pending = target(checkpoints={"from-dc1": ("1:11:1:10", "dc1", None, "1:11:1:20")})
-    pending.fail_once(lambda sql: sql.startswith("ALTER TABLE t"), exists)
-    channel = Harness(pending, [batch(1, txn(20, ddl=ddl))]).run()
-    assert pending.checkpoints["from-dc1"] == ("1:11:1:20", "dc1", "epoch-1", None)
-    assert channel.stats.ddl == 0
-
     fresh = target(checkpoints={"from-dc1": ("1:11:1:10", "dc1", None, None)})
     fresh.fail_once(lambda sql: sql.startswith("ALTER TABLE t"), exists)
     with pytest.raises(ApplyError, match="Duplicate column"):
         Harness(fresh, [batch(1, txn(20, ddl=ddl))]).run()
-    # The failed DDL did not run: its pending mark is cleared, so a restart fails the same way.
-    assert fresh.checkpoints["from-dc1"] == ("1:11:1:10", "dc1", "epoch-1", None)
+    # A restart finds it journalled as running with the same definitions: it runs it again.
+    assert fresh.journal[("from-dc1", "1:11:1:20", 0)] == "running"
+    assert fresh.checkpoints["from-dc1"] == ("1:11:1:10", "dc1", "epoch-1", "1:11:1:20")
 
 
 def test_drc_originated_and_filtered_transactions_move_the_checkpoint_only_rarely() -> None:

@@ -71,6 +71,7 @@ class FakeTarget:
     connects: int = 0
     rollbacks: int = 0
     down: bool = False
+    journal: dict[tuple[str, str, int], str] = field(default_factory=dict)  # -> state
 
     def __post_init__(self) -> None:
         self.tables.setdefault(("drc", "checkpoint"), (tuple(checkpoint.COLUMNS), ("channel",)))
@@ -260,6 +261,18 @@ class FakeCursor:
                 raise pymysql.err.OperationalError(1305, "SAVEPOINT drc_batch does not exist")
             del conn.pending[conn.savepoint :]
             return 0
+        if sql.startswith("SELECT GET_LOCK"):
+            self.rows = [(1,)]
+            return 1
+        if "`ddl_journal`" in sql:
+            return self._journal(sql)
+        if sql.startswith("SHOW CREATE TABLE"):
+            schema, table = (n.replace("``", "`") for n in re.findall(r"`((?:[^`]|``)*)`", sql))
+            columns, key = target.tables[(schema, table)]
+            self.rows = [(table, f"CREATE TABLE {table} {columns} KEY {key}")]
+            return 1
+        if "information_schema.SCHEMATA" in sql:
+            return 0  # the fake has no databases to describe
         if "information_schema" in sql:
             schema, table = re.findall(r"'((?:[^']|'')*)'", sql)[:2]
             columns, key = target.tables.get((schema, table), ((), ()))
@@ -284,6 +297,22 @@ class FakeCursor:
         if sql.startswith("INSERT") and " VALUES " in sql:
             return sql.split(" VALUES ", 1)[1].split(" ON DUPLICATE")[0].count("), (") + 1
         return 1
+
+    def _journal(self, sql: str) -> int:
+        """drc.ddl_journal, kept as (channel, scn, seq) -> state; writes count at once."""
+        journal = self.conn.target.journal
+        if sql.startswith("SELECT"):
+            channel, scn = re.findall(r"'((?:[^']|'')*)'", sql)[:2]
+            seq = int(sql.rsplit("=", 1)[1])
+            state = journal.get((channel, scn, seq))
+            self.rows = [] if state is None else [(state, "{}")]
+            return len(self.rows)
+        if sql.startswith("INSERT"):
+            values = re.search(r"VALUES \('((?:[^']|'')*)', '([^']*)', (\d+), '(\w+)'", sql)
+            assert values is not None, sql
+            channel, scn, seq, state = values.groups()
+            journal[(channel, scn, int(seq))] = state
+        return 0
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         return self.rows
