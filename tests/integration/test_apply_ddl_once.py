@@ -9,12 +9,20 @@ database exists). Then kill -9 of the applying process while the target rebuilds
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from drc.apply import ApplyChannel
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
+    APPLY_PASSWORD,
+    APPLY_USER,
     Running,
     apply_user,
     assert_same,
@@ -107,3 +115,105 @@ def _set(target: ServerInfo, channel: str, scn: str, seq: int, state: str, *, ch
         cur.execute("UPDATE drc.checkpoint SET scn = %s, pending_ddl_scn = %s WHERE channel = %s",
                     (checkpoint, pending, channel))  # fmt: skip
     conn.close()
+
+
+KILL_SCHEMA = "ddl_kill"
+KILL_DDL = [
+    "ALTER TABLE {s}.big RENAME COLUMN b TO b2, ALGORITHM=COPY",
+    "ALTER TABLE {s}.big ADD COLUMN c INT NOT NULL DEFAULT 7, ALGORITHM=COPY",
+    "ALTER TABLE {s}.big ADD INDEX (c), ALGORITHM=COPY",  # unnamed: a second run adds c_2
+    "ALTER TABLE {s}.big DROP INDEX c, ALGORITHM=COPY",
+    "ALTER TABLE {s}.big MODIFY b2 BIGINT, ALGORITHM=COPY",
+    "ALTER TABLE {s}.big CHANGE c c3 INT NOT NULL DEFAULT 7, ALGORITHM=COPY",
+    "ALTER TABLE {s}.big DROP COLUMN c3, ALGORITHM=COPY",
+    "RENAME TABLE {s}.big TO {s}.big2",
+]
+
+
+def _kill_config(tmp: Path, target: ServerInfo, url: str) -> Path:
+    secret = tmp / "apply.password"
+    secret.write_text(APPLY_PASSWORD)
+    secret.chmod(0o600)
+    path = tmp / "dc2.toml"
+    path.write_text(
+        f"""
+[datacenter]
+name = "dc2"
+[source]
+host = "{target.host}"
+port = {target.port}
+user = "unused"
+[replicator]
+buffer_dir = "{tmp / "unused"}"
+[target]
+host = "{target.host}"
+port = {target.port}
+user = "{APPLY_USER}"
+password_file = "{secret}"
+[[channels]]
+name = "ddl-kill"
+origin = "dc1"
+remote = ["{url}"]
+tables = ["{KILL_SCHEMA}.*"]
+wait_ms = 100
+"""
+    )
+    return path
+
+
+def _ddl_running(target: ServerInfo) -> bool:
+    rows = query(
+        target,
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = %s "
+        "AND (INFO LIKE 'ALTER TABLE%%' OR INFO LIKE 'RENAME%%')",
+        (APPLY_USER,),
+    )
+    return bool(rows[0][0])
+
+
+@pytest.mark.slow
+def test_kill_9_during_each_kind_of_ddl_applies_it_once(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    drop_everywhere(KILL_SCHEMA, dc1, dc2)
+    apply_user(dc2)
+    start = position(dc1)
+    execute(
+        dc1,
+        f"CREATE DATABASE {KILL_SCHEMA}",
+        f"CREATE TABLE {KILL_SCHEMA}.big (id INT AUTO_INCREMENT PRIMARY KEY, b INT, "
+        "pad CHAR(200) NOT NULL DEFAULT 'x')",
+        f"INSERT INTO {KILL_SCHEMA}.big (b) SELECT seq FROM {KILL_SCHEMA}.seq_1_to_60000",
+    )
+    argv = [sys.executable, "-m", "drc.apply", "--config", "", "--stats-every", "1"]
+    log = tmp_path / "apply.log"
+
+    def launch() -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    killed = 0
+    with serving(dc1, tmp_path / "buf", [f"{KILL_SCHEMA}.*"], start) as (_, url):
+        argv[4] = str(_kill_config(tmp_path, dc2, url))
+        proc = launch()
+        try:
+            wait_end(dc2, KILL_SCHEMA, mark_end(dc1, KILL_SCHEMA), timeout=180)
+            for ddl in KILL_DDL:
+                execute(dc1, ddl.format(s=KILL_SCHEMA))
+                deadline = time.monotonic() + 30
+                while not _ddl_running(dc2) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if _ddl_running(dc2):  # mid-DDL (a quick one may already be over: after it)
+                    killed += 1
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                proc = launch()
+            wait_end(dc2, KILL_SCHEMA, mark_end(dc1, KILL_SCHEMA), timeout=180)
+            assert proc.poll() is None, log.read_text()[-3000:]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    assert killed >= len(KILL_DDL) // 2, f"only {killed} kills landed during a DDL"
+    assert_same(dc1, dc2, KILL_SCHEMA)
+    create = [query(s, f"SHOW CREATE TABLE {KILL_SCHEMA}.big2")[0][1] for s in (dc1, dc2)]
+    assert create[0].split("AUTO_INCREMENT=")[0] == create[1].split("AUTO_INCREMENT=")[0]
