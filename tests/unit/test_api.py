@@ -352,10 +352,46 @@ def test_healthz_is_503_when_the_buffer_is_closed_or_capture_failed(deps: ApiDep
     client = TestClient(create_app(deps))
     assert client.get(wire.PATH_HEALTH).status_code == 200
     deps.capture_failure = lambda: RuntimeError("binlog purged")
-    assert_error(client.get(wire.PATH_HEALTH), 503, wire.ERROR_UNAVAILABLE, "binlog purged")
+    failed = assert_error(client.get(wire.PATH_HEALTH, headers=AUTH), 503, wire.ERROR_UNAVAILABLE)
+    assert "binlog purged" in failed["message"] and failed["state"] == "capture_failed"
     deps.capture_failure = None
     deps.buffer.close()
-    assert_error(client.get(wire.PATH_HEALTH), 503, wire.ERROR_UNAVAILABLE, "closed")
+    closed = assert_error(client.get(wire.PATH_HEALTH), 503, wire.ERROR_UNAVAILABLE, "closed")
+    assert closed["state"] == "buffer_closed" and closed["error_type"] == "BufferStateError"
+
+
+SECRET_DETAIL = "db1.internal:3306 refused user 'repl' on shop.payroll"
+
+
+@pytest.mark.parametrize(
+    "headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + TOKEN}]
+)
+def test_healthz_without_a_valid_token_tells_state_and_type_but_not_the_detail(
+    deps: ApiDeps, headers: dict[str, str]
+) -> None:
+    deps.capture_failure = lambda: PermissionError(SECRET_DETAIL)
+    client = TestClient(create_app(deps))
+    response = client.get(wire.PATH_HEALTH, headers=headers)
+    body = assert_error(response, 503, wire.ERROR_UNAVAILABLE, "capture stopped")
+    assert body["state"] == "capture_failed" and body["error_type"] == "PermissionError"
+    for part in ("db1.internal", "repl", "payroll"):
+        assert part not in response.text
+    assert "/v1/status" in body["message"], "says where the detail is"
+    with_token = client.get(wire.PATH_HEALTH, headers=AUTH).json()
+    assert SECRET_DETAIL in with_token["message"] and with_token["state"] == "capture_failed"
+    deps.capture_stats = object
+    status = client.get(wire.PATH_STATUS, headers=AUTH).json()
+    assert SECRET_DETAIL in status["capture"]["failed"]
+    assert client.get(wire.PATH_STATUS).status_code == 401
+
+
+def test_a_closed_buffer_on_healthz_hides_its_path_without_a_token(
+    deps: ApiDeps, tmp_path: Path
+) -> None:
+    deps.buffer.close()
+    response = TestClient(create_app(deps)).get(wire.PATH_HEALTH)
+    assert_error(response, 503, wire.ERROR_UNAVAILABLE, "closed", "BufferStateError")
+    assert str(tmp_path) not in response.text
 
 
 def test_requests_against_a_closed_buffer_never_leak_a_trace(deps: ApiDeps) -> None:
