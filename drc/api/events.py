@@ -14,14 +14,15 @@ from collections.abc import Callable
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
 
-from drc.api import wire
+from drc.api import accept, wire
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
 from drc.api.pull import EpochMismatch, batch_headers, pull, render_json, render_records
 from drc.api.query import BadQuery, PullQuery, parse_pull_query
-from drc.core.errors import ScnTooOldError
+from drc.core.errors import ScnTooOldError, shown
 
 router = APIRouter(dependencies=[Depends(require_token)])
+OFFERED = (wire.MEDIA_JSON, wire.MEDIA_RECORDS)  # the first is the default
 
 
 @router.get(wire.PATH_EVENTS)
@@ -30,7 +31,7 @@ async def get_events(request: Request, deps: Deps) -> Response:
         query = parse_pull_query(request.query_params.multi_items(), deps.limits)
     except BadQuery as exc:
         raise ApiError(400, str(exc)) from exc
-    records = wire.MEDIA_RECORDS in request.headers.get("accept", "")
+    records = _wants_records(request.headers.get("accept"))
     gone = threading.Event()
     stopped = functools.partial(_stopped, deps.stop, gone)
     serve = functools.partial(_serve, deps, query, records, stopped)
@@ -39,6 +40,19 @@ async def get_events(request: Request, deps: Deps) -> Response:
         response = await anyio.to_thread.run_sync(serve, limiter=deps.limiter)
         tasks.cancel_scope.cancel()
     return response
+
+
+def _wants_records(header: str | None) -> bool:
+    media = accept.choose(header, OFFERED)
+    if media is None:
+        raise ApiError(
+            406,
+            f"Accept {shown(header or '')} allows none of the forms served here: "
+            f"send Accept: {wire.MEDIA_JSON} or {wire.MEDIA_RECORDS} (or leave it out for JSON)",
+            code=wire.ERROR_NOT_ACCEPTABLE,
+            offered=list(OFFERED),
+        )
+    return media == wire.MEDIA_RECORDS
 
 
 async def _watch_disconnect(request: Request, gone: threading.Event) -> None:

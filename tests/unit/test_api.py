@@ -260,6 +260,35 @@ def test_healthz_is_open_and_without_tokens_everything_is(buffer: EventBuffer) -
     assert events(client, {}).status_code == 200
 
 
+def test_records_refused_with_q0_are_never_sent(client: TestClient) -> None:
+    response = events(client, {**AUTH, "Accept": f"{wire.MEDIA_RECORDS};q=0"})
+    body = assert_error(
+        response, 406, wire.ERROR_NOT_ACCEPTABLE, wire.MEDIA_JSON, wire.MEDIA_RECORDS
+    )
+    assert body["offered"] == [wire.MEDIA_JSON, wire.MEDIA_RECORDS]
+    as_json = events(client, {**AUTH, "Accept": f"{wire.MEDIA_RECORDS};q=0, */*;q=0.5"})
+    assert as_json.status_code == 200 and as_json.headers["content-type"] == wire.MEDIA_JSON
+    wildcard = events(client, {**AUTH, "Accept": f"*/*;q=0.5, {wire.MEDIA_RECORDS}"})
+    assert wildcard.headers["content-type"] == wire.MEDIA_RECORDS
+    wire.split_records(wildcard.content)
+
+
+def test_inputs_echoed_in_errors_are_cut(client: TestClient) -> None:
+    long = "x" * 5000
+    cases = [
+        events(client, {**AUTH, "Accept": "text/" + long}),
+        events(client, tables=long),
+        events(client, after=long),
+        events(client, max_events=long),
+        client.get("/" + long, headers=AUTH),
+        client.get(f"{wire.PATH_SCHEMA}/shop/{long}", headers=AUTH),
+    ]
+    for response in cases:
+        assert 400 <= response.status_code < 500, response.text
+        message = response.json()["message"]
+        assert len(message) < 500 and "x" * 201 not in message, response.text[:300]
+
+
 # -- status, schema, metrics, health ---------------------------------------------------------
 
 
@@ -301,7 +330,7 @@ def test_schema_lookup_by_scn(deps: ApiDeps, tmp_path: Path) -> None:
             get("/shop/orders", scn=str(SCN.ZERO)), 404, wire.ERROR_NOT_FOUND, "shop.orders"
         )
         assert_error(
-            get("/shop/nope"), 404, wire.ERROR_NOT_FOUND, "no schema recorded for shop.nope"
+            get("/shop/nope"), 404, wire.ERROR_NOT_FOUND, "no schema recorded for 'shop.nope'"
         )
         assert_error(get("/shop/orders", scn="x"), 400, wire.ERROR_BAD_REQUEST, "scn:")
 
