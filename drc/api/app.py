@@ -17,6 +17,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from drc.api import errors, events, health, schema, status
+from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 
 
@@ -29,6 +30,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
         openapi_url=None,
     )
     app.state.deps = deps
+    app.state.commits = CommitSignal(deps.buffer, deps.stop)
     errors.install(app)
     for module in (events, status, schema, health):
         app.include_router(module.router)

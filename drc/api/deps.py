@@ -20,10 +20,15 @@ import anyio
 from fastapi import Depends, Request
 
 from drc.api.errors import ApiError
+from drc.api.longpolls import LongPollGate
 from drc.api.metrics import ApiMetrics
 from drc.api.query import ServerLimits
 
-LONG_POLL_THREADS = 256
+# Worker threads for reading the buffer: pulls that do not wait and long polls each have their
+# own, so long polls (which hold no thread while they wait, see drc.api.commits) never make a
+# wait_ms=-1 pull queue for one.
+PULL_THREADS = 16
+LONG_POLL_THREADS = 16
 REALM = 'Bearer realm="drc"'
 OPEN_CALLER = "open"
 
@@ -52,7 +57,11 @@ class ApiDeps:
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time
+    long_polls: LongPollGate = field(default_factory=LongPollGate)
     limiter: anyio.CapacityLimiter = field(
+        default_factory=lambda: anyio.CapacityLimiter(PULL_THREADS)
+    )
+    long_poll_limiter: anyio.CapacityLimiter = field(
         default_factory=lambda: anyio.CapacityLimiter(LONG_POLL_THREADS)
     )
     _token_bytes: tuple[bytes, ...] = field(init=False, repr=False)

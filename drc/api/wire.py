@@ -73,6 +73,10 @@ ERROR_NOT_FOUND = "not_found"  # 404: unknown table (schema) or path
 ERROR_NOT_ACCEPTABLE = "not_acceptable"  # 406: Accept allows neither form; body has "offered"
 ERROR_EPOCH_MISMATCH = "epoch_mismatch"  # 409: buffer was rebuilt; body has current "epoch"
 ERROR_SCN_TOO_OLD = "scn_too_old"  # 410: body has "oldest", the oldest servable SCN
+# 429 / 503 for a pull that would wait while its token / the server holds the most long polls
+# allowed; with Retry-After. Pull again after it, or at once with wait_ms=-1 (never refused).
+ERROR_TOO_MANY_LONG_POLLS = "too_many_long_polls"  # 429
+ERROR_LONG_POLLS_FULL = "long_polls_full"  # 503
 ERROR_INTERNAL = "internal"  # 500: logged server-side; the body says nothing more
 ERROR_UNAVAILABLE = "unavailable"  # 503: buffer closed or capture failed
 
