@@ -56,3 +56,15 @@ def test_password_never_shows_in_repr_or_errors(tmp_path: Path) -> None:
 def test_missing_file_says_where_the_example_is(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="example"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_long_poll_limits_are_read_and_validated(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, BASE))
+    assert (config.api.max_long_polls, config.api.max_long_polls_per_token) == (1000, 200)
+    limits = "[api]\nmax_long_polls = 50\nmax_long_polls_per_token = 10\n"
+    config = load_config(_write(tmp_path, BASE + limits))
+    assert (config.api.max_long_polls, config.api.max_long_polls_per_token) == (50, 10)
+    with pytest.raises(ConfigError, match="max_long_polls_per_token"):
+        load_config(_write(tmp_path, BASE + "[api]\nmax_long_polls = 5\n"))
+    with pytest.raises(ConfigError, match="max_long_polls"):
+        load_config(_write(tmp_path, BASE + "[api]\nmax_long_polls = 0\n"))
