@@ -66,7 +66,10 @@ async def get_metrics(deps: Deps) -> Response:
 
 def metrics_text(deps: ApiDeps) -> str:
     families = buffer_families(deps) + capture_families(deps) + lww_families(deps)
-    return render(families + api_families(deps.metrics))
+    held = Family("drc_api_long_polls", "gauge", "Pulls holding a long-poll slot now").add(
+        deps.long_polls.held
+    )
+    return render(families + api_families(deps.metrics) + [held])
 
 
 def lww_families(deps: ApiDeps) -> list[Family]:

@@ -371,6 +371,7 @@ def test_metrics_are_prometheus_text(client: TestClient) -> None:
     families = parse_prometheus(response.text)
     assert families["drc_buffer_records"] == [("", len(STREAM))]
     assert families["drc_api_long_poll_waiters"] == [("", 0)]
+    assert families["drc_api_long_polls"] == [("", 0)]
     requests = dict(families["drc_api_requests_total"])
     assert requests['method="GET",route="/v1/events",status="200"'] == 1
     assert requests['method="GET",route="/v1/events",status="400"'] == 1
