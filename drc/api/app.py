@@ -8,6 +8,10 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
     GET /metrics                                  Prometheus text format
     GET /healthz                                  200 ok, 503 buffer closed or capture failed
+                                                  (the failure's detail only with a token)
+
+A pull about to wait takes a long-poll slot (drc.api.longpolls): 429 when its token holds
+``[api] max_long_polls_per_token``, 503 when the server holds ``max_long_polls``.
 
 Serving it (uvicorn in a thread, TLS) is :mod:`drc.api.server`.
 """

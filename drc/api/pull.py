@@ -1,5 +1,6 @@
-"""One pull, start to finish: read, filter, wait for commits, render. Blocking; the events
-handler runs it in a worker thread.
+"""One pull: read, filter, wait for commits, render. :class:`Pull` holds its state between
+waits; :func:`pull` waits blocking in the calling thread, while the events handler reads in
+worker threads and waits on the event loop (drc.api.commits), holding no thread meanwhile.
 
 Waiting (``wait_ms``, see :mod:`drc.api.wire`):
 
@@ -9,9 +10,9 @@ Waiting (``wait_ms``, see :mod:`drc.api.wire`):
 - ``0``: throughput first (Canal's "wait until full"): wait until the batch holds
   ``max_events`` transactions or ``max_bytes``, at most the server's ``max_wait_ms``.
 
-A wait blocks in :meth:`EventBuffer.wait_for_commit`, which the writer's commit wakes; it is
-cut into slices of at most :data:`STOP_CHECK_S` only so that a stopping server or a client that
-went away (``stopped()``) does not hold a worker thread for the rest of the wait.
+A blocking wait is :meth:`EventBuffer.wait_for_commit`, which the writer's commit wakes.
+Waits are cut into slices of at most :data:`STOP_CHECK_S` so that a stopping server or a
+client that went away (``stopped()``) ends the pull early.
 One pass scans at most ``scan_records`` stored records, so a subscriber of a quiet table over a
 long busy stretch gets an answer (an empty batch with ``next`` moved on) in bounded time.
 """
