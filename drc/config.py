@@ -147,6 +147,9 @@ class ApiConfig(_Model):
     max_events: int = Field(10_000, ge=1)
     max_bytes_mb: float = Field(16, gt=0)
     max_wait_ms: int = Field(30_000, ge=0)
+    # Long polls waiting at once, in all (then 503) and per bearer token (then 429).
+    max_long_polls: int = Field(1000, ge=1, le=100_000)
+    max_long_polls_per_token: int = Field(200, ge=1, le=100_000)
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
 
@@ -159,6 +162,11 @@ class ApiConfig(_Model):
             )
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("give both tls_certfile and tls_keyfile, or neither")
+        if self.max_long_polls_per_token > self.max_long_polls:
+            raise ValueError(
+                f"max_long_polls_per_token ({self.max_long_polls_per_token}) is above "
+                f"max_long_polls ({self.max_long_polls}): lower it, or raise max_long_polls"
+            )
         return self
 
     def secrets(self) -> tuple[str, ...]:

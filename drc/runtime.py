@@ -13,6 +13,7 @@ from typing import Any
 
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
+from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.query import ServerLimits
 from drc.api.server import ApiServer
 from drc.config import DrcConfig
@@ -116,6 +117,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
             api.max_events, max(1, int(api.max_bytes_mb * (1 << 20))), api.max_wait_ms
         ),
         tokens=tokens,
+        long_polls=LongPollGate(LongPollLimits(api.max_long_polls, api.max_long_polls_per_token)),
         capture_stats=lambda: service.replicator.stats,
         capture_failure=lambda: service.failure,
         protection=lambda: None if service.protection is None else service.protection(),

@@ -8,6 +8,10 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
     GET /metrics                                  Prometheus text format
     GET /healthz                                  200 ok, 503 buffer closed or capture failed
+                                                  (the failure's detail only with a token)
+
+A pull about to wait takes a long-poll slot (drc.api.longpolls): 429 when its token holds
+``[api] max_long_polls_per_token``, 503 when the server holds ``max_long_polls``.
 
 Serving it (uvicorn in a thread, TLS) is :mod:`drc.api.server`.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from drc.api import errors, events, health, schema, status
+from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 
 
@@ -29,6 +34,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
         openapi_url=None,
     )
     app.state.deps = deps
+    app.state.commits = CommitSignal(deps.buffer, deps.stop)
     errors.install(app)
     for module in (events, status, schema, health):
         app.include_router(module.router)

@@ -20,11 +20,17 @@ import anyio
 from fastapi import Depends, Request
 
 from drc.api.errors import ApiError
+from drc.api.longpolls import LongPollGate
 from drc.api.metrics import ApiMetrics
 from drc.api.query import ServerLimits
 
-LONG_POLL_THREADS = 256
+# Worker threads for reading the buffer: pulls that do not wait and long polls each have their
+# own, so long polls (which hold no thread while they wait, see drc.api.commits) never make a
+# wait_ms=-1 pull queue for one.
+PULL_THREADS = 16
+LONG_POLL_THREADS = 16
 REALM = 'Bearer realm="drc"'
+OPEN_CALLER = "open"
 
 
 @dataclass
@@ -51,7 +57,11 @@ class ApiDeps:
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time
+    long_polls: LongPollGate = field(default_factory=LongPollGate)
     limiter: anyio.CapacityLimiter = field(
+        default_factory=lambda: anyio.CapacityLimiter(PULL_THREADS)
+    )
+    long_poll_limiter: anyio.CapacityLimiter = field(
         default_factory=lambda: anyio.CapacityLimiter(LONG_POLL_THREADS)
     )
     _token_bytes: tuple[bytes, ...] = field(init=False, repr=False)
@@ -70,10 +80,16 @@ class ApiDeps:
         return not self._token_bytes
 
     def token_ok(self, given: bytes) -> bool:
-        ok = False
-        for token in self._token_bytes:
-            ok |= hmac.compare_digest(given, token)  # no early exit: constant time in the set
-        return ok
+        return self.token_index(given) is not None
+
+    def token_index(self, given: bytes) -> int | None:
+        """Which configured token ``given`` is (its index), None if none."""
+        found = -1
+        for index, token in enumerate(self._token_bytes):
+            # No early exit, no branch on the result: constant time in the set.
+            match = hmac.compare_digest(given, token)
+            found = max(found, index * match - (not match))
+        return None if found < 0 else found
 
 
 def get_deps(request: Request) -> ApiDeps:
@@ -84,10 +100,26 @@ def get_deps(request: Request) -> ApiDeps:
 Deps = Annotated[ApiDeps, Depends(get_deps)]
 
 
-def require_token(request: Request) -> None:
-    """401 with WWW-Authenticate unless the request carries a configured bearer token."""
+def caller(request: Request) -> str | None:
+    """Who sent the request: ``"open"`` on an API without tokens, ``"token-<n>"`` for the
+    n-th configured token, None without a valid token. Never the token itself."""
     deps = get_deps(request)
     if deps.open:
+        return OPEN_CALLER
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    # Header text is latin-1 decoded by the server; encoding it back gives the bytes sent.
+    index = deps.token_index(token.strip().encode("latin-1", "replace"))
+    return None if index is None else f"token-{index}"
+
+
+def require_token(request: Request) -> None:
+    """401 with WWW-Authenticate unless the request carries a configured bearer token;
+    :func:`caller` is then kept in ``request.state.caller`` (the long-poll limits count by it)."""
+    who = caller(request)
+    if who is not None:
+        request.state.caller = who
         return
     header = request.headers.get("authorization")
     if header is None:
@@ -96,11 +128,8 @@ def require_token(request: Request) -> None:
             "this API requires a bearer token: send 'Authorization: Bearer <token>'",
             headers={"WWW-Authenticate": REALM},
         )
-    scheme, _, token = header.partition(" ")
-    # Header text is latin-1 decoded by the server; encoding it back gives the bytes sent.
-    if scheme.lower() != "bearer" or not deps.token_ok(token.strip().encode("latin-1")):
-        raise ApiError(
-            401,
-            "the bearer token is not accepted",
-            headers={"WWW-Authenticate": f'{REALM}, error="invalid_token"'},
-        )
+    raise ApiError(
+        401,
+        "the bearer token is not accepted",
+        headers={"WWW-Authenticate": f'{REALM}, error="invalid_token"'},
+    )

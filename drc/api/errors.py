@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from drc.api import wire
 from drc.api.metrics import ApiMetrics
+from drc.core.errors import shown
 
 log = logging.getLogger("drc.api")
 
@@ -26,6 +27,7 @@ _BY_STATUS = {
     400: wire.ERROR_BAD_REQUEST,
     401: wire.ERROR_UNAUTHORIZED,
     404: wire.ERROR_NOT_FOUND,
+    406: wire.ERROR_NOT_ACCEPTABLE,
     409: wire.ERROR_EPOCH_MISMATCH,
     410: wire.ERROR_SCN_TOO_OLD,
     503: wire.ERROR_UNAVAILABLE,
@@ -72,7 +74,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     message = exc.detail if isinstance(exc.detail, str) else "request refused"
     if exc.status_code == 404:
-        message = f"no such resource {request.url.path!r}; see /v1/status, /v1/events"
+        message = f"no such resource {shown(request.url.path)}; see /v1/status, /v1/events"
     headers = dict(exc.headers) if exc.headers else None
     return ApiError(exc.status_code, message, headers=headers).response()
 

@@ -1,27 +1,39 @@
 """``GET /v1/events``: the next committed transactions after an SCN (see :mod:`drc.api.wire`).
 
-The pull (reading, filtering, long-poll waiting, rendering) runs in a worker thread under the
-app's CapacityLimiter, so hundreds of subscribers can wait for commits at once while the event
-loop stays free for other requests.
+A pull reads the buffer in worker threads (:class:`drc.api.pull.Pull`) and waits for commits
+on the event loop (:class:`drc.api.commits.CommitSignal`), so a waiting long poll holds no
+thread. Pulls that do not wait read under their own thread limiter, never queueing behind long
+polls. A pull about to wait first takes a long-poll slot (:mod:`drc.api.longpolls`: 429/503
+when its token or the server holds too many). A client that hangs up cancels its pull.
 """
 
 from __future__ import annotations
 
-import functools
-import threading
-from collections.abc import Callable
+from contextlib import ExitStack
 
+import anyio
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
 
-from drc.api import wire
+from drc.api import accept, wire
+from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
-from drc.api.pull import EpochMismatch, batch_headers, pull, render_json, render_records
+from drc.api.pull import (
+    STOP_CHECK_S,
+    Batch,
+    EpochMismatch,
+    Pull,
+    batch_headers,
+    render_json,
+    render_records,
+)
 from drc.api.query import BadQuery, PullQuery, parse_pull_query
-from drc.core.errors import ScnTooOldError
+from drc.core.errors import ScnTooOldError, shown
 
 router = APIRouter(dependencies=[Depends(require_token)])
+OFFERED = (wire.MEDIA_JSON, wire.MEDIA_RECORDS)  # the first is the default
+GONE_STATUS = 499  # never sent: the client hung up
 
 
 @router.get(wire.PATH_EVENTS)
@@ -30,32 +42,45 @@ async def get_events(request: Request, deps: Deps) -> Response:
         query = parse_pull_query(request.query_params.multi_items(), deps.limits)
     except BadQuery as exc:
         raise ApiError(400, str(exc)) from exc
-    records = wire.MEDIA_RECORDS in request.headers.get("accept", "")
-    gone = threading.Event()
-    stopped = functools.partial(_stopped, deps.stop, gone)
-    serve = functools.partial(_serve, deps, query, records, stopped)
+    records = _wants_records(request.headers.get("accept"))
+    commits: CommitSignal = request.app.state.commits
+    caller: str = request.state.caller
+    response = Response(status_code=GONE_STATUS)
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(_watch_disconnect, request, gone)
-        response = await anyio.to_thread.run_sync(serve, limiter=deps.limiter)
+        tasks.start_soon(_cancel_on_disconnect, request, tasks.cancel_scope)
+        response = await _serve(deps, commits, caller, query, records)
         tasks.cancel_scope.cancel()
     return response
 
 
-async def _watch_disconnect(request: Request, gone: threading.Event) -> None:
-    """Flag a client that hung up, so its long poll frees the worker thread early."""
+def _wants_records(header: str | None) -> bool:
+    media = accept.choose(header, OFFERED)
+    if media is None:
+        raise ApiError(
+            406,
+            f"Accept {shown(header or '')} allows none of the forms served here: "
+            f"send Accept: {wire.MEDIA_JSON} or {wire.MEDIA_RECORDS} (or leave it out for JSON)",
+            code=wire.ERROR_NOT_ACCEPTABLE,
+            offered=list(OFFERED),
+        )
+    return media == wire.MEDIA_RECORDS
+
+
+async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    """End the pull of a client that hung up: its long poll frees its slot at once."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    gone.set()
+    scope.cancel()
 
 
-def _stopped(server_stop: threading.Event, gone: threading.Event) -> bool:
-    return server_stop.is_set() or gone.is_set()
-
-
-def _serve(deps: ApiDeps, query: PullQuery, records: bool, stopped: Callable[[], bool]) -> Response:
+async def _serve(
+    deps: ApiDeps, commits: CommitSignal, caller: str, query: PullQuery, records: bool
+) -> Response:
     # Errors are returned, not raised: the task group would wrap them in an ExceptionGroup.
     try:
-        batch = pull(deps.buffer, query, stopped=stopped, waiting=deps.metrics.waiting)
+        batch = await _collect(deps, commits, caller, query)
+    except ApiError as exc:
+        return exc.response()
     except EpochMismatch as exc:
         return ApiError(
             409,
@@ -72,6 +97,33 @@ def _serve(deps: ApiDeps, query: PullQuery, records: bool, stopped: Callable[[],
             f"{exc.oldest}: resume from a snapshot or the source binlog",
             oldest=str(exc.oldest),
         ).response()
+    if not batch.items:
+        return _response(deps, batch, records)
+    limiter = deps.limiter if query.wait_ms == wire.WAIT_NONE else deps.long_poll_limiter
+    return await anyio.to_thread.run_sync(_response, deps, batch, records, limiter=limiter)
+
+
+async def _collect(deps: ApiDeps, commits: CommitSignal, caller: str, query: PullQuery) -> Batch:
+    """Scan, and while the query allows, wait for commits and scan again."""
+    waits = query.wait_ms != wire.WAIT_NONE
+    limiter = deps.long_poll_limiter if waits else deps.limiter
+    state = Pull(deps.buffer, query)
+    with ExitStack() as held:
+        slot = False
+        while True:
+            await anyio.to_thread.run_sync(state.scan, limiter=limiter)
+            if state.finished or deps.stop.is_set():
+                return state.batch()
+            if not slot:
+                if state.builder.transactions:  # wait_ms=0, partly full: send, never refuse
+                    return state.batch()
+                held.enter_context(deps.long_polls.slot(caller))
+                slot = True
+            with deps.metrics.waiting():
+                await commits.wait(state.builder.next, min(state.remaining_s, STOP_CHECK_S))
+
+
+def _response(deps: ApiDeps, batch: Batch, records: bool) -> Response:
     body = render_records(batch) if records else render_json(batch)
     deps.metrics.served(len(batch.items), sum(len(item.record()) for item in batch.items))
     media = wire.MEDIA_RECORDS if records else wire.MEDIA_JSON

@@ -2,6 +2,11 @@
 
 Healthy means the buffer is open and capture has not stopped on a fatal error; a retriable
 source outage (capture reconnecting) is still healthy, since the buffer keeps being served.
+
+/healthz answers anyone, so without a valid token an unhealthy answer says only the state
+(``buffer_closed``, ``capture_failed``) and the error's type: a failure's message can name
+hosts, tables or statements. With a valid token (or on an API without tokens) the message has
+the detail too, as ``/v1/status`` (token required) does in ``capture.failed``.
 """
 
 from __future__ import annotations
@@ -9,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from drc.api import wire
-from drc.api.deps import ApiDeps, Deps, require_token
+from drc.api.deps import ApiDeps, Deps, caller, require_token
 from drc.api.errors import ApiError
 from drc.api.metrics import CONTENT_TYPE, Family, api_families, render
 from drc.api.status import CAPTURE_COUNTERS, buffer_status, lag
@@ -23,21 +28,33 @@ router = APIRouter(dependencies=[Depends(require_token)])
 
 
 @open_router.get(wire.PATH_HEALTH)
-async def get_health(deps: Deps) -> dict[str, Any]:
+async def get_health(request: Request, deps: Deps) -> dict[str, Any]:
     problem = unhealthy(deps)
-    if problem is not None:
-        raise ApiError(503, problem)
-    return {"status": "ok"}
+    if problem is None:
+        return {"status": "ok"}
+    state, error_type, detail = problem
+    message = f"{_STATES[state]}: {error_type}"
+    if caller(request) is not None:
+        message += f": {detail}"
+    else:
+        message += "; the detail is shown with a bearer token, or see /v1/status"
+    raise ApiError(503, message, state=state, error_type=error_type)
 
 
-def unhealthy(deps: ApiDeps) -> str | None:
+BUFFER_CLOSED = "buffer_closed"
+CAPTURE_FAILED = "capture_failed"
+_STATES = {BUFFER_CLOSED: "the event buffer is closed", CAPTURE_FAILED: "capture stopped"}
+
+
+def unhealthy(deps: ApiDeps) -> tuple[str, str, str] | None:
+    """None when healthy, else (state, error type, error message)."""
     try:
         deps.buffer.last_scn  # noqa: B018 (raises BufferStateError once the buffer is closed)
-    except DrcError:
-        return "the event buffer is closed"
+    except DrcError as exc:
+        return BUFFER_CLOSED, type(exc).__name__, str(exc)
     failure = deps.capture_failure() if deps.capture_failure is not None else None
     if failure is not None:
-        return f"capture stopped: {type(failure).__name__}: {failure}"
+        return CAPTURE_FAILED, type(failure).__name__, str(failure)
     return None
 
 
@@ -49,7 +66,10 @@ async def get_metrics(deps: Deps) -> Response:
 
 def metrics_text(deps: ApiDeps) -> str:
     families = buffer_families(deps) + capture_families(deps) + lww_families(deps)
-    return render(families + api_families(deps.metrics))
+    held = Family("drc_api_long_polls", "gauge", "Pulls holding a long-poll slot now").add(
+        deps.long_polls.held
+    )
+    return render(families + api_families(deps.metrics) + [held])
 
 
 def lww_families(deps: ApiDeps) -> list[Family]:

@@ -1,5 +1,6 @@
-"""One pull, start to finish: read, filter, wait for commits, render. Blocking; the events
-handler runs it in a worker thread.
+"""One pull: read, filter, wait for commits, render. :class:`Pull` holds its state between
+waits; :func:`pull` waits blocking in the calling thread, while the events handler reads in
+worker threads and waits on the event loop (drc.api.commits), holding no thread meanwhile.
 
 Waiting (``wait_ms``, see :mod:`drc.api.wire`):
 
@@ -9,9 +10,9 @@ Waiting (``wait_ms``, see :mod:`drc.api.wire`):
 - ``0``: throughput first (Canal's "wait until full"): wait until the batch holds
   ``max_events`` transactions or ``max_bytes``, at most the server's ``max_wait_ms``.
 
-A wait blocks in :meth:`EventBuffer.wait_for_commit`, which the writer's commit wakes; it is
-cut into slices of at most :data:`STOP_CHECK_S` only so that a stopping server or a client that
-went away (``stopped()``) does not hold a worker thread for the rest of the wait.
+A blocking wait is :meth:`EventBuffer.wait_for_commit`, which the writer's commit wakes.
+Waits are cut into slices of at most :data:`STOP_CHECK_S` so that a stopping server or a
+client that went away (``stopped()``) ends the pull early.
 One pass scans at most ``scan_records`` stored records, so a subscriber of a quiet table over a
 long busy stretch gets an answer (an empty batch with ``next`` moved on) in bounded time.
 """
@@ -69,6 +70,53 @@ class Batch:
     transactions: int
 
 
+class Pull:
+    """The state of one pull between waits: :meth:`scan` (blocking, reads the buffer) and
+    :meth:`finished` decide whether it may answer; the caller does the waiting, blocking
+    (:func:`pull`) or asynchronously (:mod:`drc.api.events`)."""
+
+    def __init__(
+        self,
+        buffer: PullBuffer,
+        query: PullQuery,
+        clock: Callable[[], float] = time.monotonic,
+        scan_records: int = SCAN_RECORDS,
+    ) -> None:
+        """Raises EpochMismatch for an epoch that is not the buffer's."""
+        self.epoch = buffer.epoch
+        if query.epoch is not None and query.epoch != self.epoch:
+            raise EpochMismatch(self.epoch)
+        self.buffer = buffer
+        self.query = query
+        self.builder = BatchBuilder(query.selection, query.limits, query.after)
+        self._clock = clock
+        self._deadline = clock() + query.wait_s
+        self._scan_records = scan_records
+        self._caught_up = False
+
+    def scan(self) -> None:
+        """Read what is committed after ``next``; raises ScnTooOldError."""
+        self._caught_up = _scan(self.buffer, self.builder, self._scan_records)
+
+    @property
+    def finished(self) -> bool:
+        """True when the batch is the answer: full, out of scan budget, or waited enough."""
+        builder = self.builder
+        if builder.full or not self._caught_up or _answered(self.query.wait_ms, builder):
+            return True
+        return self.remaining_s <= 0
+
+    @property
+    def remaining_s(self) -> float:
+        return self._deadline - self._clock()
+
+    def batch(self) -> Batch:
+        builder = self.builder
+        return Batch(
+            self.epoch, builder.items, builder.next, self.buffer.last_scn, builder.transactions
+        )
+
+
 def pull(
     buffer: PullBuffer,
     query: PullQuery,
@@ -78,22 +126,16 @@ def pull(
     clock: Callable[[], float] = time.monotonic,
     scan_records: int = SCAN_RECORDS,
 ) -> Batch:
-    """Collect the batch for ``query``; raises EpochMismatch and ScnTooOldError."""
-    epoch = buffer.epoch
-    if query.epoch is not None and query.epoch != epoch:
-        raise EpochMismatch(epoch)
-    builder = BatchBuilder(query.selection, query.limits, query.after)
-    deadline = clock() + query.wait_s
+    """Collect the batch for ``query``, waiting in this thread; raises EpochMismatch and
+    ScnTooOldError."""
+    state = Pull(buffer, query, clock, scan_records)
     while True:
-        caught_up = _scan(buffer, builder, scan_records)
-        if builder.full or not caught_up or _answered(query.wait_ms, builder):
-            break
-        remaining = deadline - clock()
-        if remaining <= 0 or stopped():
+        state.scan()
+        if state.finished or stopped():
             break
         with waiting():
-            buffer.wait_for_commit(builder.next, min(remaining, STOP_CHECK_S))
-    return Batch(epoch, builder.items, builder.next, buffer.last_scn, builder.transactions)
+            buffer.wait_for_commit(state.builder.next, min(state.remaining_s, STOP_CHECK_S))
+    return state.batch()
 
 
 def _answered(wait_ms: int, builder: BatchBuilder) -> bool:

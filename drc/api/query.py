@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from drc.api import wire
 from drc.api.batching import Limits, Selection
-from drc.core.errors import MalformedScnError
+from drc.core.errors import MalformedScnError, shown
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter, TableFilterError
 
@@ -132,4 +132,4 @@ def _epoch(values: dict[str, str]) -> str | None:
 
 
 def _show(text: str) -> str:
-    return repr(text[:_MAX_SHOWN]) + ("..." if len(text) > _MAX_SHOWN else "")
+    return shown(text, _MAX_SHOWN)

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from drc.api import wire
 from drc.api.deps import Deps, require_token
 from drc.api.errors import ApiError
-from drc.core.errors import MalformedScnError
+from drc.core.errors import MalformedScnError, shown
 from drc.core.events import TableSchema
 from drc.core.scn import SCN
 
@@ -25,12 +25,11 @@ async def get_schema(db: str, table: str, request: Request, deps: Deps) -> dict[
         raise ApiError(404, "this server has no schema history (no metastore)")
     entry = await anyio.to_thread.run_sync(deps.metastore.version_at, db, table, scn)
     where = "now" if scn is None else f"at SCN {scn}"
+    name = shown(f"{db}.{table}")
     if entry is None:
-        raise ApiError(404, f"no schema recorded for {db}.{table} {where}")
+        raise ApiError(404, f"no schema recorded for {name} {where}")
     if entry.schema is None:
-        raise ApiError(
-            404, f"{db}.{table} was dropped at SCN {entry.scn}, {where} it does not exist"
-        )
+        raise ApiError(404, f"{name} was dropped at SCN {entry.scn}, {where} it does not exist")
     return {"since": str(entry.scn), **schema_to_json(entry.schema)}
 
 

@@ -9,7 +9,9 @@ Pure (no FastAPI, no I/O) so the subscriber SDK imports it without the server si
       {"epoch": "<buffer uuid>", "next": "c:s:i:p", "newest": "c:s:i:p" | null,
        "transactions": [drc.core.jsonwire.transaction_to_json(txn), ...]}
 
-- Records (``Accept: application/x-drc-records``, :data:`MEDIA_RECORDS`): the body is the
+- Records (``Accept: application/x-drc-records``, :data:`MEDIA_RECORDS`; the Accept header is
+  negotiated with q-values and wildcards, JSON on a tie, 406 when neither form is acceptable,
+  see :mod:`drc.api.accept`): the body is the
   concatenation of drc.core.codec records, one per transaction (fragment), in SCN order; the
   batch's metadata travels in the :data:`HEADER_EPOCH`, :data:`HEADER_NEXT`,
   :data:`HEADER_NEWEST` (empty when the buffer is empty) and :data:`HEADER_COUNT` (records in
@@ -68,8 +70,13 @@ WAIT_FULL = 0  # wait until the batch is full, capped at the server's max_wait_m
 ERROR_BAD_REQUEST = "bad_request"  # 400: malformed SCN, filter or parameter
 ERROR_UNAUTHORIZED = "unauthorized"  # 401: bearer token missing or wrong
 ERROR_NOT_FOUND = "not_found"  # 404: unknown table (schema) or path
+ERROR_NOT_ACCEPTABLE = "not_acceptable"  # 406: Accept allows neither form; body has "offered"
 ERROR_EPOCH_MISMATCH = "epoch_mismatch"  # 409: buffer was rebuilt; body has current "epoch"
 ERROR_SCN_TOO_OLD = "scn_too_old"  # 410: body has "oldest", the oldest servable SCN
+# 429 / 503 for a pull that would wait while its token / the server holds the most long polls
+# allowed; with Retry-After. Pull again after it, or at once with wait_ms=-1 (never refused).
+ERROR_TOO_MANY_LONG_POLLS = "too_many_long_polls"  # 429
+ERROR_LONG_POLLS_FULL = "long_polls_full"  # 503
 ERROR_INTERNAL = "internal"  # 500: logged server-side; the body says nothing more
 ERROR_UNAVAILABLE = "unavailable"  # 503: buffer closed or capture failed
 

@@ -15,6 +15,10 @@ Failover and backoff (kazoo's KazooRetry shape, with injected sleep)::
       409 epoch     -> on_rebuild="raise": BufferRebuiltError; "continue": forget that URL's
                        epoch and ask again from the same SCN
       400/401/404.. -> raise at once (the same request fails everywhere)
+      429/503 busy  -> the server's long-poll limit: ask the same URL again at once with
+                       wait_ms=-1 (never refused), and keep doing so until its Retry-After
+                       passes, pausing backoff_initial after each empty answer; so a channel
+                       keeps up (lag about backoff_initial) while long polls are refused
 
 Pages are checked against the contract before they are returned: transactions after the
 requested SCN, in SCN order, fragments of one SCN in order and complete within the page, and
@@ -73,6 +77,7 @@ class Fetcher:
         self._lock = threading.Lock()  # guards the fields below (prefetch runs in a thread)
         self._current = 0
         self._epochs: dict[str, str] = {}
+        self._busy_until: dict[str, float] = {}  # URL -> when to long-poll it again
         self.last_errors: dict[str, str] = {}
         self.failing_since: float | None = None
 
@@ -84,7 +89,11 @@ class Fetcher:
                 raise Cancelled()
             url = self.current_url
             try:
-                return url, self._try(url, after)
+                return url, self._try(url, after, cancelled)
+            except http.Busy as exc:
+                if self._note_busy(url, exc):
+                    continue  # at once: the next attempt does not wait, so it is not refused
+                self._note_failure(url, str(exc))  # refused without waiting: a real failure
             except http.Transient as exc:
                 self._note_failure(url, str(exc))
             except http.TooOld as exc:
@@ -106,12 +115,15 @@ class Fetcher:
         with self._lock:
             return self._epochs.get(url)
 
-    def _try(self, url: str, after: SCN) -> http.Page:
+    def _try(self, url: str, after: SCN, cancelled: threading.Event) -> http.Page:
         for _ in range(2):  # a second pass only after forgetting a rebuilt buffer's epoch
             expected = self.epoch(url)
             params = dict(self._params, **{wire.PARAM_AFTER: str(after)})
             if expected is not None:
                 params[wire.PARAM_EPOCH] = expected
+            busy = self._busy(url)
+            if busy:
+                params[wire.PARAM_WAIT_MS] = str(wire.WAIT_NONE)
             try:
                 page = http.get_events(
                     self._client, url, params, self._binary, self._timeout, self._token
@@ -124,6 +136,8 @@ class Fetcher:
                 continue
             check_page(after, page, url)
             self._succeeded(url, page.epoch)
+            if busy and not page.transactions:  # polling instead of waiting: not too often
+                self._wait(self._backoff[0], cancelled)
             return page
         raise ProtocolError(f"{url} kept reporting an epoch mismatch without an epoch sent")
 
@@ -162,6 +176,24 @@ class Fetcher:
                     self.urls[self._current],
                 )
 
+    def _busy(self, url: str) -> bool:
+        with self._lock:
+            until = self._busy_until.get(url)
+            if until is not None and self._clock() >= until:
+                del self._busy_until[url]
+                log.info("%s: trying long polls again", url)
+                return False
+            return until is not None
+
+    def _note_busy(self, url: str, exc: http.Busy) -> bool:
+        """Pull ``url`` without waiting for a while; False if that was refused too."""
+        if self._busy(url):
+            return False
+        with self._lock:
+            self._busy_until[url] = self._clock() + max(exc.retry_after_s, self._backoff[0])
+        log.warning("%s refused a long poll (%s); pulling without waiting meanwhile", url, exc)
+        return True
+
     def _note_failure(self, url: str, text: str) -> None:
         with self._lock:
             self.last_errors[url] = text
@@ -176,6 +208,9 @@ class Fetcher:
 
     def _pause(self, delay: float, cancelled: threading.Event) -> None:
         log.warning("no API URL answered (%s); retrying in %.1fs", self._summary(), delay)
+        self._wait(delay, cancelled)
+
+    def _wait(self, delay: float, cancelled: threading.Event) -> None:
         if self._sleep is None:
             cancelled.wait(delay)  # wakes at once on rollback/close
         else:

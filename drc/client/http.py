@@ -4,7 +4,8 @@ The only module of the SDK (with ``status``) that touches httpx. ``get_events`` 
 ``GET /v1/events`` and returns a :class:`Page`, or raises one of:
 
 - :class:`Transient`: the network failed or the server said 5xx/429; another URL or a later
-  attempt may succeed (the fetcher decides).
+  attempt may succeed (the fetcher decides). :class:`Busy`, a Transient, is the server's
+  long-poll limit (429/503 with Retry-After): pulls with ``wait_ms=-1`` are still served.
 - :class:`EpochMismatch` (409) and :class:`TooOld` (410): the fetcher decides what they mean
   across URLs.
 - ApiRequestError / ApiAuthError / ProtocolError: the same request will fail again anywhere.
@@ -34,10 +35,22 @@ CONNECT_TIMEOUT_S = 5.0
 FULL_WAIT_CAP_S = 60.0
 READ_MARGIN_S = 30.0
 _MAX_SHOWN = 300
+_BUSY_CODES = (wire.ERROR_TOO_MANY_LONG_POLLS, wire.ERROR_LONG_POLLS_FULL)
+BUSY_DEFAULT_S = 1.0
+BUSY_MAX_S = 30.0
 
 
 class Transient(Exception):
     """A failure another attempt may not see: connection error, timeout, 5xx or 429."""
+
+
+class Busy(Transient):
+    """The server holds the most long polls it allows (for this token or in all); a pull with
+    ``wait_ms=-1`` is still served. ``retry_after_s``: when to try a long poll again."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class EpochMismatch(Exception):
@@ -116,6 +129,8 @@ def _status_error(response: httpx.Response, target: str, token: str | None) -> E
     body = _error_body(response)
     code = str(body.get("error", "")) or f"http_{status}"
     message = redact(str(body.get("message", "")) or response.reason_phrase, token)
+    if code in _BUSY_CODES and status in (429, 503):
+        return Busy(f"HTTP {status} {code}: {message}", _retry_after(response, body))
     if status >= 500 or status == 429:
         return Transient(f"HTTP {status} {code}: {message}")
     if status == 409 and code == wire.ERROR_EPOCH_MISMATCH:
@@ -127,6 +142,16 @@ def _status_error(response: httpx.Response, target: str, token: str | None) -> E
         hint = "pass the bearer token the server's [api] tokens list (--token or DRC_TOKEN)"
         return ApiAuthError(f"{text}; {hint}", target, status, code, message)
     return ApiRequestError(text, target, status, code, message)
+
+
+def _retry_after(response: httpx.Response, body: dict[str, Any]) -> float:
+    """Retry-After in seconds (an HTTP date counts as the default), within 0..BUSY_MAX_S."""
+    for value in (response.headers.get("retry-after"), body.get("retry_after_s")):
+        try:
+            return min(max(float(value), 0.0), BUSY_MAX_S)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+    return BUSY_DEFAULT_S
 
 
 def _error_body(response: httpx.Response) -> dict[str, Any]:

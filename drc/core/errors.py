@@ -148,3 +148,14 @@ class SchemaHistoryConflictError(MetaStoreError):
 
 class MetaStoreUnavailableError(RetriableError):
     """The file is locked by another writer longer than the busy timeout; retry later."""
+
+
+SHOWN_CHARS = 200
+
+
+def shown(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` quoted for an error message, cut after ``limit`` characters (``...``): input
+    echoed back to whoever sent it stays readable however long it was."""
+    if len(text) > limit:
+        return repr(text[:limit]) + f"... ({len(text)} chars)"
+    return repr(text)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from fnmatch import translate
 from functools import lru_cache
 
+from drc.core.errors import shown
+
 
 class TableFilterError(ValueError):
     """A pattern that is not ``db.table``; the message names it and shows the expected form."""
@@ -29,7 +31,7 @@ class TablePattern:
         db, dot, table = text.partition(".")
         if not dot or not db or not table or "." in table or text != text.strip():
             raise TableFilterError(
-                f"table pattern {text!r} must look like db.table (wildcards * ? [..] allowed, "
+                f"table pattern {shown(text)} must look like db.table (wildcards * ? [..] allowed, "
                 "e.g. shop.orders, shop.*, *.audit_*)"
             )
         return cls(text, re.compile(translate(db)), re.compile(translate(table)))
@@ -60,7 +62,7 @@ class TableFilter:
         """A comma-separated include list, as in ``?tables=db.t,db2.*``; empty = everything."""
         patterns = [p for p in (part.strip() for part in text.split(",")) if p]
         if text.strip() and not patterns:
-            raise TableFilterError(f"table filter {text!r} names no table pattern")
+            raise TableFilterError(f"table filter {shown(text)} names no table pattern")
         return cls.build(patterns)
 
     @property

@@ -260,6 +260,35 @@ def test_healthz_is_open_and_without_tokens_everything_is(buffer: EventBuffer) -
     assert events(client, {}).status_code == 200
 
 
+def test_records_refused_with_q0_are_never_sent(client: TestClient) -> None:
+    response = events(client, {**AUTH, "Accept": f"{wire.MEDIA_RECORDS};q=0"})
+    body = assert_error(
+        response, 406, wire.ERROR_NOT_ACCEPTABLE, wire.MEDIA_JSON, wire.MEDIA_RECORDS
+    )
+    assert body["offered"] == [wire.MEDIA_JSON, wire.MEDIA_RECORDS]
+    as_json = events(client, {**AUTH, "Accept": f"{wire.MEDIA_RECORDS};q=0, */*;q=0.5"})
+    assert as_json.status_code == 200 and as_json.headers["content-type"] == wire.MEDIA_JSON
+    wildcard = events(client, {**AUTH, "Accept": f"*/*;q=0.5, {wire.MEDIA_RECORDS}"})
+    assert wildcard.headers["content-type"] == wire.MEDIA_RECORDS
+    wire.split_records(wildcard.content)
+
+
+def test_inputs_echoed_in_errors_are_cut(client: TestClient) -> None:
+    long = "x" * 5000
+    cases = [
+        events(client, {**AUTH, "Accept": "text/" + long}),
+        events(client, tables=long),
+        events(client, after=long),
+        events(client, max_events=long),
+        client.get("/" + long, headers=AUTH),
+        client.get(f"{wire.PATH_SCHEMA}/shop/{long}", headers=AUTH),
+    ]
+    for response in cases:
+        assert 400 <= response.status_code < 500, response.text
+        message = response.json()["message"]
+        assert len(message) < 500 and "x" * 201 not in message, response.text[:300]
+
+
 # -- status, schema, metrics, health ---------------------------------------------------------
 
 
@@ -301,7 +330,7 @@ def test_schema_lookup_by_scn(deps: ApiDeps, tmp_path: Path) -> None:
             get("/shop/orders", scn=str(SCN.ZERO)), 404, wire.ERROR_NOT_FOUND, "shop.orders"
         )
         assert_error(
-            get("/shop/nope"), 404, wire.ERROR_NOT_FOUND, "no schema recorded for shop.nope"
+            get("/shop/nope"), 404, wire.ERROR_NOT_FOUND, "no schema recorded for 'shop.nope'"
         )
         assert_error(get("/shop/orders", scn="x"), 400, wire.ERROR_BAD_REQUEST, "scn:")
 
@@ -342,6 +371,7 @@ def test_metrics_are_prometheus_text(client: TestClient) -> None:
     families = parse_prometheus(response.text)
     assert families["drc_buffer_records"] == [("", len(STREAM))]
     assert families["drc_api_long_poll_waiters"] == [("", 0)]
+    assert families["drc_api_long_polls"] == [("", 0)]
     requests = dict(families["drc_api_requests_total"])
     assert requests['method="GET",route="/v1/events",status="200"'] == 1
     assert requests['method="GET",route="/v1/events",status="400"'] == 1
@@ -352,10 +382,46 @@ def test_healthz_is_503_when_the_buffer_is_closed_or_capture_failed(deps: ApiDep
     client = TestClient(create_app(deps))
     assert client.get(wire.PATH_HEALTH).status_code == 200
     deps.capture_failure = lambda: RuntimeError("binlog purged")
-    assert_error(client.get(wire.PATH_HEALTH), 503, wire.ERROR_UNAVAILABLE, "binlog purged")
+    failed = assert_error(client.get(wire.PATH_HEALTH, headers=AUTH), 503, wire.ERROR_UNAVAILABLE)
+    assert "binlog purged" in failed["message"] and failed["state"] == "capture_failed"
     deps.capture_failure = None
     deps.buffer.close()
-    assert_error(client.get(wire.PATH_HEALTH), 503, wire.ERROR_UNAVAILABLE, "closed")
+    closed = assert_error(client.get(wire.PATH_HEALTH), 503, wire.ERROR_UNAVAILABLE, "closed")
+    assert closed["state"] == "buffer_closed" and closed["error_type"] == "BufferStateError"
+
+
+SECRET_DETAIL = "db1.internal:3306 refused user 'repl' on shop.payroll"
+
+
+@pytest.mark.parametrize(
+    "headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + TOKEN}]
+)
+def test_healthz_without_a_valid_token_tells_state_and_type_but_not_the_detail(
+    deps: ApiDeps, headers: dict[str, str]
+) -> None:
+    deps.capture_failure = lambda: PermissionError(SECRET_DETAIL)
+    client = TestClient(create_app(deps))
+    response = client.get(wire.PATH_HEALTH, headers=headers)
+    body = assert_error(response, 503, wire.ERROR_UNAVAILABLE, "capture stopped")
+    assert body["state"] == "capture_failed" and body["error_type"] == "PermissionError"
+    for part in ("db1.internal", "repl", "payroll"):
+        assert part not in response.text
+    assert "/v1/status" in body["message"], "says where the detail is"
+    with_token = client.get(wire.PATH_HEALTH, headers=AUTH).json()
+    assert SECRET_DETAIL in with_token["message"] and with_token["state"] == "capture_failed"
+    deps.capture_stats = object
+    status = client.get(wire.PATH_STATUS, headers=AUTH).json()
+    assert SECRET_DETAIL in status["capture"]["failed"]
+    assert client.get(wire.PATH_STATUS).status_code == 401
+
+
+def test_a_closed_buffer_on_healthz_hides_its_path_without_a_token(
+    deps: ApiDeps, tmp_path: Path
+) -> None:
+    deps.buffer.close()
+    response = TestClient(create_app(deps)).get(wire.PATH_HEALTH)
+    assert_error(response, 503, wire.ERROR_UNAVAILABLE, "closed", "BufferStateError")
+    assert str(tmp_path) not in response.text
 
 
 def test_requests_against_a_closed_buffer_never_leak_a_trace(deps: ApiDeps) -> None:

@@ -237,3 +237,66 @@ def test_a_slow_answer_times_out_without_blaming_a_failure() -> None:
             sub.get(timeout=0.02)
         assert caught.value.errors == {}
         assert sub.get(timeout=5).transactions == tuple(stream(3))
+
+
+# -- the server's long-poll limit (429 / 503 with Retry-After) ---------------------------------
+
+
+def busy(status: int, retry_after: str = "2") -> Any:
+    code = "too_many_long_polls" if status == 429 else "long_polls_full"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        response = error(status, code, "this token already holds 200 waiting long polls")
+        response.headers["Retry-After"] = retry_after
+        return response
+
+    return answer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_refused_long_poll_is_retried_at_once_without_waiting_on_the_same_url(
+    status: int,
+) -> None:
+    api = FakeApi(stream(3))
+    api.fail("a", busy(status))
+    sleeps = Sleeps()
+    with subscriber(api, sleep=sleeps, wait_ms=5000, prefetch=False) as sub:
+        batch = sub.get(timeout=5)
+    assert batch.url == A and batch.transactions == tuple(stream(3))
+    assert sleeps == [], "no back-off before the pull that does not wait"
+    waits = [s.params["wait_ms"] for s in api.events_seen("a")]
+    assert waits[:2] == ["5000", "-1"] and api.events_seen("b") == []
+
+
+def test_while_refused_empty_answers_pause_briefly_then_long_polls_resume() -> None:
+    api = FakeApi([])
+    api.fail("a", busy(503, retry_after="3"))
+    sleeps, clock = Sleeps(), Clock()
+    options: dict[str, Any] = {"wait_ms": 1000, "backoff_initial": 0.25, "prefetch": False}
+    with subscriber(api, urls=(A,), sleep=sleeps, clock=clock, **options) as sub:
+        first = sub.get(timeout=5)
+        sub.ack(first)
+        clock.now += 1.0  # still within Retry-After: another pull that does not wait
+        sub.ack(sub.get(timeout=5))
+        clock.now += 2.5  # past it: a long poll again
+        sub.ack(sub.get(timeout=5))
+    assert [s.params["wait_ms"] for s in api.events_seen("a")] == ["1000", "-1", "-1", "1000"]
+    assert sleeps == [0.25, 0.25], "one short pause per empty answer while refused"
+
+
+def test_refused_even_without_waiting_backs_off_and_never_raises() -> None:
+    api = FakeApi(stream(2))
+    api.fail("a", busy(429), busy(429), busy(503))
+    sleeps = Sleeps()
+    with subscriber(api, urls=(A,), sleep=sleeps, backoff_initial=0.5) as sub:
+        batch = sub.get(timeout=5)
+    assert batch.transactions == tuple(stream(2))
+    assert sleeps and all(0 < s <= 10 for s in sleeps), "a back-off, not a tight loop"

@@ -68,3 +68,15 @@ def test_channel_and_datacenter_names_cannot_carry_sql(tmp_path: Path, name: str
     channel = f'[[channels]]\nname = "{quoted}"\norigin = "dc2"\nremote = ["http://x"]\n'
     with pytest.raises(ConfigError, match=r"channels\.0\.name"):
         load_config(_write(tmp_path, BASE + channel))
+
+
+def test_long_poll_limits_are_read_and_validated(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, BASE))
+    assert (config.api.max_long_polls, config.api.max_long_polls_per_token) == (1000, 200)
+    limits = "[api]\nmax_long_polls = 50\nmax_long_polls_per_token = 10\n"
+    config = load_config(_write(tmp_path, BASE + limits))
+    assert (config.api.max_long_polls, config.api.max_long_polls_per_token) == (50, 10)
+    with pytest.raises(ConfigError, match="max_long_polls_per_token"):
+        load_config(_write(tmp_path, BASE + "[api]\nmax_long_polls = 5\n"))
+    with pytest.raises(ConfigError, match="max_long_polls"):
+        load_config(_write(tmp_path, BASE + "[api]\nmax_long_polls = 0\n"))
