@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from drc.core.tablefilter import TableFilter
+
 VIEW, FUNCTION, PROCEDURE, TRIGGER, EVENT = "view", "function", "procedure", "trigger", "event"
 KINDS = (VIEW, FUNCTION, PROCEDURE, TRIGGER, EVENT)
 
@@ -130,6 +132,14 @@ def split_account(account: str) -> tuple[str, str]:
 def quote_account(account: str) -> str:
     user, host = split_account(account)
     return "`" + user.replace("`", "``") + "`@`" + host.replace("`", "``") + "`"
+
+
+def kept_by(found: SchemaObject, tables: TableFilter) -> bool:
+    """Whether a table filter keeps the object: a trigger follows its table, the others (and
+    a DROP TRIGGER, which names no table) their database."""
+    if found.table is not None:
+        return tables.matches(found.schema, found.table)
+    return tables.may_match_db(found.schema)
 
 
 def _replace(found: SchemaObject, **changes: object) -> SchemaObject:
