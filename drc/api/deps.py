@@ -35,7 +35,8 @@ class ApiDeps:
     ``metastore`` its MetaStore (None: /v1/schema answers 404). ``capture_stats`` returns the
     Replicator's CaptureStats and ``capture_failure`` the fatal error that stopped capture, if
     any (both None when the API serves a buffer nobody captures into). ``protection`` returns
-    the lww protection of the datacenter when this process runs its lww guard.
+    the lww protection of the datacenter when this process runs its lww guard, ``channels`` the
+apply channels it runs (their ApplyStats, drc.apply.stats).
     """
 
     buffer: Any
@@ -48,6 +49,7 @@ class ApiDeps:
     capture_stats: Callable[[], Any] | None = None
     capture_failure: Callable[[], BaseException | None] | None = None
     protection: Callable[[], dict[str, Any] | None] | None = None  # lww triggers (node.py)
+    channels: Callable[[], list[dict[str, Any]]] | None = None  # apply channels here (node.py)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time
