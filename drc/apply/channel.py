@@ -295,7 +295,8 @@ class ApplyChannel:
             group.add(txn, self._clock())
         self._flush(group, pending_ddl=txn.scn)
         for seq, change in enumerate(txn.ddl):
-            self._retrying(partial(self._apply_statement, str(txn.scn), seq, change))
+            apply = partial(self._apply_statement, str(txn.scn), seq, change, txn.timestamp)
+            self._retrying(apply)
         self.session.forget_tables()
         if self.conflicts is not None:  # a new or altered table may need its tombstones
             self._retrying(self.conflicts.refresh_tables)
@@ -303,7 +304,7 @@ class ApplyChannel:
         self.stats.transactions += 1
         self._flush(group, force=True)
 
-    def _apply_statement(self, scn: str, seq: int, change: SchemaChange) -> None:
+    def _apply_statement(self, scn: str, seq: int, change: SchemaChange, timestamp: int) -> None:
         session, name = self.session, self.name
         rows = session.query(ddl_journal.select(name, scn, seq), "reading the DDL journal")
         session.commit()
@@ -328,7 +329,7 @@ class ApplyChannel:
                 if entry is None:
                     session.execute(ddl_journal.start(name, scn, seq, change.statement, current))
                     session.commit()
-                ddl.run(statement)
+                ddl.run(statement, timestamp)
                 self.stats.ddl += 1
                 after = self._definitions(ddl, change)
         session.execute(ddl_journal.finish(name, scn, seq, change.statement, after))

@@ -533,9 +533,13 @@ class DdlSession:
                 ) from exc
             raise translate(exc, self._what) from exc
 
-    def run(self, change: SchemaChange) -> None:
-        """Run the statement as the source did: its default database, its text as written."""
+    def run(self, change: SchemaChange, timestamp: int = 0) -> None:
+        """Run the statement as the source did: its default database, its text as written, and
+        (like native replication) the source's statement time as NOW(), so an event's STARTS
+        or a column's DEFAULT CURRENT_TIMESTAMP gets the source's value."""
         with _translated(self._what), self._conn.cursor() as cur:
+            if timestamp > 0:
+                cur.execute("SET SESSION timestamp = %s", (timestamp,))
             if change.schema:
                 _use(cur, change.schema)
             cur.execute(change.statement)  # no parameters: the text runs as written
