@@ -31,12 +31,12 @@ REALM = 'Bearer realm="drc"'
 class ApiDeps:
     """The replicator's parts the API reads; nothing here is written by the API.
 
-    ``buffer`` is the writer's EventBuffer (in-process, so commits wake long polls),
-    ``metastore`` its MetaStore (None: /v1/schema answers 404). ``capture_stats`` returns the
-    Replicator's CaptureStats and ``capture_failure`` the fatal error that stopped capture, if
-    any (both None when the API serves a buffer nobody captures into). ``protection`` returns
-    the lww protection of the datacenter when this process runs its lww guard, ``channels`` the
-apply channels it runs (their ApplyStats, drc.apply.stats).
+        ``buffer`` is the writer's EventBuffer (in-process, so commits wake long polls),
+        ``metastore`` its MetaStore (None: /v1/schema answers 404). ``capture_stats`` returns the
+        Replicator's CaptureStats and ``capture_failure`` the fatal error that stopped capture, if
+        any (both None when the API serves a buffer nobody captures into). ``protection`` returns
+        the lww protection of the datacenter when this process runs its lww guard, ``channels`` the
+    apply channels it runs (their ApplyStats, drc.apply.stats).
     """
 
     buffer: Any

@@ -18,7 +18,8 @@ Each one is therefore journalled in the target's ``drc`` schema::
     +--------------+--------------+-----------------------------------------------------------+
 
 A definition is the ``SHOW CREATE`` text (TABLE, views included; DATABASE; FUNCTION,
-PROCEDURE, TRIGGER, EVENT) of each object the statement names, AUTO_INCREMENT counters left out, or null for a missing object.
+PROCEDURE, TRIGGER, EVENT) of each object the statement names, AUTO_INCREMENT counters left
+out, or null for a missing object.
 
 What the channel does with the DDL at (scn, seq), :func:`decide`:
 

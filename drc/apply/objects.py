@@ -76,6 +76,6 @@ def _with_target_definer(
     raise ApplyError(
         f"channel {channel}: the definer {user!r}@{host!r} of {found.kind} "
         f"{found.schema}.{found.name} is not an account on the target ({for_log(statement)}): "
-        "create that account on the target, or set definer = \"user@host\" in the channel's "
+        'create that account on the target, or set definer = "user@host" in the channel\'s '
         "config to make an existing account the definer"
     )

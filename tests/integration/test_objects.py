@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,9 +28,9 @@ SHOW = {"view": ("TABLE", 1), "function": ("FUNCTION", 2), "procedure": ("PROCED
 
 
 @pytest.fixture(scope="module")
-def nodes(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-    dict[str, Node]
-]:
+def nodes(
+    sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Node]]:
     configs = write_configs(sandbox, tmp_path_factory.mktemp("objects"), schema=SCHEMA)
     # dc1 leaves events out of what it applies from dc2: those statements are only counted.
     text = configs["dc1"].read_text()
@@ -141,7 +140,10 @@ def test_each_kind_created_altered_dropped_ends_identical(
             name = {"view": "v", "function": "f", "procedure": "p", "trigger": "trg",
                     "event": "e"}[kind] + f"_{suffix}"  # fmt: skip
             assert wait_for(lambda k=kind, n=name: _same_on(dst, src, k, n), 30), (
-                kind, step, _show(src, kind, name), _show(dst, kind, name)
+                kind,
+                step,
+                _show(src, kind, name),
+                _show(dst, kind, name),
             )
             if step < 2:
                 assert _show(dst, kind, name) is not None
@@ -154,9 +156,7 @@ def test_each_kind_created_altered_dropped_ends_identical(
         assert node.channels[0].stats.last_error is None
 
 
-def test_trigger_effect_is_not_doubled(
-    sandbox: SandboxDescription, nodes: dict[str, Node]
-) -> None:
+def test_trigger_effect_is_not_doubled(sandbox: SandboxDescription, nodes: dict[str, Node]) -> None:
     dc1, dc2 = sandbox.server("dc1"), sandbox.server("dc2")
     _run(dc1, "CREATE TABLE tt (id INT PRIMARY KEY, v INT)",
          "CREATE TABLE tt_audit (id INT AUTO_INCREMENT PRIMARY KEY, tid INT, made_on VARCHAR(8))",
@@ -179,5 +179,5 @@ def test_trigger_effect_is_not_doubled(
 
     wanted = [(-3,), (-2,), (-1,), (1,), (2,), (3,), (4,), (5,)]
     assert wait_for(lambda: audit(dc1) == audit(dc2) == wanted, 30), (audit(dc1), audit(dc2))
-    rows = "SELECT * FROM {}.tt ORDER BY id".format(SCHEMA)
+    rows = f"SELECT * FROM {SCHEMA}.tt ORDER BY id"
     assert _query(dc1, rows) == _query(dc2, rows)
