@@ -87,6 +87,9 @@ class TargetConfig(_Model):
         return _read_secret(self.password, self.password_file, "target.password_file")
 
 
+ObjectKind = Literal["view", "function", "procedure", "trigger", "event"]
+
+
 class ChannelConfig(_Model):
     """One apply channel: a set of tables from one remote datacenter into the local target."""
 
@@ -105,6 +108,11 @@ class ChannelConfig(_Model):
     max_commit_delay_ms: float = Field(100, ge=0)
     wait_ms: int = Field(200, ge=-1)
     retries: int = Field(10, ge=0)
+    # Schema objects whose CREATE/ALTER/DROP are applied; statements on the others are counted.
+    objects: tuple[ObjectKind, ...] = ("view", "function", "procedure", "trigger", "event")
+    # The account that becomes the definer of a view, routine, trigger or event whose definer
+    # the target lacks ("user@host"); empty: such a statement stops the channel.
+    definer: str = Field("", pattern=r"^$|^[^@\s]+@[^@\s]+$")
 
     @model_validator(mode="after")
     def _valid(self) -> ChannelConfig:

@@ -70,6 +70,7 @@ class Node:
                 self._spawn(f"channel {channel.name}", channel.run, stop)
         if self.service is not None:
             self.service.protection = self.protection
+            self.service.channels = self.channel_status
 
     def _spawn(
         self, name: str, target: Callable[[threading.Event], None], stop: threading.Event
@@ -125,6 +126,14 @@ class Node:
             names = ", ".join(u["table"] for u in unprotected)
             parts.append(f"lww triggers MISSING on {names} (see drc status)")
         return "; ".join(parts) or "nothing to run"
+
+    def channel_status(self) -> list[dict[str, Any]]:
+        """Each apply channel's counters (drc.apply.stats), for status and metrics."""
+        out = []
+        for channel, component in zip(self.channels, self._channel_components(), strict=True):
+            state = "STOPPED" if component.failure else "running"
+            out.append({"name": channel.name, "state": state, **channel.stats.as_dict()})
+        return out
 
     def protection(self) -> dict[str, Any]:
         """lww protection here: tables refused DRC's triggers (and why), guard state."""

@@ -39,6 +39,8 @@ class ReplicatorService:
     failure: BaseException | None = None  # what stopped capture, for /healthz
     # lww protection of this datacenter (set by the node when it runs the lww guard here)
     protection: Callable[[], dict[str, Any]] | None = None
+    # the apply channels this process runs, for status and metrics (set by the node)
+    channels: Callable[[], list[dict[str, Any]]] | None = None
 
     def run_capture(self, stop: threading.Event) -> None:
         """Capture until ``stop``; a fatal error is kept (the API reports it) and re-raised."""
@@ -121,6 +123,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         capture_stats=lambda: service.replicator.stats,
         capture_failure=lambda: service.failure,
         protection=lambda: None if service.protection is None else service.protection(),
+        channels=lambda: [] if service.channels is None else service.channels(),
     )
     return ApiServer(
         create_app(deps),

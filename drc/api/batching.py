@@ -36,6 +36,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from drc.core import schema_objects
 from drc.core.codec import decode_transaction, encode_transaction, peek_tables
 from drc.core.errors import CorruptRecordError
 from drc.core.events import SchemaChange, Transaction
@@ -57,6 +58,9 @@ class Selection:
         return self.tables.matches_everything and not self.skip_drc
 
     def keeps_ddl(self, change: SchemaChange) -> bool:
+        found = schema_objects.parse(change.statement, change.schema)
+        if found is not None:
+            return schema_objects.kept_by(found, self.tables)
         named = ddl_tables(change)
         if named:
             return any(self.tables.matches(db, table) for db, table, _kind in named)

@@ -66,10 +66,30 @@ async def get_metrics(deps: Deps) -> Response:
 
 def metrics_text(deps: ApiDeps) -> str:
     families = buffer_families(deps) + capture_families(deps) + lww_families(deps)
+    families += apply_families(deps)
     held = Family("drc_api_long_polls", "gauge", "Pulls holding a long-poll slot now").add(
         deps.long_polls.held
     )
     return render(families + api_families(deps.metrics) + [held])
+
+
+APPLY_COUNTERS = ("transactions", "rows", "ddl", "ddl_skipped", "skipped", "conflicts", "retries")
+
+
+def apply_families(deps: ApiDeps) -> list[Family]:
+    channels = deps.channels() if deps.channels is not None else []
+    if not channels:
+        return []
+    families = []
+    for name in APPLY_COUNTERS:
+        family = Family(f"drc_apply_{name}_total", "counter", f"Apply {name.replace('_', ' ')}")
+        for channel in channels:
+            family.add(channel.get(name), channel=str(channel["name"]))
+        families.append(family)
+    up = Family("drc_apply_channel_up", "gauge", "1 while the apply channel runs")
+    for channel in channels:
+        up.add(1 if channel["state"] == "running" else 0, channel=str(channel["name"]))
+    return families + [up]
 
 
 def lww_families(deps: ApiDeps) -> list[Family]:

@@ -7,6 +7,10 @@ makes the age grow while ``caught_up`` stays true, so an alert should use both.
 ``lww`` (null unless this process also runs the datacenter's lww guard, drc.apply.lww_guard):
 the tables DRC could not give its conflict triggers, each with what to do, and how many local
 deletes came without a tombstone and were given a derived one.
+
+``channels``: the apply channels this process runs (``drc run``), each with its counters
+(drc.apply.stats.ApplyStats): ``ddl`` statements run, ``ddl_skipped`` statements left out
+(account statements, object kinds not in the channel's ``objects``, DDL on mapped tables).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ def status(deps: ApiDeps) -> dict[str, Any]:
         "lag": lag(deps, buffer["newest_commit_ms"], position),
         "capture": None if stats is None else capture_status(stats, failure),
         "lww": deps.protection() if deps.protection is not None else None,
+        "channels": deps.channels() if deps.channels is not None else [],
     }
 
 

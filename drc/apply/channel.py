@@ -31,7 +31,12 @@ definitions are read again after every DDL.
 Privileges of the apply user on the target:
 
     SELECT, INSERT, UPDATE, DELETE       on the replicated tables
-    CREATE, ALTER, DROP, INDEX           for replicated DDL (CREATE VIEW too, if views are)
+    CREATE, ALTER, DROP, INDEX           for replicated DDL; for the schema objects the channel
+    CREATE VIEW, CREATE ROUTINE,         replicates (``objects``) their privileges, SET USER to
+    ALTER ROUTINE, TRIGGER, EVENT        create one with another definer (drc.apply.objects),
+    SELECT on mysql.user                 and to check that a definer exists on the target;
+                                         routines and triggers also need
+                                         log_bin_trust_function_creators = 1 (no SUPER)
     ALL on drc.*                         the checkpoint table (created on first start), and
                                          drc.conflicts and drc.tomb_* with a [conflicts] section
     TRIGGER                              on tables with a conflict timestamp column
@@ -51,7 +56,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Protocol
 
-from drc.apply import checkpoint, ddl_journal, plan
+from drc.apply import checkpoint, ddl_journal, objects, plan
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import ConflictEngine, Policies, Ranks
 from drc.apply.errors import CheckpointMismatchError, MissingColumnError
@@ -153,7 +158,7 @@ class ApplyChannel:
         self._applied = SCN.zero()  # the checkpoint row's SCN
         self._stop = threading.Event()
         self._skip_drc = SkipDrcOriginated()
-        self._ddl_filter = KeepApplicableDdl()
+        self._ddl_filter = KeepApplicableDdl(channel.objects)
         names = NameMap(channel.map_tables, channel.map_columns)
         self._mapping = MapNames(names)
         self._idempotency = Idempotency(lambda: self._applied)
@@ -268,6 +273,8 @@ class ApplyChannel:
 
     def _take(self, txn: Transaction, group: Group) -> None:
         kept = self.chain(txn)
+        if txn.ddl:
+            self.stats.ddl_skipped = self._ddl_filter.skipped + self._mapping.ddl_skipped
         if kept is not None and kept.ddl:
             self._apply_ddl(kept, group)
             return
@@ -288,7 +295,8 @@ class ApplyChannel:
             group.add(txn, self._clock())
         self._flush(group, pending_ddl=txn.scn)
         for seq, change in enumerate(txn.ddl):
-            self._retrying(partial(self._apply_statement, str(txn.scn), seq, change))
+            apply = partial(self._apply_statement, str(txn.scn), seq, change, txn.timestamp)
+            self._retrying(apply)
         self.session.forget_tables()
         if self.conflicts is not None:  # a new or altered table may need its tombstones
             self._retrying(self.conflicts.refresh_tables)
@@ -296,7 +304,7 @@ class ApplyChannel:
         self.stats.transactions += 1
         self._flush(group, force=True)
 
-    def _apply_statement(self, scn: str, seq: int, change: SchemaChange) -> None:
+    def _apply_statement(self, scn: str, seq: int, change: SchemaChange, timestamp: int) -> None:
         session, name = self.session, self.name
         rows = session.query(ddl_journal.select(name, scn, seq), "reading the DDL journal")
         session.commit()
@@ -317,10 +325,11 @@ class ApplyChannel:
                 log.info("channel %s: %s ran before a restart; recorded as done", name, what)
                 after = current
             else:
+                statement = objects.prepared(change, ddl, self.channel.definer, name)
                 if entry is None:
                     session.execute(ddl_journal.start(name, scn, seq, change.statement, current))
                     session.commit()
-                ddl.run(change)
+                ddl.run(statement, timestamp)
                 self.stats.ddl += 1
                 after = self._definitions(ddl, change)
         session.execute(ddl_journal.finish(name, scn, seq, change.statement, after))

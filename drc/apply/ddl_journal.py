@@ -17,8 +17,9 @@ Each one is therefore journalled in the target's ``drc`` schema::
     | started_at, finished_at     | UTC times                                                 |
     +--------------+--------------+-----------------------------------------------------------+
 
-A definition is ``SHOW CREATE TABLE`` (views included) or ``SHOW CREATE DATABASE`` of each
-object the statement names, AUTO_INCREMENT counters left out, or null for a missing object.
+A definition is the ``SHOW CREATE`` text (TABLE, views included; DATABASE; FUNCTION,
+PROCEDURE, TRIGGER, EVENT) of each object the statement names, AUTO_INCREMENT counters left
+out, or null for a missing object.
 
 What the channel does with the DDL at (scn, seq), :func:`decide`:
 
@@ -48,6 +49,7 @@ import re
 from dataclasses import dataclass
 
 from drc.apply.sql import Statement, ident
+from drc.core import schema_objects
 from drc.core.events import SchemaChange
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.metastore.ddl import ddl_tables, parse_table_name
@@ -88,12 +90,6 @@ _INDEX = re.compile(
     r"(?:`(?:[^`]|``)+`|\S+)\s+ON\s+" + _NAME,
     re.IGNORECASE,
 )
-_VIEW = re.compile(
-    r"\s*(?:CREATE|ALTER|DROP)\s+(?:OR\s+REPLACE\s+)?(?:ALGORITHM\s*=\s*\w+\s+)?"
-    r"(?:DEFINER\s*=\s*\S+\s+)?(?:SQL\s+SECURITY\s+\w+\s+)?VIEW\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
-    + _NAME,
-    re.IGNORECASE,
-)
 _DATABASE = re.compile(
     r"\s*(?:CREATE|ALTER|DROP)\s+(?:OR\s+REPLACE\s+)?(?:DATABASE|SCHEMA)\s+"
     r"(?:IF\s+(?:NOT\s+)?EXISTS\s+)?(`(?:[^`]|``)+`|[^\s`;]+)",
@@ -102,15 +98,19 @@ _DATABASE = re.compile(
 
 
 def objects(change: SchemaChange) -> list[tuple[str, str, str | None]]:
-    """``("table", db, name)`` / ``("database", db, None)`` for each object the statement names."""
+    """``("table", db, name)`` / ``("database", db, None)`` for each object the statement names;
+    a view is a table here (SHOW CREATE TABLE shows it), a routine, trigger or event its kind."""
+    found_object = schema_objects.parse(change.statement, change.schema)
+    if found_object is not None:
+        kind = "table" if found_object.kind == schema_objects.VIEW else found_object.kind
+        return [(kind, found_object.schema, found_object.name)]
     found: list[tuple[str, str, str | None]] = [
         ("table", db, table) for db, table, _kind in ddl_tables(change)
     ]
-    for pattern in (_INDEX, _VIEW):
-        match = pattern.match(change.statement)
-        if match and not found:
-            db, table = _qualified(match.group(1), change.schema)
-            found.append(("table", db, table))
+    match = _INDEX.match(change.statement)
+    if match and not found:
+        db, table = _qualified(match.group(1), change.schema)
+        found.append(("table", db, table))
     database = _DATABASE.match(change.statement)
     if database and not found:
         found.append(("database", _unquote(database.group(1)), None))

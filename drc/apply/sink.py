@@ -473,6 +473,24 @@ class TargetSession:
                 pass
 
 
+# kind -> (existence query, SHOW CREATE statement, column of the definition in its answer)
+_SHOW: dict[str, tuple[str, str, int]] = {
+    "database": ("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+                 "SHOW CREATE DATABASE", 1),
+    "table": ("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+              "AND TABLE_NAME = %s", "SHOW CREATE TABLE", 1),
+    "function": ("SELECT 1 FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s "
+                 "AND ROUTINE_NAME = %s AND ROUTINE_TYPE = 'FUNCTION'", "SHOW CREATE FUNCTION", 2),
+    "procedure": ("SELECT 1 FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s "
+                  "AND ROUTINE_NAME = %s AND ROUTINE_TYPE = 'PROCEDURE'",
+                  "SHOW CREATE PROCEDURE", 2),
+    "trigger": ("SELECT 1 FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s "
+                "AND TRIGGER_NAME = %s", "SHOW CREATE TRIGGER", 2),
+    "event": ("SELECT 1 FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s "
+              "AND EVENT_NAME = %s", "SHOW CREATE EVENT", 3),
+}  # fmt: skip
+
+
 class DdlSession:
     """One replicated DDL statement's connection: its advisory lock, the definitions of the
     objects it names (drc.apply.ddl_journal), and the statement itself."""
@@ -488,26 +506,40 @@ class DdlSession:
         return bool(row and row[0] == 1)
 
     def definition(self, kind: str, db: str, name: str | None) -> str | None:
-        """SHOW CREATE TABLE (or DATABASE) text, or None when there is no such object."""
+        """SHOW CREATE text of a table (views included), database, routine, trigger or event,
+        or None when there is no such object."""
+        exists, show, column = _SHOW[kind]
         with _translated(self._what), self._conn.cursor() as cur:
-            if name is None:
-                cur.execute("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
-                            (db,))  # fmt: skip
-                if cur.fetchone() is None:
-                    return None
-                cur.execute(f"SHOW CREATE DATABASE {sql.quote(db)}")
-            else:
-                cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
-                            "AND TABLE_NAME = %s", (db, name))  # fmt: skip
-                if cur.fetchone() is None:
-                    return None
-                cur.execute(f"SHOW CREATE TABLE {sql.quote(db)}.{sql.quote(name)}")
+            cur.execute(exists, (db,) if name is None else (db, name))
+            if cur.fetchone() is None:
+                return None
+            target = sql.quote(db) if name is None else f"{sql.quote(db)}.{sql.quote(name)}"
+            cur.execute(f"{show} {target}")
             row = cur.fetchone()
-        return None if row is None else str(row[1])
+        return None if row is None or row[column] is None else str(row[column])
 
-    def run(self, change: SchemaChange) -> None:
-        """Run the statement as the source did: its default database, its text as written."""
+    def account_exists(self, user: str, host: str) -> bool:
+        """Whether the target has the account (a definer must exist to be used)."""
+        try:
+            with self._conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM mysql.user WHERE User = %s AND Host = %s", (user, host))
+                return cur.fetchone() is not None
+        except pymysql.MySQLError as exc:
+            if exc.args and exc.args[0] in (1142, 1044):  # no SELECT on mysql.user
+                raise ApplyError(
+                    f"cannot check whether the definer {user!r}@{host!r} of {self._what} exists "
+                    "on the target: grant the apply user SELECT ON mysql.user",
+                    exc.args[0],
+                ) from exc
+            raise translate(exc, self._what) from exc
+
+    def run(self, change: SchemaChange, timestamp: int = 0) -> None:
+        """Run the statement as the source did: its default database, its text as written, and
+        (like native replication) the source's statement time as NOW(), so an event's STARTS
+        or a column's DEFAULT CURRENT_TIMESTAMP gets the source's value."""
         with _translated(self._what), self._conn.cursor() as cur:
+            if timestamp > 0:
+                cur.execute("SET SESSION timestamp = %s", (timestamp,))
             if change.schema:
                 _use(cur, change.schema)
             cur.execute(change.statement)  # no parameters: the text runs as written

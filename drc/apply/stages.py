@@ -20,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
+from drc.core import schema_objects
 from drc.core.events import RowChange, SchemaChange, Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
 from drc.core.scn import SCN
@@ -95,6 +96,9 @@ class KeepTables:
         return match(schema, table)
 
     def keeps_ddl(self, change: SchemaChange) -> bool:
+        found = schema_objects.parse(change.statement, change.schema)
+        if found is not None:
+            return found.schema != CHECKPOINT_SCHEMA and schema_objects.kept_by(found, self.tables)
         named = ddl_tables(change)
         if named:
             return any(_not_marker(db, t) and self.tables.matches(db, t) for db, t, _kind in named)
@@ -106,32 +110,37 @@ def _not_marker(schema: str, table: str) -> bool:
     return (schema, table) != (CHECKPOINT_SCHEMA, CHECKPOINT_TABLE)
 
 
-# Schema statements DRC replays: tables, indexes, databases, views. Everything else a binlog may
-# carry (GRANT, CREATE USER, triggers, routines, events, TEMPORARY tables, ANALYZE/OPTIMIZE) is
-# skipped: privileges are per datacenter, and a replicated trigger would fire a second time on
-# rows that already carry its effect.
+# Schema statements DRC replays: tables, indexes, databases, and the schema objects the channel's
+# ``objects`` names (views, routines, triggers, events: drc.core.schema_objects). Everything else
+# a binlog may carry (GRANT, CREATE USER, TEMPORARY tables, ANALYZE/OPTIMIZE, packages) is
+# skipped and counted: privileges are per datacenter.
 _APPLICABLE_DDL = re.compile(
     r"\s*(?:/\*.*?\*/\s*)*(?:TRUNCATE\b|(?:CREATE|ALTER|DROP|RENAME)\s+"
-    r"(?:(?:OR\s+REPLACE|ONLINE|OFFLINE|IGNORE|UNIQUE|FULLTEXT|SPATIAL|ALGORITHM\s*=\s*\w+|"
-    r"DEFINER\s*=\s*\S+|SQL\s+SECURITY\s+\w+)\s+)*(?:TABLES?|INDEX|DATABASE|SCHEMA|VIEW)\b)",
+    r"(?:(?:OR\s+REPLACE|ONLINE|OFFLINE|IGNORE|UNIQUE|FULLTEXT|SPATIAL)\s+)*"
+    r"(?:TABLES?|INDEX|DATABASE|SCHEMA)\b)",
     re.IGNORECASE | re.DOTALL,
 )
 
 
-def applicable_ddl(statement: str) -> bool:
-    return _APPLICABLE_DDL.match(statement) is not None
+def applicable_ddl(change: SchemaChange, objects: Collection[str] = schema_objects.KINDS) -> bool:
+    """A table, index or database statement, or one on a schema object of ``objects``."""
+    found = schema_objects.parse(change.statement, change.schema)
+    if found is not None:
+        return found.kind in objects
+    return _APPLICABLE_DDL.match(change.statement) is not None
 
 
 class KeepApplicableDdl:
     """Drops schema statements that must not be replayed on another datacenter (counted)."""
 
-    def __init__(self) -> None:
+    def __init__(self, objects: Collection[str] = schema_objects.KINDS) -> None:
+        self.objects = frozenset(objects)
         self.skipped = 0
 
     def __call__(self, txn: Transaction) -> Transaction | None:
         if not txn.ddl:
             return txn
-        kept = tuple(d for d in txn.ddl if applicable_ddl(d.statement))
+        kept = tuple(d for d in txn.ddl if applicable_ddl(d, self.objects))
         for change in txn.ddl:
             if change not in kept:
                 self.skipped += 1
@@ -237,6 +246,9 @@ class MapNames:
 
 def _ddl_names(change: SchemaChange) -> list[tuple[str, str | None]]:
     """The tables a DDL names, or (database, None) for one that names no table."""
+    found = schema_objects.parse(change.statement, change.schema)
+    if found is not None:
+        return [(found.schema, found.table)]
     named: list[tuple[str, str | None]] = [(db, t) for db, t, _kind in ddl_tables(change)]
     return named or [(dropped_database(change) or change.schema, None)]
 

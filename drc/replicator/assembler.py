@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from drc.core import schema_objects
 from drc.core.events import Op, RowChange, SchemaChange, TableSchema, Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
 from drc.core.scn import SCN
@@ -177,6 +178,9 @@ class TransactionAssembler:
         return None
 
     def _keeps_ddl(self, change: SchemaChange) -> bool:
+        found = schema_objects.parse(change.statement, change.schema)
+        if found is not None:  # named by its qualified name, not the session's database
+            return schema_objects.kept_by(found, self._capture)
         named = ddl_tables(change)
         if named:
             return any(self._capture.matches(db, table) for db, table, _kind in named)

@@ -80,7 +80,7 @@ def test_table_filter_keeps_ddl_naming_a_kept_table_or_database() -> None:
     ],
 )
 def test_schema_statements_are_applicable(statement: str) -> None:
-    assert applicable_ddl(statement)
+    assert applicable_ddl(SchemaChange("db", statement))
 
 
 @pytest.mark.parametrize(
@@ -88,19 +88,49 @@ def test_schema_statements_are_applicable(statement: str) -> None:
     [
         "GRANT SELECT ON *.* TO 'x'@'%'",
         "CREATE USER x",
-        "CREATE TRIGGER tr BEFORE INSERT ON t FOR EACH ROW SET NEW.c = 1",
-        "CREATE DEFINER=`root`@`localhost` PROCEDURE p() BEGIN END",
         "CREATE TEMPORARY TABLE tmp (id INT)",
+        "CREATE PACKAGE pkg AS FUNCTION f RETURN INT; END",
         "DROP TEMPORARY TABLE IF EXISTS tmp",
         "ANALYZE TABLE t",
         "FLUSH PRIVILEGES",
     ],
 )
 def test_other_statements_are_not(statement: str) -> None:
-    assert not applicable_ddl(statement)
+    assert not applicable_ddl(SchemaChange("db", statement))
     stage = KeepApplicableDdl()
     assert stage(txn(1, ddl=(SchemaChange("db", statement),))) is None
     assert stage.skipped == 1
+
+
+OBJECT_STATEMENTS = {
+    "view": "CREATE ALGORITHM=UNDEFINED DEFINER=`root`@`localhost` SQL SECURITY DEFINER VIEW v "
+    "AS SELECT 1",
+    "function": "CREATE DEFINER=`root`@`localhost` FUNCTION `d2`.`f`() RETURNS int RETURN 1",
+    "procedure": "DROP PROCEDURE IF EXISTS p",
+    "trigger": "CREATE DEFINER=`root`@`localhost` TRIGGER tr BEFORE INSERT ON t FOR EACH ROW "
+    "SET NEW.c = 1",
+    "event": "ALTER EVENT e DISABLE",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OBJECT_STATEMENTS))
+def test_object_kinds_left_out_are_skipped_and_counted(kind: str) -> None:
+    change = SchemaChange("db", OBJECT_STATEMENTS[kind])
+    assert applicable_ddl(change)
+    others = [k for k in OBJECT_STATEMENTS if k != kind]
+    stage = KeepApplicableDdl(others)
+    assert stage(txn(1, ddl=(change,))) is None
+    assert stage.skipped == 1
+    kept = txn(2, ddl=tuple(SchemaChange("db", OBJECT_STATEMENTS[k]) for k in others))
+    assert stage(kept) is kept and stage.skipped == 1
+
+
+def test_objects_follow_their_qualified_database_and_triggers_their_table() -> None:
+    keep = KeepTables(TableFilter.build(["d2.*", "db.t"]))
+    assert keep.keeps_ddl(SchemaChange("other", OBJECT_STATEMENTS["function"]))
+    assert keep.keeps_ddl(SchemaChange("db", OBJECT_STATEMENTS["trigger"]))
+    assert not keep.keeps_ddl(SchemaChange("other", OBJECT_STATEMENTS["trigger"]))
+    assert not keep.keeps_ddl(SchemaChange("other", "CREATE PROCEDURE p() BEGIN END"))
 
 
 def test_mapping_renames_tables_and_columns() -> None:
