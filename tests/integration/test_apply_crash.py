@@ -152,6 +152,16 @@ def _fixes(log: Path) -> int:
     return total + run_max
 
 
+def _wait_resumed(log: Path, runs: int, timeout: float = 60.0) -> None:
+    """Until ``runs`` processes have read their checkpoint (a kill before is no test)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and log.read_text(errors="replace").count("resumes after") >= runs:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"apply process {runs} did not start: {log.read_text()[-2000:]}")
+
+
 @pytest.mark.slow
 def test_kill_9_at_random_moments_loses_and_repeats_nothing(
     dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
@@ -173,7 +183,8 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(
         writer.start()
         during = 0  # kills while the workload was still writing
         try:
-            for _ in range(KILLS):  # later kills land in the catch-up, also a fair moment
+            for run in range(KILLS):  # later kills land in the catch-up, also a fair moment
+                _wait_resumed(log, run + 1)  # a loaded machine starts a process slowly
                 time.sleep(rng.uniform(0.3, 1.2))
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
