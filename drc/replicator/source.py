@@ -111,16 +111,16 @@ _REQUIRED = (
 )
 
 
-def unavailable(settings: SourceSettings, what: str, exc: BaseException) -> Exception:
+def unavailable(settings: SourceSettings, failed: str, exc: BaseException) -> Exception:
     """The error for a failed connection: fatal if TLS refused it (retrying cannot help)."""
     refused = tls_failure(exc)
     if refused is not None:
+        section = settings.tls.section
         return SourceConfigError(
-            f"{what} {settings!r} over TLS ({settings.tls.section}.tls = "
-            f"{settings.tls.mode!r}) refused: {refused}; check the {settings.tls.section}.tls "
-            "keys against the server's certificate"
+            f"TLS to source {settings!r} ({section}.tls = {settings.tls.mode!r}) refused: "
+            f"{refused}; check the {section}.tls keys against the server's certificate"
         )
-    return SourceUnavailableError(f"{what} {settings!r} failed: {exc}")
+    return SourceUnavailableError(f"{failed}: {exc}")
 
 
 def inspect_source(settings: SourceSettings) -> SourceInfo:
@@ -129,7 +129,7 @@ def inspect_source(settings: SourceSettings) -> SourceInfo:
     try:
         conn = pymysql.connect(**options)
     except pymysql.MySQLError as exc:
-        raise unavailable(settings, "connecting to source", exc) from exc
+        raise unavailable(settings, f"cannot connect to source {settings!r}", exc) from exc
     try:
         with conn.cursor() as cur:
             names = ", ".join(f"@@{name}" for name, _, _ in _REQUIRED)
@@ -212,7 +212,8 @@ class BinlogStream:
                 if converted is not None:
                     yield converted
         except (pymysql.MySQLError, OSError, EOFError) as exc:
-            raise unavailable(self._settings, "binlog stream from", exc) from exc
+            failed = f"binlog stream from {self._settings!r} failed"
+            raise unavailable(self._settings, failed, exc) from exc
 
     def _position(self, event: Any) -> tuple[int, int]:
         return split_binlog_name(self._reader.log_file)[1], int(event.packet.log_pos)
