@@ -105,6 +105,9 @@ def https_context(
 def tls_failure(exc: BaseException) -> str | None:
     """Why TLS refused this connection, or None if ``exc`` is not a TLS refusal.
 
+    Only what a retry cannot change counts: a certificate that fails verification, an alert
+    from the peer (it refused our certificate or protocol), no TLS on the server. A TLS
+    connection cut mid-stream (SSLEOFError, ...) is a network failure like any other.
     pymysql wraps handshake errors in OperationalError(2003) with ``original_exception``;
     httpx keeps the ssl error in ``__cause__``/``__context__``.
     """
@@ -116,11 +119,16 @@ def tls_failure(exc: BaseException) -> str | None:
         seen.add(id(current))
         if isinstance(current, ssl.SSLCertVerificationError):
             return f"the server's certificate was refused: {current.verify_message}"
-        if isinstance(current, ssl.SSLError):
-            return f"the TLS handshake failed: {current.reason or current}"
+        reason = getattr(current, "reason", None)  # set by the ssl module, not by hand
+        if isinstance(current, ssl.SSLError) and _refusal(reason):
+            return f"the TLS handshake was refused: {reason}"
         inner = getattr(current, "original_exception", None)
         current = inner or current.__cause__ or current.__context__
     return None
+
+
+def _refusal(reason: str | None) -> bool:
+    return any(word in (reason or "") for word in ("ALERT", "CERTIFICATE", "WRONG_VERSION"))
 
 
 def _pair_problems(cert: object, key: object, names: tuple[str, str, str]) -> list[str]:

@@ -126,6 +126,9 @@ def test_tls_refusals_are_told_apart_from_network_failures() -> None:
     refused = pymysql.err.OperationalError(2003, "Can't connect ([Errno 111] refused)")
     refused.original_exception = ConnectionRefusedError(111, "refused")  # type: ignore[attr-defined]
     assert tls_failure(refused) is None
+    cut = pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+    cut.__cause__ = ssl.SSLEOFError(8, "EOF occurred in violation of protocol")
+    assert tls_failure(cut) is None  # a dropped TLS connection is retried like any other
 
 
 def test_sandbox_certificates_name_loopback_and_chain_to_the_ca(tmp_path: Path) -> None:
