@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 
 from drc.core.errors import ConfigError
 from drc.core.tablefilter import TableFilter, TableFilterError
+from drc.tls import MysqlTls, MysqlTlsMode, https_context
 
 
 class _Model(BaseModel):
@@ -25,7 +34,27 @@ class DatacenterConfig(_Model):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
 
 
-class SourceConfig(_Model):
+class _MysqlTlsKeys(_Model):
+    """TLS keys of a MySQL connection (drc.tls explains the modes)."""
+
+    tls: MysqlTlsMode = "preferred"
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    _tls_section: str = PrivateAttr("source")
+
+    @model_validator(mode="after")
+    def _usable_tls(self) -> _MysqlTlsKeys:
+        problems = self.mysql_tls().problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def mysql_tls(self) -> MysqlTls:
+        return MysqlTls(self.tls, self.tls_ca, self.tls_cert, self.tls_key, self._tls_section)
+
+
+class SourceConfig(_MysqlTlsKeys):
     host: str = "127.0.0.1"
     port: int = Field(3306, ge=1, le=65535)
     user: str
@@ -74,8 +103,10 @@ class ReplicatorConfig(_Model):
         return TableFilter.build(self.include, self.exclude)
 
 
-class TargetConfig(_Model):
+class TargetConfig(_MysqlTlsKeys):
     """The local database apply channels write into; defaults to the [source] connection."""
+
+    _tls_section: str = PrivateAttr("target")
 
     host: str = "127.0.0.1"
     port: int = Field(3306, ge=1, le=65535)
@@ -113,6 +144,11 @@ class ChannelConfig(_Model):
     # The account that becomes the definer of a view, routine, trigger or event whose definer
     # the target lacks ("user@host"); empty: such a statement stops the channel.
     definer: str = Field("", pattern=r"^$|^[^@\s]+@[^@\s]+$")
+    # HTTPS to the remote API (drc.tls): a private CA, a client certificate, verification.
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_verify: bool = True
 
     @model_validator(mode="after")
     def _valid(self) -> ChannelConfig:
@@ -123,6 +159,28 @@ class ChannelConfig(_Model):
         except TableFilterError as exc:
             raise ValueError(str(exc)) from exc
         return self
+
+    @model_validator(mode="after")
+    def _usable_tls(self) -> ChannelConfig:
+        given = [k for k in ("tls_ca", "tls_cert", "tls_key") if getattr(self, k) is not None]
+        given += [] if self.tls_verify else ["tls_verify"]
+        if given and not any(url.lower().startswith("https://") for url in self.remote):
+            raise ValueError(f"{', '.join(given)} only apply to https:// remote URLs")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("give both tls_cert and tls_key (a client certificate needs its key)")
+        if self.tls_ca is not None and not self.tls_verify:
+            raise ValueError("tls_ca is given but tls_verify = false; drop one")
+        return self
+
+    def https_verify(self) -> Any:
+        """httpx's ``verify``: True (system trust) unless TLS keys are given, else a context."""
+        if self.tls_ca is None and self.tls_cert is None and self.tls_verify:
+            return True
+        prefix = f"channels.{self.name}."
+        return https_context(
+            self.tls_ca, self.tls_cert, self.tls_key, self.tls_verify,
+            names=(prefix + "tls_ca", prefix + "tls_cert", prefix + "tls_key"),
+        )  # fmt: skip
 
     def table_filter(self) -> TableFilter:
         return TableFilter.build(self.tables, self.exclude)
@@ -274,10 +332,13 @@ class DrcConfig(_Model):
         if self.target is not None:
             return self.target
         src = self.source
-        return TargetConfig(
+        target = TargetConfig(
             host=src.host, port=src.port, user=src.user, password=src.password,
-            password_file=src.password_file,
+            password_file=src.password_file, tls=src.tls, tls_ca=src.tls_ca,
+            tls_cert=src.tls_cert, tls_key=src.tls_key,
         )  # fmt: skip
+        target._tls_section = "source"  # errors name the keys the operator wrote
+        return target
 
 
 def load_config(path: str | Path) -> DrcConfig:

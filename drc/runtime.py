@@ -73,6 +73,7 @@ def source_settings(config: DrcConfig) -> SourceSettings:
         password=src.secret(),
         replica_server_id=src.replica_server_id,
         heartbeat_s=src.heartbeat_s,
+        tls=src.mysql_tls(),
     )
 
 

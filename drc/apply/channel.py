@@ -53,6 +53,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -110,11 +111,13 @@ def default_subscriber(channel: ChannelConfig, after: SCN) -> SubscriberLike:
         skip_drc=True,
         binary=True,
         wait_ms=channel.wait_ms,
+        verify=channel.https_verify(),
     )
 
 
 def target_settings(target: Any) -> TargetSettings:
-    """TargetSettings from anything with host, port, user and password (str or SecretStr)."""
+    """TargetSettings from anything with host, port, user and password (str or SecretStr),
+    and TLS settings if it has ``mysql_tls()`` (a TargetConfig)."""
     if isinstance(target, TargetSettings):
         return target
     password: Any = getattr(target, "password", None)
@@ -122,7 +125,10 @@ def target_settings(target: Any) -> TargetSettings:
         password = target.secret()
     elif password is not None and hasattr(password, "get_secret_value"):
         password = password.get_secret_value()
-    return TargetSettings(target.host, target.port, target.user, password or "")
+    settings = TargetSettings(target.host, target.port, target.user, password or "")
+    if hasattr(target, "mysql_tls"):
+        settings = replace(settings, tls=target.mysql_tls())
+    return settings
 
 
 class ApplyChannel:

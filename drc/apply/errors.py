@@ -10,6 +10,8 @@
     +-- FatalError                  the channel stops; its checkpoint was not advanced
         +-- ApplyError              the target rejected a statement for another reason
         |   +-- RetriesExhaustedError  a lock conflict that kept coming back
+        |   +-- TargetTlsError      TLS refused the connection (untrusted certificate, wrong
+        |                           host name, no TLS on the server): fix the tls keys
         +-- TargetSchemaError       the target's tables do not fit the stream
         |   +-- MissingTableError
         |   +-- MissingColumnError
@@ -50,6 +52,10 @@ class ApplyError(FatalError):
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class TargetTlsError(ApplyError):
+    """TLS refused the connection to the target; reconnecting cannot fix a certificate."""
 
 
 class RetriesExhaustedError(ApplyError):

@@ -73,12 +73,14 @@ from drc.apply.errors import (
     LockConflictError,
     MissingTableError,
     TargetReadOnlyError,
+    TargetTlsError,
     TargetUnavailableError,
 )
 from drc.apply.plan import DuplicateKey, Effects, TargetTable
 from drc.apply.retry import Kind, classify
 from drc.core.errors import DrcError
 from drc.core.events import SchemaChange
+from drc.tls import MysqlTls, tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,7 @@ class TargetSettings:
     user: str
     password: str = field(repr=False)
     connect_timeout_s: float = 10.0
+    tls: MysqlTls = MysqlTls(section="target")
 
     def __repr__(self) -> str:  # never print the password
         return f"TargetSettings({self.user}@{self.host}:{self.port})"
@@ -120,6 +123,17 @@ def translate(exc: BaseException, what: str) -> BaseException:
 
 
 _DRIVER_ERRORS = (pymysql.MySQLError, OSError, EOFError)
+
+
+def _tls_refused(settings: TargetSettings, exc: BaseException) -> TargetTlsError | None:
+    refused = tls_failure(exc)
+    if refused is None:
+        return None
+    section = settings.tls.section
+    return TargetTlsError(
+        f"connecting to {settings!r} over TLS ({section}.tls = {settings.tls.mode!r}) was "
+        f"refused: {refused}; check the {section}.tls keys against the server's certificate"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +183,19 @@ class TargetSession:
 
     def _new_connection(self, what: str) -> Any:
         s = self.settings
+        tls = s.tls.pymysql_options()  # reads the TLS files: a ConfigError, not a retry
         with _translated(what):
-            conn = self._connect(
-                host=s.host, port=s.port, user=s.user, password=s.password,
-                charset="utf8mb4", autocommit=False, client_flag=CLIENT.FOUND_ROWS,
-                binary_prefix=True, connect_timeout=s.connect_timeout_s,
-            )  # fmt: skip
+            try:
+                conn = self._connect(
+                    host=s.host, port=s.port, user=s.user, password=s.password,
+                    charset="utf8mb4", autocommit=False, client_flag=CLIENT.FOUND_ROWS,
+                    binary_prefix=True, connect_timeout=s.connect_timeout_s, **tls,
+                )  # fmt: skip
+            except _DRIVER_ERRORS as exc:
+                refused = _tls_refused(s, exc)
+                if refused is None:
+                    raise
+                raise refused from exc
             try:
                 with conn.cursor() as cur:
                     cur.execute(

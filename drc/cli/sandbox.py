@@ -34,13 +34,21 @@ def sandbox() -> None:
     type=click.IntRange(1, 9),
     help="How many datacenters (MariaDB servers) to run.",
 )
-def up(directory: str, datacenters: int) -> None:
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Make a private CA (DIR/tls/ca.crt) and have every MariaDB offer TLS signed by it.",
+)
+def up(directory: str, datacenters: int, tls: bool) -> None:
     """Start the sandbox (servers already running are kept) and print its description.
 
     The description (also in DIR/sandbox.json, which holds the password) lists each server's
-    host, port, socket, server_id and user, and the ZooKeeper connect string.
+    host, port, socket, server_id and user, the CA of its certificate with --tls, and the
+    ZooKeeper connect string.
     """
-    description = Sandbox(directory).up(datacenters, progress=lambda msg: click.echo(msg, err=True))
+    description = Sandbox(directory).up(
+        datacenters, progress=lambda msg: click.echo(msg, err=True), tls=tls
+    )
     click.echo(description.to_json(reveal_password=False))
 
 

@@ -37,6 +37,20 @@ _token = click.option(
     default=None,
     help="Bearer token of the API (prefer the env var: arguments show in ps).",
 )
+_pem = click.Path(exists=True, dir_okay=False)
+
+
+def _tls(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--ca/--cert/--key for HTTPS APIs (a private CA, a client certificate)."""
+    options = (
+        click.option("--ca", type=_pem, default=None,
+                     help="PEM file of the CA(s) to trust for https:// URLs (else the system's)."),
+        click.option("--cert", type=_pem, default=None, help="PEM client certificate, with --key."),
+        click.option("--key", type=_pem, default=None, help="PEM key of --cert (unencrypted)."),
+    )  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 @click.command()
@@ -52,6 +66,7 @@ _token = click.option(
     help="table: one line per row change; json: one transaction per line (lossless).",
 )
 @_token
+@_tls
 @click.option(
     "--checkpoint",
     type=click.Path(dir_okay=False),
@@ -73,6 +88,9 @@ def tail(
     tables: str | None,
     fmt: str,
     token: str | None,
+    ca: str | None,
+    cert: str | None,
+    key: str | None,
     checkpoint: str | None,
     limit: int | None,
     skip_drc: bool,
@@ -98,6 +116,9 @@ def tail(
             token=token,
             skip_drc=skip_drc,
             transport=TRANSPORT,
+            ca=ca,
+            cert=cert,
+            key=key,
         ) as sub,
     ):
         try:
@@ -127,6 +148,7 @@ def _follow(sub: Any, emit: Callable[[Transaction], None], limit: int | None, ti
 @click.command()
 @_api
 @_token
+@_tls
 @click.option(
     "--format",
     "fmt",
@@ -135,13 +157,20 @@ def _follow(sub: Any, emit: Callable[[Transaction], None], limit: int | None, ti
     show_default=True,
     help="text: readable lines; json: the API's document as is.",
 )
-def status(urls: tuple[str, ...], token: str | None, fmt: str) -> None:
+def status(
+    urls: tuple[str, ...],
+    token: str | None,
+    ca: str | None,
+    cert: str | None,
+    key: str | None,
+    fmt: str,
+) -> None:
     """Show each replicator's role, datacenter, source, buffer SCN range and lag."""
     from drc.client import fetch_status
 
     for url in urls:
         with _client_errors():
-            doc = fetch_status(url, token, transport=TRANSPORT)
+            doc = fetch_status(url, token, transport=TRANSPORT, ca=ca, cert=cert, key=key)
         if fmt == "json":
             click.echo(json.dumps(doc, indent=2, sort_keys=True))
             continue

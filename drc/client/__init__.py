@@ -5,6 +5,9 @@
         for txn in assemble(sub):          # or sub.get() / sub.ack(batch) / sub.rollback()
             apply(txn)
 
+HTTPS with a private CA: ``Subscriber(["https://dc1-a:8640"], ca="dc1-ca.pem")`` (and
+``cert=``/``key=`` for a client certificate, ``verify=False`` to not check at all).
+
 Only this package and the CLI import httpx.
 """
 
@@ -13,6 +16,7 @@ from drc.client.errors import (
     AckError,
     ApiAuthError,
     ApiRequestError,
+    ApiTlsError,
     ApiUnavailableError,
     BufferRebuiltError,
     CheckpointError,
@@ -28,6 +32,7 @@ __all__ = [
     "AckError",
     "ApiAuthError",
     "ApiRequestError",
+    "ApiTlsError",
     "ApiUnavailableError",
     "Batch",
     "BufferRebuiltError",

@@ -9,6 +9,8 @@
         +-- BufferRebuiltError      409: the server's buffer is not the one this position came from
         +-- PositionTooOldError     410 from every URL (also a drc.core ScnTooOldError)
         +-- ProtocolError           a response that breaks the API contract (order, framing)
+        +-- ApiTlsError             HTTPS refused: the server's certificate is not trusted (pass
+        |                           the CA that signed it) or the handshake failed
         +-- AckError                ack of a batch that is not the one awaiting its ack
         +-- CheckpointError         a checkpoint file that cannot be read or written
         +-- FragmentError           fragments that cannot be assembled into one transaction
@@ -111,3 +113,12 @@ class CheckpointError(FatalError):
 class FragmentError(FatalError):
     """Fragments that do not form one transaction (a gap, a repeat, a missing last fragment), or
     a transaction larger than assemble()'s ``max_changes`` bound."""
+
+
+class ApiTlsError(FatalError):
+    """HTTPS to ``url`` was refused by TLS. Retrying cannot fix a certificate: trust the CA
+    that signed the server's certificate (``ca=``, ``--ca``, a channel's ``tls_ca``)."""
+
+    def __init__(self, message: str, url: str) -> None:
+        super().__init__(message)
+        self.url = url

@@ -17,18 +17,21 @@ its own reprs, and no message built here includes a header.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from drc import __version__
 from drc.api import wire
-from drc.client.errors import ApiAuthError, ApiRequestError, ProtocolError
+from drc.client.errors import ApiAuthError, ApiRequestError, ApiTlsError, ProtocolError
 from drc.core.errors import CorruptRecordError, MalformedScnError
 from drc.core.events import Transaction
 from drc.core.jsonwire import JsonWireError, transaction_from_json
 from drc.core.scn import SCN
+from drc.tls import https_context, tls_failure
 
 CONNECT_TIMEOUT_S = 5.0
 # A long poll may legitimately take wait_ms (or the server's cap when wait_ms=0) before answering.
@@ -84,6 +87,25 @@ def make_client(
     return httpx.Client(headers=headers, transport=transport, verify=verify)
 
 
+def tls_verify(
+    verify: Any,
+    ca: str | os.PathLike[str] | None,
+    cert: str | os.PathLike[str] | None,
+    key: str | os.PathLike[str] | None,
+) -> Any:
+    """httpx's ``verify`` for the SDK's TLS arguments (``verify`` alone passes through)."""
+    if ca is None and cert is None and key is None:
+        return verify
+    if not isinstance(verify, bool):
+        raise ValueError("give either verify=<SSLContext or path> or ca/cert/key, not both")
+    return https_context(
+        None if ca is None else Path(ca),
+        None if cert is None else Path(cert),
+        None if key is None else Path(key),
+        verify,
+    )
+
+
 def read_timeout(wait_ms: int) -> httpx.Timeout:
     wait_s = FULL_WAIT_CAP_S if wait_ms == wire.WAIT_FULL else max(wait_ms, 0) / 1000
     return httpx.Timeout(CONNECT_TIMEOUT_S, read=wait_s + READ_MARGIN_S)
@@ -116,6 +138,13 @@ def send(
     try:
         response = client.get(target, params=params, headers={"Accept": accept}, timeout=timeout)
     except httpx.TransportError as exc:  # connect, read, protocol errors and timeouts
+        refused = tls_failure(exc)
+        if refused is not None:
+            raise ApiTlsError(
+                f"{target}: HTTPS refused: {refused}; trust the CA that signed the server's "
+                "certificate (a channel's tls_ca, --ca, or ca= of the SDK)",
+                target,
+            ) from exc
         raise Transient(redact(f"{type(exc).__name__}: {exc}", token)) from exc
     except httpx.HTTPError as exc:  # undecodable body, redirect loop: retrying will not help
         raise ProtocolError(redact(f"{target}: {type(exc).__name__}: {exc}", token)) from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -19,14 +20,20 @@ def fetch_status(
     *,
     timeout: float = STATUS_TIMEOUT_S,
     transport: httpx.BaseTransport | None = None,
+    verify: Any = True,
+    ca: str | os.PathLike[str] | None = None,
+    cert: str | os.PathLike[str] | None = None,
+    key: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """GET ``{url}/v1/status`` once (no retries: it is for people and probes, who retry).
+    ``verify``/``ca``/``cert``/``key``: HTTPS as for :class:`drc.client.Subscriber`.
 
     Raises ApiUnavailableError (unreachable, 5xx), ApiAuthError (401/403), ApiRequestError
-    (other 4xx) or ProtocolError (not a JSON object).
+    (other 4xx), ApiTlsError (certificate refused) or ProtocolError (not a JSON object).
     """
     base = url.rstrip("/")
-    with http.make_client(token, transport) as client:
+    verify = http.tls_verify(verify, ca, cert, key)
+    with http.make_client(token, transport, verify) as client:
         try:
             response = http.send(
                 client, base + wire.PATH_STATUS, {}, wire.MEDIA_JSON, httpx.Timeout(timeout), token

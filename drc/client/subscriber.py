@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -93,8 +94,10 @@ class Subscriber:
     Start position: the checkpoint store's saved SCN if it has one, else ``after``, else the
     beginning. ``tables`` is a comma-separated filter (``db.t,db2.*``); ``skip_drc`` leaves out
     transactions DRC itself applied. ``on_rebuild`` is "raise" (BufferRebuiltError) or
-    "continue". ``transport`` replaces httpx's network transport (tests, custom TLS); ``sleep``
-    and ``clock`` replace time.sleep and time.monotonic for the retry backoff.
+    "continue". HTTPS: ``ca`` is the PEM file of the CA(s) to trust instead of the system's,
+    ``cert``/``key`` a client certificate, ``verify=False`` turns checking off (or pass an
+    ``ssl.SSLContext`` as ``verify``). ``transport`` replaces httpx's network transport (tests);
+    ``sleep`` and ``clock`` replace time.sleep and time.monotonic for the retry backoff.
     """
 
     def __init__(
@@ -118,8 +121,12 @@ class Subscriber:
         sleep: Callable[[float], None] | None = None,
         transport: httpx.BaseTransport | None = None,
         verify: Any = True,
+        ca: str | os.PathLike[str] | None = None,
+        cert: str | os.PathLike[str] | None = None,
+        key: str | os.PathLike[str] | None = None,
     ) -> None:
         self.urls = _check_args(urls, tables, max_events, max_bytes, wait_ms, on_rebuild)
+        verify = http.tls_verify(verify, ca, cert, key)
         self.tables = tables
         self._checkpoint = checkpoint
         saved = checkpoint.load() if checkpoint is not None else None

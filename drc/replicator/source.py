@@ -36,6 +36,7 @@ from drc.core.events import Op
 from drc.replicator import decoding, tablemap_cache
 from drc.replicator.schema_types import table_schema_from_map
 from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, SourceEvent, Statement
+from drc.tls import MysqlTls, tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,17 @@ class SourceSettings:
     replica_server_id: int = 1_000_001
     heartbeat_s: float = 0.5
     connect_timeout_s: float = 10.0
+    tls: MysqlTls = MysqlTls()
 
     def pymysql_kwargs(self) -> dict[str, Any]:
+        """Connection arguments (the TLS files are read here: ConfigError if unreadable)."""
         return {
             "host": self.host,
             "port": self.port,
             "user": self.user,
             "password": self.password,
             "connect_timeout": self.connect_timeout_s,
+            **self.tls.pymysql_options(),
         }
 
     def __repr__(self) -> str:  # never print the password
@@ -107,12 +111,25 @@ _REQUIRED = (
 )
 
 
+def unavailable(settings: SourceSettings, failed: str, exc: BaseException) -> Exception:
+    """The error for a failed connection: fatal if TLS refused it (retrying cannot help)."""
+    refused = tls_failure(exc)
+    if refused is not None:
+        section = settings.tls.section
+        return SourceConfigError(
+            f"TLS to source {settings!r} ({section}.tls = {settings.tls.mode!r}) refused: "
+            f"{refused}; check the {section}.tls keys against the server's certificate"
+        )
+    return SourceUnavailableError(f"{failed}: {exc}")
+
+
 def inspect_source(settings: SourceSettings) -> SourceInfo:
     """Check the source's binlog settings and read its identity and binlog files."""
+    options = settings.pymysql_kwargs()
     try:
-        conn = pymysql.connect(**settings.pymysql_kwargs())
+        conn = pymysql.connect(**options)
     except pymysql.MySQLError as exc:
-        raise SourceUnavailableError(f"cannot connect to source {settings!r}: {exc}") from exc
+        raise unavailable(settings, f"cannot connect to source {settings!r}", exc) from exc
     try:
         with conn.cursor() as cur:
             names = ", ".join(f"@@{name}" for name, _, _ in _REQUIRED)
@@ -195,9 +212,8 @@ class BinlogStream:
                 if converted is not None:
                     yield converted
         except (pymysql.MySQLError, OSError, EOFError) as exc:
-            raise SourceUnavailableError(
-                f"binlog stream from {self._settings!r} failed: {exc}"
-            ) from exc
+            failed = f"binlog stream from {self._settings!r} failed"
+            raise unavailable(self._settings, failed, exc) from exc
 
     def _position(self, event: Any) -> tuple[int, int]:
         return split_binlog_name(self._reader.log_file)[1], int(event.packet.log_pos)

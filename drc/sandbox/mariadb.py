@@ -10,6 +10,7 @@ from pathlib import Path
 import pymysql
 
 from drc.core.errors import SandboxError
+from drc.sandbox.certs import CertFiles
 from drc.sandbox.procs import pid_alive, start_detached, tail, wait_for
 
 START_TIMEOUT_S = 60.0
@@ -48,8 +49,9 @@ def bootstrap(base: Path) -> None:
         )
 
 
-def server_argv(base: Path, port: int, server_id: int) -> list[str]:
-    """``--no-defaults`` keeps Debian's my.cnf (socket in /run, latin1) out of the sandbox."""
+def server_argv(base: Path, port: int, server_id: int, tls: CertFiles | None = None) -> list[str]:
+    """``--no-defaults`` keeps Debian's my.cnf (socket in /run, latin1) out of the sandbox.
+    With ``tls`` the server offers TLS with that certificate (clients may still use plaintext)."""
     return [
         _binary("mariadbd"),
         "--no-defaults",
@@ -77,13 +79,20 @@ def server_argv(base: Path, port: int, server_id: int) -> list[str]:
         "--max-allowed-packet=64M",
         "--innodb-log-file-size=16M",
         "--innodb-buffer-pool-size=128M",
+        *_tls_argv(tls),
     ]
 
 
-def start(base: Path, port: int, server_id: int) -> int:
+def _tls_argv(tls: CertFiles | None) -> list[str]:
+    if tls is None:
+        return []
+    return [f"--ssl-ca={tls.ca}", f"--ssl-cert={tls.cert}", f"--ssl-key={tls.key}"]
+
+
+def start(base: Path, port: int, server_id: int, tls: CertFiles | None = None) -> int:
     """Start the server and return its PID once it accepts connections on its socket."""
     (base / "tmp").mkdir(exist_ok=True)
-    pid = start_detached(server_argv(base, port, server_id), base / "stdout.log")
+    pid = start_detached(server_argv(base, port, server_id, tls), base / "stdout.log")
     socket_path = base / "mysqld.sock"
 
     def ready() -> bool:

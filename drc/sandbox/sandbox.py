@@ -6,6 +6,8 @@ Layout under the sandbox directory::
     DIR/dc1/                MariaDB of datacenter 1: data/, mysqld.sock, error.log
     DIR/dc2/ ...
     DIR/zookeeper/          zoo.cfg, data/, zookeeper.log
+    DIR/tls/                with ``up(tls=True)``: the sandbox's own CA (drc.sandbox.certs);
+                            each dcN/ then holds server.crt/.key and its MariaDB offers TLS
 
 ``up`` is idempotent: servers that already run are kept, missing ones are started on their
 recorded ports. ``down`` signals only the PIDs recorded in sandbox.json, and only if their command
@@ -22,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from drc.core.errors import SandboxError
-from drc.sandbox import mariadb, zookeeper
+from drc.sandbox import certs, mariadb, zookeeper
 from drc.sandbox.procs import free_port, pid_alive, stop_pid, tail
 
 DESCRIPTION_FILE = "sandbox.json"
@@ -44,6 +46,7 @@ class ServerInfo:
     pid: int
     base_dir: str
     error_log: str
+    tls_ca: str | None = None  # the CA that signed the server's certificate, if it offers TLS
 
     @property
     def marker(self) -> str:
@@ -117,31 +120,47 @@ class Sandbox:
             ) from exc
 
     def up(
-        self, datacenters: int = 2, progress: Callable[[str], None] = lambda _msg: None
+        self,
+        datacenters: int = 2,
+        progress: Callable[[str], None] = lambda _msg: None,
+        tls: bool = False,
     ) -> SandboxDescription:
-        """Start whatever of the N-datacenter sandbox is not running; return its description."""
+        """Start whatever of the N-datacenter sandbox is not running; return its description.
+        With ``tls`` every MariaDB offers TLS with a certificate of the sandbox's own CA."""
         if datacenters < 1:
             raise SandboxError(f"--datacenters must be at least 1, got {datacenters}")
         previous = self.describe()
-        if previous is not None and len(previous.servers) != datacenters:
-            raise SandboxError(
-                f"sandbox {self.dir} has {len(previous.servers)} datacenters, not {datacenters}; "
-                f"run `drc sandbox down --dir {self.dir}` and remove it to change the count"
-            )
+        if previous is not None:
+            self._check_same_shape(previous, datacenters, tls)
         self.dir.mkdir(parents=True, exist_ok=True)
         password = previous.servers[0].password if previous else secrets.token_urlsafe(16)
         progress("zookeeper: starting (or already running)")
         zk = self._zookeeper_up(previous.zookeeper if previous else None)
         self._write(SandboxDescription(str(self.dir), previous.servers if previous else (), zk))
+        ca = certs.make_ca(self.dir / "tls", "DRC sandbox CA") if tls else None
         servers: list[ServerInfo] = []
         for number in range(1, datacenters + 1):
             known = previous.servers[number - 1] if previous else None
             progress(f"mariadb dc{number}: starting (or already running)")
-            servers.append(self._server_up(number, known, password))
+            servers.append(self._server_up(number, known, password, ca))
             self._write(SandboxDescription(str(self.dir), tuple(servers), zk))
         return SandboxDescription(str(self.dir), tuple(servers), zk)
 
-    def _server_up(self, number: int, known: ServerInfo | None, password: str) -> ServerInfo:
+    def _check_same_shape(self, previous: SandboxDescription, datacenters: int, tls: bool) -> None:
+        if len(previous.servers) != datacenters:
+            raise SandboxError(
+                f"sandbox {self.dir} has {len(previous.servers)} datacenters, not {datacenters}; "
+                f"run `drc sandbox down --dir {self.dir}` and remove it to change the count"
+            )
+        if previous.servers and (previous.servers[0].tls_ca is None) == tls:
+            raise SandboxError(
+                f"sandbox {self.dir} was brought up {'without' if tls else 'with'} --tls; run "
+                f"`drc sandbox down --dir {self.dir}` and remove it to change that"
+            )
+
+    def _server_up(
+        self, number: int, known: ServerInfo | None, password: str, ca: certs.CertFiles | None
+    ) -> ServerInfo:
         if known is not None and pid_alive(known.pid, known.marker):
             return known
         base = self.dir / f"dc{number}"
@@ -152,7 +171,8 @@ class Sandbox:
             )
         port = known.port if known is not None else free_port()
         mariadb.bootstrap(base)
-        pid = mariadb.start(base, port, server_id=number)
+        tls = _server_cert(ca, base)
+        pid = mariadb.start(base, port, server_id=number, tls=tls)
         socket_path = base / "mysqld.sock"
         mariadb.ensure_user(socket_path, SANDBOX_USER, password)
         return ServerInfo(
@@ -167,6 +187,7 @@ class Sandbox:
             pid=pid,
             base_dir=str(base),
             error_log=str(base / "error.log"),
+            tls_ca=None if ca is None else str(ca.cert),
         )
 
     def _zookeeper_up(self, known: ZooKeeperInfo | None) -> ZooKeeperInfo:
@@ -229,6 +250,15 @@ class Sandbox:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, self.description_path)
+
+
+def _server_cert(ca: certs.CertFiles | None, base: Path) -> certs.CertFiles | None:
+    if ca is None:
+        return None
+    made = certs.CertFiles(base / "server.crt", base / "server.key", ca.cert)
+    if made.cert.exists() and made.key.exists():
+        return made
+    return certs.issue(ca, base, "server")
 
 
 def log_tails(description: SandboxDescription, lines: int = 40) -> str:

@@ -196,8 +196,9 @@ class Proxy:
     """A TCP forwarder to a server, which a test can cut (connections reset, new ones refused)
     and restore: a target going down and coming back, seen from the apply channel."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, listen: str = "127.0.0.1") -> None:
         self.upstream = (host, port)
+        self.listen = listen
         self.port = _free_port()
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -207,7 +208,7 @@ class Proxy:
     def restore(self) -> None:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener.bind((self.listen, self.port))
         listener.listen(16)
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
