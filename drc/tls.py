@@ -58,7 +58,7 @@ class MysqlTls:
         if self.cert is not None and self.mode in ("disabled", "preferred"):
             found.append(
                 f"{self.section}.tls_cert needs {self.section}.tls = 'required', 'verify_ca' "
-                f"or 'verify_identity' (with '{self.mode}' it may never be sent)"
+                f"or 'verify_identity' (with tls = {self.mode!r} it may never be sent)"
             )
         return found
 
