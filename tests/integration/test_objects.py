@@ -181,3 +181,55 @@ def test_trigger_effect_is_not_doubled(sandbox: SandboxDescription, nodes: dict[
     assert wait_for(lambda: audit(dc1) == audit(dc2) == wanted, 30), (audit(dc1), audit(dc2))
     rows = f"SELECT * FROM {SCHEMA}.tt ORDER BY id"
     assert _query(dc1, rows) == _query(dc2, rows)
+
+
+def test_unguarded_trigger_fires_once_per_insert_on_both_sides(
+    sandbox: SandboxDescription, nodes: dict[str, Node]
+) -> None:
+    """A trigger written without DRC's guard on dc1: DRC guards it there too (LocalTriggerGuard),
+    so rows the channel applies on dc1 do not fire it a second time."""
+    dc1, dc2 = sandbox.server("dc1"), sandbox.server("dc2")
+    _run(dc1, "CREATE TABLE ug (id INT PRIMARY KEY, v INT)",
+         "CREATE TABLE ug_audit (id INT AUTO_INCREMENT PRIMARY KEY, tid INT)",
+         "CREATE TRIGGER ug_ins AFTER INSERT ON ug FOR EACH ROW "
+         "INSERT INTO ug_audit (tid) VALUES (NEW.id)",
+         database=SCHEMA)  # fmt: skip
+    assert wait_for(lambda: _same_on(dc2, dc1, "trigger", "ug_ins"), 30)
+    _run(dc1, "INSERT INTO ug VALUES (1, 0)", "INSERT INTO ug VALUES (2, 0)", database=SCHEMA)
+    _run(dc2, "INSERT INTO ug VALUES (11, 0)", "INSERT INTO ug VALUES (12, 0)", database=SCHEMA)
+
+    def audit(server: ServerInfo) -> list[tuple[Any, ...]]:
+        return _query(server, f"SELECT tid FROM {SCHEMA}.ug_audit ORDER BY tid")
+
+    wanted = [(1,), (2,), (11,), (12,)]
+    rows = f"SELECT * FROM {SCHEMA}.ug ORDER BY id"
+    assert wait_for(lambda: len(_query(dc1, rows)) == len(_query(dc2, rows)) == 4, 30)
+    assert wait_for(lambda: audit(dc1) == audit(dc2) == wanted, 30), (audit(dc1), audit(dc2))
+    assert _query(dc1, rows) == _query(dc2, rows)
+    # Both sides end with the same definition, DRC's wrapper included.
+    assert _show(dc1, "trigger", "ug_ins") == _show(dc2, "trigger", "ug_ins")
+    guarded = nodes["dc1"].service.replicator.stats.triggers_guarded  # type: ignore[union-attr]
+    assert guarded >= 1
+
+
+def test_event_is_disabled_on_the_other_side(
+    sandbox: SandboxDescription, nodes: dict[str, Node]
+) -> None:
+    """An enabled event runs only where it was created (DISABLE ON SLAVE elsewhere, as native
+    replication does), so its writes are not doubled."""
+    dc1, dc2 = sandbox.server("dc1"), sandbox.server("dc2")
+    _run(dc1, "CREATE TABLE ev_t (id INT AUTO_INCREMENT PRIMARY KEY)",
+         "CREATE EVENT ev_on ON SCHEDULE EVERY 1 HOUR STARTS '2030-01-01 00:00:00' "
+         "DO INSERT INTO ev_t () VALUES ()",
+         database=SCHEMA)  # fmt: skip
+    status = (f"SELECT STATUS FROM information_schema.EVENTS WHERE EVENT_SCHEMA = '{SCHEMA}' "
+              "AND EVENT_NAME = 'ev_on'")  # fmt: skip
+    assert wait_for(lambda: _query(dc2, status) == [("SLAVESIDE_DISABLED",)], 30), (
+        _query(dc2, status)
+    )
+    assert _query(dc1, status) == [("ENABLED",)]
+    _run(dc1, "ALTER EVENT ev_on DISABLE", "ALTER EVENT ev_on ENABLE", database=SCHEMA)
+    _run(dc1, "CREATE TABLE ev_marker (id INT PRIMARY KEY)", database=SCHEMA)
+    assert wait_for(lambda: _exists(dc2, "TABLES", "TABLE_NAME", "ev_marker", "1"), 30)
+    assert _query(dc2, status) == [("SLAVESIDE_DISABLED",)]
+    assert _query(dc1, status) == [("ENABLED",)]
