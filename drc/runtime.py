@@ -16,6 +16,9 @@ from drc.api.deps import ApiDeps
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.query import ServerLimits
 from drc.api.server import ApiServer
+from drc.apply.channel import target_settings
+from drc.apply.sink import TargetSession
+from drc.apply.trigger_guard import LocalTriggerGuard
 from drc.config import DrcConfig
 from drc.core.errors import ConfigError
 from drc.eventbuffer import EventBuffer
@@ -41,6 +44,7 @@ class ReplicatorService:
     protection: Callable[[], dict[str, Any]] | None = None
     # the apply channels this process runs, for status and metrics (set by the node)
     channels: Callable[[], list[dict[str, Any]]] | None = None
+    trigger_guard: LocalTriggerGuard | None = None  # guards triggers created here
 
     def run_capture(self, stop: threading.Event) -> None:
         """Capture until ``stop``; a fatal error is kept (the API reports it) and re-raised."""
@@ -60,6 +64,8 @@ class ReplicatorService:
     def close(self) -> None:
         if self.api is not None:  # first: no request may read a closed buffer
             self.api.stop()
+        if self.trigger_guard is not None:
+            self.trigger_guard.close()
         self.buffer.close()
         self.metastore.close()
 
@@ -102,7 +108,19 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
         spill_dir=Path(rep.buffer_dir),
     )
     replicator = Replicator(source_settings(config), buffer, metastore, options)
-    return ReplicatorService(replicator, buffer, metastore, config)
+    service = ReplicatorService(replicator, buffer, metastore, config)
+    if guards_local_triggers(config):
+        settings = target_settings(config.target_or_source())
+        service.trigger_guard = LocalTriggerGuard(lambda: TargetSession(settings), replicator.stats)
+        replicator.set_local_ddl(service.trigger_guard.submit)
+    return service
+
+
+def guards_local_triggers(config: DrcConfig) -> bool:
+    """Whether triggers created here get DRC's guard (drc.apply.trigger_guard): when triggers
+    are replicated, i.e. unless every channel of this datacenter leaves them out. (A config
+    without channels, e.g. a replicator whose channels run elsewhere, guards.)"""
+    return not config.channels or any("trigger" in c.objects for c in config.channels)
 
 
 def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:

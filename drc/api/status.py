@@ -27,7 +27,7 @@ router = APIRouter(dependencies=[Depends(require_token)])
 
 CAPTURE_COUNTERS = (
     "transactions", "rows", "bytes", "commits", "filtered_out", "account_statements_dropped",
-    "reconnects",
+    "reconnects", "triggers_guarded", "triggers_unguarded",
 )  # fmt: skip
 
 

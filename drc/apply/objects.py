@@ -1,6 +1,6 @@
 """Replaying a statement on a view, routine, trigger or event on the target.
 
-Two rewrites, made on the statement as the source wrote it (the journal keeps the original):
+Three rewrites, made on the statement as the source wrote it (the journal keeps the original):
 
 Definer: kept as written when the target has that account. When it lacks it, the channel's
 ``definer = "user@host"`` becomes the definer instead; without one the channel stops with an
@@ -11,10 +11,14 @@ Triggers: DRC writes rows through SQL, so a trigger fires for them, and the row 
 already holds the trigger's effect from the source (an audit row it inserted arrives as a row
 of its own). CREATE TRIGGER is therefore applied with its body wrapped in
 ``IF @drc_apply IS NULL THEN <body>; END IF``: it fires for local writes, never in DRC's apply
-sessions (which set ``@drc_apply = 1``, like DRC's own tombstone triggers check). SHOW CREATE
-TRIGGER on the target differs from the source by that wrapper. A body that already starts with
-that guard is applied as written, so write triggers of replicated tables with the guard: the
-trigger on the side it was created on then does not fire for rows DRC applies there either.
+sessions (which set ``@drc_apply = 1``, like DRC's own tombstone triggers check). A body that
+already starts with that guard is applied as written. On the datacenter where the trigger was
+created, drc.apply.trigger_guard re-creates it with the same wrapper, so both sides end with
+the same SHOW CREATE TRIGGER and neither fires it for rows DRC applies.
+
+Events: ``ENABLE`` (or a CREATE EVENT without a status, which means ENABLE) is applied as
+``DISABLE ON SLAVE``, as native replication does: the event runs only where it was created and
+its writes replicate like any others, instead of running once per datacenter.
 """
 
 from __future__ import annotations
@@ -42,14 +46,9 @@ def prepared(change: SchemaChange, accounts: Accounts, definer: str, channel: st
         return change
     statement = _with_target_definer(change.statement, found, accounts, definer, channel)
     if found.kind == schema_objects.TRIGGER and found.action == "create":
-        if not schema_objects.is_guarded(statement, found):
-            log.warning(
-                "channel %s: trigger %s.%s is applied guarded by @drc_apply; on its origin it "
-                "also fires for rows DRC applies there unless its body starts with "
-                "'IF @drc_apply IS NULL THEN'",
-                channel, found.schema, found.name,
-            )  # fmt: skip
         statement = schema_objects.guard_trigger(statement, found)
+    if found.kind == schema_objects.EVENT and found.action in ("create", "alter"):
+        statement = schema_objects.disable_event_on_replica(statement)
     if statement == change.statement:
         return change
     return dataclasses.replace(change, statement=statement)

@@ -9,8 +9,10 @@ FUNCTION/PROCEDURE/EVENT and every DROP are written as the user typed them. A na
 as written, or lives in the session's default database (``change.schema``).
 
 :func:`parse` reads just the head of such a statement (never raises: anything else is None).
-:func:`guard_trigger` wraps a trigger body so it does nothing in DRC's apply sessions, and
-:func:`with_definer` replaces the DEFINER clause.
+:func:`guard_trigger` wraps a trigger body so it does nothing in DRC's apply sessions,
+:func:`or_replace` makes a CREATE replace what it names (DRC re-creates a local trigger guarded),
+:func:`disable_event_on_replica` makes an event's ``ENABLE`` a ``DISABLE ON SLAVE`` (as native
+replication does), and :func:`with_definer` replaces the DEFINER clause.
 """
 
 from __future__ import annotations
@@ -113,6 +115,52 @@ def guard_trigger(statement: str, found: SchemaObject) -> str:
 
 def is_guarded(statement: str, found: SchemaObject) -> bool:
     return found.body_start is not None and bool(_GUARDED.match(statement, found.body_start))
+
+
+def or_replace(statement: str) -> str:
+    """``CREATE [OR REPLACE] [IF NOT EXISTS] ...`` as ``CREATE OR REPLACE ...`` (MariaDB refuses
+    the two together); anything else is returned as written."""
+    try:
+        tokens = list(_tokens(statement))
+    except ValueError:
+        return statement
+    if len(tokens) < 2 or not tokens[0].is_word("CREATE"):
+        return statement
+    kind = next((k for k, t in enumerate(tokens) if _kind(t) is not None), None)
+    if kind is not None and _skip_if_exists(tokens, kind + 1) != kind + 1:
+        start, end = tokens[kind + 1].start, tokens[kind + 3].end  # IF NOT EXISTS
+        statement = statement[:start] + statement[end:].lstrip()
+    if tokens[1].is_word("OR"):
+        return statement
+    return statement[: tokens[0].end] + " OR REPLACE" + statement[tokens[0].end :]
+
+
+def disable_event_on_replica(statement: str) -> str:
+    """CREATE/ALTER EVENT with ``ENABLE`` (for CREATE also: no status, which means ENABLE) as
+    ``DISABLE ON SLAVE``: the event runs only on the datacenter it was created on, whose writes
+    replicate like any other. Other statements are returned as written."""
+    try:
+        tokens = list(_tokens(statement))
+    except ValueError:
+        return statement
+    head = next((k for k, t in enumerate(tokens) if _kind(t) is not None), None)
+    if head is None or _kind(tokens[head]) != EVENT or not tokens[0].is_word("CREATE", "ALTER"):
+        return statement
+    named = _name(tokens, _skip_if_exists(tokens, head + 1), "")
+    if named is None:
+        return statement
+    start = named[2]
+    stop = next((k for k in range(start, len(tokens)) if tokens[k].is_word("DO")), len(tokens))
+    for k in range(start, stop):
+        if tokens[k].is_word("ENABLE"):
+            return statement[: tokens[k].start] + "DISABLE ON SLAVE" + statement[tokens[k].end :]
+        if tokens[k].is_word("DISABLE"):
+            return statement  # DISABLE or DISABLE ON SLAVE already
+    if not tokens[0].is_word("CREATE") or stop == len(tokens):
+        return statement  # an ALTER without a status keeps the event's status
+    at = next((k for k in range(start, stop) if tokens[k].is_word("COMMENT")), stop)
+    position = tokens[at].start
+    return statement[:position] + "DISABLE ON SLAVE " + statement[position:]
 
 
 def with_definer(statement: str, found: SchemaObject, account: str) -> str:

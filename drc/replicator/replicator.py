@@ -29,7 +29,7 @@ from typing import Any
 
 from drc.core.codec import encode_transaction
 from drc.core.errors import RetriableError, SourceConfigError
-from drc.core.events import TableSchema, Transaction
+from drc.core.events import SchemaChange, TableSchema, Transaction
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.metastore.ddl import ddl_tables
@@ -74,6 +74,8 @@ class CaptureStats:
     filtered_out: int = 0
     account_statements_dropped: int = 0  # CREATE USER, GRANT ...: never stored (secrets)
     reconnects: int = 0
+    triggers_guarded: int = 0  # local triggers given DRC's guard (drc.apply.trigger_guard)
+    triggers_unguarded: int = 0  # ... that could not be
     source_position: tuple[int, int] | None = None
     last_error: str | None = None
 
@@ -87,8 +89,10 @@ class Replicator:
         options: CaptureOptions = CaptureOptions(),
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        local_ddl: Callable[[SchemaChange], None] | None = None,
     ) -> None:
         self._source = source
+        self._local_ddl = local_ddl  # told of each stored DDL a local (not DRC) session ran
         self._buffer = buffer
         self._metastore = metastore
         self._options = options
@@ -96,6 +100,10 @@ class Replicator:
         self._sleep = sleep
         self._known_schemas: dict[tuple[str, str], TableSchema] = {}
         self.stats = CaptureStats()
+
+    def set_local_ddl(self, hook: Callable[[SchemaChange], None]) -> None:
+        """Call ``hook`` with each stored DDL statement a local (not DRC) session ran."""
+        self._local_ddl = hook
 
     def run(self, stop: threading.Event) -> None:
         """Capture until ``stop`` is set; retriable failures reconnect with backoff."""
@@ -236,6 +244,9 @@ class Replicator:
             self._write(fragment, batch)
         batch.stored = committed.scn
         self.stats.transactions += 1
+        if self._local_ddl is not None and not committed.drc_originated:
+            for change in committed.ddl:
+                self._local_ddl(change)
 
     def _write(self, fragment: Transaction, batch: _Batch) -> None:
         payload = encode_transaction(fragment)

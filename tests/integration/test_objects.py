@@ -190,9 +190,11 @@ def test_unguarded_trigger_fires_once_per_insert_on_both_sides(
     so rows the channel applies on dc1 do not fire it a second time."""
     dc1, dc2 = sandbox.server("dc1"), sandbox.server("dc2")
     _run(dc1, "CREATE TABLE ug (id INT PRIMARY KEY, v INT)",
-         "CREATE TABLE ug_audit (id INT AUTO_INCREMENT PRIMARY KEY, tid INT)",
+         # Keys unique per server (an auto-increment key would let the applied audit row
+         # overwrite a second one made by the trigger, hiding the doubling).
+         "CREATE TABLE ug_audit (id BIGINT UNSIGNED PRIMARY KEY, tid INT)",
          "CREATE TRIGGER ug_ins AFTER INSERT ON ug FOR EACH ROW "
-         "INSERT INTO ug_audit (tid) VALUES (NEW.id)",
+         "INSERT INTO ug_audit VALUES (UUID_SHORT(), NEW.id)",
          database=SCHEMA)  # fmt: skip
     assert wait_for(lambda: _same_on(dc2, dc1, "trigger", "ug_ins"), 30)
     _run(dc1, "INSERT INTO ug VALUES (1, 0)", "INSERT INTO ug VALUES (2, 0)", database=SCHEMA)
@@ -224,8 +226,8 @@ def test_event_is_disabled_on_the_other_side(
          database=SCHEMA)  # fmt: skip
     status = (f"SELECT STATUS FROM information_schema.EVENTS WHERE EVENT_SCHEMA = '{SCHEMA}' "
               "AND EVENT_NAME = 'ev_on'")  # fmt: skip
-    assert wait_for(lambda: _query(dc2, status) == [("SLAVESIDE_DISABLED",)], 30), (
-        _query(dc2, status)
+    assert wait_for(lambda: _query(dc2, status) == [("SLAVESIDE_DISABLED",)], 30), _query(
+        dc2, status
     )
     assert _query(dc1, status) == [("ENABLED",)]
     _run(dc1, "ALTER EVENT ev_on DISABLE", "ALTER EVENT ev_on ENABLE", database=SCHEMA)
