@@ -105,3 +105,64 @@ def test_event_body_start_is_its_do() -> None:
 )
 def test_accounts(account: str, split: tuple[str, str]) -> None:
     assert so.split_account(account) == split
+
+
+@pytest.mark.parametrize(
+    ("statement", "replica"),
+    [
+        ("CREATE DEFINER=`root`@`localhost` EVENT e ON SCHEDULE EVERY 1 HOUR DO DELETE FROM a",
+         "CREATE DEFINER=`root`@`localhost` EVENT e ON SCHEDULE EVERY 1 HOUR DISABLE ON SLAVE "
+         "DO DELETE FROM a"),
+        ("CREATE EVENT e ON SCHEDULE EVERY 1 HOUR ENABLE COMMENT 'c' DO SELECT 1",
+         "CREATE EVENT e ON SCHEDULE EVERY 1 HOUR DISABLE ON SLAVE COMMENT 'c' DO SELECT 1"),
+        ("CREATE EVENT `d`.`e` ON SCHEDULE AT '2030-01-01' ON COMPLETION PRESERVE "
+         "COMMENT 'do not ENABLE' DO UPDATE t SET enable = 1",
+         "CREATE EVENT `d`.`e` ON SCHEDULE AT '2030-01-01' ON COMPLETION PRESERVE "
+         "DISABLE ON SLAVE COMMENT 'do not ENABLE' DO UPDATE t SET enable = 1"),
+        ("ALTER EVENT e ENABLE", "ALTER EVENT e DISABLE ON SLAVE"),
+        ("ALTER EVENT e ON SCHEDULE EVERY 2 HOUR ENABLE DO SELECT 1",
+         "ALTER EVENT e ON SCHEDULE EVERY 2 HOUR DISABLE ON SLAVE DO SELECT 1"),
+        # No status, DISABLE, DISABLE ON SLAVE, ENABLE only in the body: as written.
+        ("ALTER EVENT e ON SCHEDULE EVERY 2 HOUR", None),
+        ("CREATE EVENT e ON SCHEDULE EVERY 1 HOUR DISABLE DO SELECT 1", None),
+        ("CREATE EVENT e ON SCHEDULE EVERY 1 HOUR DISABLE ON SLAVE DO SELECT 1", None),
+        ("ALTER EVENT e DO UPDATE t SET enable = 1", None),
+        ("CREATE EVENT IF NOT EXISTS `enable` ON SCHEDULE EVERY 1 DAY DISABLE DO SELECT 1", None),
+        ("DROP EVENT e", None),
+        ("CREATE TRIGGER t AFTER INSERT ON x FOR EACH ROW SET @a = 1", None),
+    ],
+)  # fmt: skip
+def test_event_is_disabled_on_replica(statement: str, replica: str | None) -> None:
+    assert so.disable_event_on_replica(statement) == (replica or statement)
+
+
+@pytest.mark.parametrize(
+    ("statement", "replacing"),
+    [
+        ("CREATE DEFINER=`u`@`%` TRIGGER t AFTER INSERT ON x FOR EACH ROW SET @a = 1",
+         "CREATE OR REPLACE DEFINER=`u`@`%` TRIGGER t AFTER INSERT ON x FOR EACH ROW SET @a = 1"),
+        ("CREATE OR REPLACE TRIGGER t AFTER INSERT ON x FOR EACH ROW SET @a = 1", None),
+        ("CREATE TRIGGER IF NOT EXISTS `d`.`t` AFTER INSERT ON x FOR EACH ROW SET @a = 1",
+         "CREATE OR REPLACE TRIGGER `d`.`t` AFTER INSERT ON x FOR EACH ROW SET @a = 1"),
+        ("DROP TRIGGER t", None),
+    ],
+)  # fmt: skip
+def test_or_replace(statement: str, replacing: str | None) -> None:
+    assert so.or_replace(statement) == (replacing or statement)
+
+
+def test_local_trigger_rewrite_equals_what_channels_apply() -> None:
+    """The trigger guard re-creates a local trigger as OR REPLACE of what channels apply."""
+    statement = (
+        "CREATE DEFINER=`drc`@`127.0.0.1` TRIGGER trg AFTER INSERT ON t FOR EACH ROW "
+        "INSERT INTO audit VALUES (UUID_SHORT(), NEW.id)"
+    )
+    found = so.parse(statement, "d")
+    assert found is not None
+    local = so.or_replace(so.guard_trigger(statement, found))
+    assert local == (
+        "CREATE OR REPLACE DEFINER=`drc`@`127.0.0.1` TRIGGER trg AFTER INSERT ON t FOR EACH ROW "
+        "IF @drc_apply IS NULL THEN INSERT INTO audit VALUES (UUID_SHORT(), NEW.id); END IF"
+    )
+    again = so.parse(local, "d")
+    assert again is not None and so.is_guarded(local, again)
