@@ -12,7 +12,9 @@ from typing import Any
 from drc.apply import objects
 from drc.apply.errors import ApplyError
 from drc.apply.trigger_guard import LocalTriggerGuard
+from drc.config import DrcConfig
 from drc.core.events import SchemaChange
+from drc.runtime import guards_local_triggers
 
 TRIGGER = (
     "CREATE DEFINER=`drc`@`%` TRIGGER trg AFTER INSERT ON t FOR EACH ROW "
@@ -121,3 +123,19 @@ def test_a_refused_rewrite_is_counted_unguarded() -> None:
     session = _Session(BODY, fail=True)
     stats = _guarded(session, TRIGGER)
     assert (stats.triggers_guarded, stats.triggers_unguarded) == (0, 1)
+
+
+def _config(*objects: list[str]) -> DrcConfig:
+    return DrcConfig.model_validate({
+        "datacenter": {"name": "dc1"},
+        "source": {"user": "drc", "password": "pw"},
+        "replicator": {"buffer_dir": "/tmp/x"},
+        "channels": [{"name": f"c{i}", "origin": "dc2", "remote": ["http://dc2:8641"],
+                      "objects": kinds} for i, kinds in enumerate(objects)],
+    })  # fmt: skip
+
+
+def test_local_triggers_are_guarded_unless_every_channel_leaves_triggers_out() -> None:
+    assert guards_local_triggers(_config())  # channels run elsewhere
+    assert guards_local_triggers(_config(["trigger"], []))
+    assert not guards_local_triggers(_config(["view", "event"], []))
