@@ -27,8 +27,7 @@ from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
-    APPLY_PASSWORD,
-    APPLY_USER,
+    apply_process_config,
     apply_user,
     assert_same,
     drop_everywhere,
@@ -45,36 +44,8 @@ KILLS = 5
 
 
 def _config(tmp: Path, dc2: ServerInfo, url: str) -> Path:
-    secret = tmp / "apply.password"
-    secret.write_text(APPLY_PASSWORD)
-    secret.chmod(0o600)
-    config = tmp / "dc2.toml"
-    config.write_text(
-        f"""
-[datacenter]
-name = "dc2"
-[source]
-host = "{dc2.host}"
-port = {dc2.port}
-user = "unused"
-[replicator]
-buffer_dir = "{tmp / "unused"}"
-[target]
-host = "{dc2.host}"
-port = {dc2.port}
-user = "{APPLY_USER}"
-password_file = "{secret}"
-[[channels]]
-name = "crash"
-origin = "dc1"
-remote = ["{url}"]
-tables = ["{SCHEMA}.*"]
-max_txns_per_commit = 50
-max_commit_delay_ms = 20
-wait_ms = 100
-"""
-    )
-    return config
+    return apply_process_config(tmp, dc2, url, "crash", [f"{SCHEMA}.*"],
+                                max_txns_per_commit=50, max_commit_delay_ms=20)  # fmt: skip
 
 
 def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -21,9 +21,9 @@ from drc.apply import ApplyChannel
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
-    APPLY_PASSWORD,
     APPLY_USER,
     Running,
+    apply_process_config,
     apply_user,
     assert_same,
     channel_config,
@@ -131,34 +131,7 @@ KILL_DDL = [
 
 
 def _kill_config(tmp: Path, target: ServerInfo, url: str) -> Path:
-    secret = tmp / "apply.password"
-    secret.write_text(APPLY_PASSWORD)
-    secret.chmod(0o600)
-    path = tmp / "dc2.toml"
-    path.write_text(
-        f"""
-[datacenter]
-name = "dc2"
-[source]
-host = "{target.host}"
-port = {target.port}
-user = "unused"
-[replicator]
-buffer_dir = "{tmp / "unused"}"
-[target]
-host = "{target.host}"
-port = {target.port}
-user = "{APPLY_USER}"
-password_file = "{secret}"
-[[channels]]
-name = "ddl-kill"
-origin = "dc1"
-remote = ["{url}"]
-tables = ["{KILL_SCHEMA}.*"]
-wait_ms = 100
-"""
-    )
-    return path
+    return apply_process_config(tmp, target, url, "ddl-kill", [f"{KILL_SCHEMA}.*"])
 
 
 def _ddl_running(target: ServerInfo) -> bool:

@@ -23,9 +23,8 @@ from drc.apply import ApplyChannel
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
-    APPLY_PASSWORD,
-    APPLY_USER,
     Running,
+    apply_process_config,
     apply_user,
     assert_same,
     channel_config,
@@ -91,37 +90,10 @@ KILL_SCHEMA = "keyless_kill"
 
 
 def _kill_config(tmp: Path, target: ServerInfo, url: str) -> Path:
-    secret = tmp / "apply.password"
-    secret.write_text(APPLY_PASSWORD)
-    secret.chmod(0o600)
-    config = tmp / "dc2.toml"
-    config.write_text(
-        f"""
-[datacenter]
-name = "dc2"
-[source]
-host = "{target.host}"
-port = {target.port}
-user = "unused"
-[replicator]
-buffer_dir = "{tmp / "unused"}"
-[target]
-host = "{target.host}"
-port = {target.port}
-user = "{APPLY_USER}"
-password_file = "{secret}"
-[[channels]]
-name = "keyless-kill"
-origin = "dc1"
-remote = ["{url}"]
-tables = ["{KILL_SCHEMA}.*"]
-no_primary_key = "match_whole_row"
-max_txns_per_commit = 20
-max_commit_delay_ms = 20
-wait_ms = 100
-"""
-    )
-    return config
+    return apply_process_config(
+        tmp, target, url, "keyless-kill", [f"{KILL_SCHEMA}.*"],
+        no_primary_key="match_whole_row", max_txns_per_commit=20, max_commit_delay_ms=20,
+    )  # fmt: skip
 
 
 def _kill_workload(server: ServerInfo) -> None:

@@ -7,6 +7,7 @@ privileges drc/apply/channel.py documents (no SUPER, so read_only applies to it)
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -261,3 +262,39 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def apply_process_config(
+    tmp: Path, target: ServerInfo, url: str, channel: str, tables: list[str], **options: Any
+) -> Path:
+    """A config for ``python -m drc.apply``: one channel from dc1 into ``target`` as the apply
+    user (``options``: more channel keys, e.g. ``max_txns_per_commit=50``)."""
+    secret = tmp / "apply.password"
+    secret.write_text(APPLY_PASSWORD)
+    secret.chmod(0o600)
+    extra = "".join(f"{key} = {json.dumps(value)}\n" for key, value in options.items())
+    config = tmp / "dc2.toml"
+    config.write_text(
+        f"""
+[datacenter]
+name = "dc2"
+[source]
+host = "{target.host}"
+port = {target.port}
+user = "unused"
+[replicator]
+buffer_dir = "{tmp / "unused"}"
+[target]
+host = "{target.host}"
+port = {target.port}
+user = "{APPLY_USER}"
+password_file = "{secret}"
+[[channels]]
+name = "{channel}"
+origin = "dc1"
+remote = ["{url}"]
+tables = {json.dumps(tables)}
+wait_ms = 100
+{extra}"""
+    )
+    return config
