@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from drc.config_lines import line_of
 from drc.core.errors import ConfigError
 from drc.core.tablefilter import TableFilter, TableFilterError
 from drc.tls import MysqlTls, MysqlTlsMode, https_context
@@ -345,16 +346,31 @@ def load_config(path: str | Path) -> DrcConfig:
     """Read and validate a datacenter config; every problem names the file and the field."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path} not found; see deploy/dc1.example.toml") from exc
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"config file {path} is not readable TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {path} is not readable: {exc}") from exc
+    problems = config_problems(text)
+    if problems:
+        raise ConfigError(f"config file {path} is invalid: {'; '.join(problems)}")
+    return DrcConfig.model_validate(tomllib.loads(text))
+
+
+def config_problems(text: str) -> list[str]:
+    """Every problem of a config file's text, each naming its line and field; [] when valid."""
     try:
-        return DrcConfig.model_validate(data)
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return [f"not readable TOML: {exc}"]
+    try:
+        DrcConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
-            for err in exc.errors(include_input=False)
-        )
-        raise ConfigError(f"config file {path} is invalid: {problems}") from exc
+        return [_problem(text, err["loc"], err["msg"]) for err in exc.errors(include_input=False)]
+    return []
+
+
+def _problem(text: str, loc: tuple[str | int, ...], message: str) -> str:
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    line = line_of(text, loc)
+    return f"line {line}: {field}: {message}" if line is not None else f"{field}: {message}"

@@ -8,6 +8,7 @@ import click
 
 from drc import __version__
 from drc.cli.buffer import buffer
+from drc.cli.config import config
 from drc.cli.conflicts import conflicts
 from drc.cli.demo import demo
 from drc.cli.replicator import replicator
@@ -37,6 +38,7 @@ cli.add_command(status)
 cli.add_command(run)
 cli.add_command(demo)
 cli.add_command(conflicts)
+cli.add_command(config)
 
 
 def main() -> None:
