@@ -19,6 +19,7 @@ from drc.api.server import ApiServer
 from drc.apply.channel import target_settings
 from drc.apply.sink import TargetSession
 from drc.apply.trigger_guard import LocalTriggerGuard
+from drc.client.peers import Peer, PeerStatus
 from drc.config import DrcConfig
 from drc.core.errors import ConfigError
 from drc.eventbuffer import EventBuffer
@@ -123,6 +124,17 @@ def guards_local_triggers(config: DrcConfig) -> bool:
     return not config.channels or any("trigger" in c.objects for c in config.channels)
 
 
+def peer_status(config: DrcConfig) -> PeerStatus:
+    """The remote replicators of this datacenter's channels, for the status page."""
+    return PeerStatus(
+        [
+            Peer(channel.origin, url, channel.secret(), channel.https_verify())
+            for channel in config.channels
+            for url in channel.remote
+        ]
+    )
+
+
 def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
     """The API server for ``service`` (not started); tokens are read from config here, once."""
     api = config.api
@@ -143,6 +155,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         capture_failure=lambda: service.failure,
         protection=lambda: None if service.protection is None else service.protection(),
         channels=lambda: [] if service.channels is None else service.channels(),
+        peers=peer_status(config).snapshot,
     )
     return ApiServer(
         create_app(deps),

@@ -7,6 +7,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/status                                role, buffer, source position, lag, capture
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
     GET /metrics                                  Prometheus text format
+    GET /v1/peers                                 the remote replicators the channels pull from
+    GET /ui                                       the status page (open; its data needs a token)
     GET /healthz                                  200 ok, 503 buffer closed or capture failed
                                                   (the failure's detail only with a token)
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from drc.api import errors, events, health, schema, status
+from drc.api import errors, events, health, schema, status, ui
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 
@@ -36,8 +38,9 @@ def create_app(deps: ApiDeps) -> FastAPI:
     app.state.deps = deps
     app.state.commits = CommitSignal(deps.buffer, deps.stop)
     errors.install(app)
-    for module in (events, status, schema, health):
+    for module in (events, status, schema, health, ui):
         app.include_router(module.router)
     app.include_router(health.open_router)
+    app.include_router(ui.open_router)
     app.add_middleware(errors.Guard, metrics=deps.metrics)
     return app

@@ -56,6 +56,7 @@ class ApiDeps:
     capture_failure: Callable[[], BaseException | None] | None = None
     protection: Callable[[], dict[str, Any] | None] | None = None  # lww triggers (node.py)
     channels: Callable[[], list[dict[str, Any]]] | None = None  # apply channels here (node.py)
+    peers: Callable[[], list[dict[str, Any]]] | None = None  # remote replicators (status page)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time

@@ -43,6 +43,8 @@ PATH_STATUS = "/v1/status"
 PATH_SCHEMA = "/v1/schema"  # + /{db}/{table}?scn=S
 PATH_METRICS = "/metrics"
 PATH_HEALTH = "/healthz"
+PATH_PEERS = "/v1/peers"
+PATH_UI = "/ui"
 
 MEDIA_JSON = "application/json"
 MEDIA_RECORDS = "application/x-drc-records"

@@ -1,0 +1,128 @@
+"""The status page in headless Chromium, against two running datacenters.
+
+Two DRC nodes run against the sandbox's dc1 and dc2; after a few writes on each side, dc1's
+``/ui`` (loaded by Debian's chromium, scripts run) shows both datacenters, their replicators'
+roles and SCN ranges, and each channel with its state and lag. A screenshot is kept under
+``$DRC_ARTIFACTS`` (default: the test's tmp dir) for CI to collect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from drc.config import load_config
+from drc.node import Node
+from drc.sandbox.demo import write_configs
+from drc.sandbox.procs import wait_for
+from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from tests.integration.servers import connect
+
+SCHEMA = "ui_db"
+CHROMIUM_TIMEOUT_S = 90
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium")
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed; `make setup` installs it")
+        pytest.skip("chromium is not installed; run `make setup`")
+    return found
+
+
+def _render(url: str, workdir: Path, *extra: str) -> str:
+    """The page's DOM after its scripts ran (virtual time lets its fetches finish)."""
+    result = subprocess.run(
+        [
+            _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            f"--user-data-dir={workdir / 'chromium-profile'}", "--virtual-time-budget=8000",
+            *extra, url,
+        ],
+        capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S, check=True,
+    )  # fmt: skip
+    return result.stdout
+
+
+def _setup(server: ServerInfo) -> None:
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"DROP DATABASE IF EXISTS {SCHEMA}")
+        cur.execute(f"CREATE DATABASE {SCHEMA}")
+        cur.execute(f"CREATE TABLE {SCHEMA}.t (id BIGINT PRIMARY KEY, v VARCHAR(40))")
+    conn.close()
+
+
+def _write(server: ServerInfo, first_id: int, rows: int) -> None:
+    conn = connect(server, database=SCHEMA)
+    with conn.cursor() as cur:
+        for n in range(rows):
+            cur.execute("INSERT INTO t VALUES (%s, %s)", (first_id + n, server.datacenter))
+    conn.close()
+
+
+def _count(server: ServerInfo) -> int:
+    conn = connect(server, database=SCHEMA)
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM t")
+        count = int(cur.fetchone()[0])
+    conn.close()
+    return count
+
+
+def test_status_page_shows_both_datacenters_and_each_channels_lag(
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    for server in (dc1, dc2):
+        _setup(server)
+    configs = write_configs(sandbox, tmp_path, schema=SCHEMA)
+    stop = threading.Event()
+    nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
+    try:
+        for node in nodes.values():
+            node.start(stop)
+        _write(dc1, 1, 5)
+        _write(dc2, 1001, 7)
+        assert wait_for(lambda: _count(dc1) == 12 and _count(dc2) == 12, 60), "no convergence"
+        url = nodes["dc1"].api_url
+        assert url is not None
+        page = httpx.get(f"{url}/ui", timeout=10)
+        assert page.status_code == 200
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+
+        artifacts = Path(os.environ.get("DRC_ARTIFACTS", tmp_path))
+        artifacts.mkdir(parents=True, exist_ok=True)
+        dom = _render(f"{url}/ui", tmp_path, "--dump-dom")
+        _render(f"{url}/ui", tmp_path, f"--screenshot={artifacts / 'status-page.png'}",
+                "--window-size=900,1400")  # fmt: skip
+    finally:
+        stop.set()
+        for node in nodes.values():
+            node.close()
+
+    for dc in ("dc1", "dc2"):
+        section = re.search(
+            rf'<section class="card datacenter" id="dc-{dc}">(.*?)</section>', dom, re.S
+        )
+        assert section, f"datacenter {dc} not shown:\n{dom[:3000]}"
+        assert ">leader<" in section.group(1)
+        assert re.search(
+            r"<dt>SCN range</dt><dd>1:\d+:\d+:\d+ \.\. 1:\d+:\d+:\d+</dd>", section.group(1)
+        )
+    cards = {
+        re.search(r'data-channel="([^"]+)" data-datacenter="([^"]+)"', chunk).groups(): chunk
+        for chunk in dom.split('<div class="card channel" ')[1:]
+    }
+    assert set(cards) == {("from-dc2", "dc1"), ("from-dc1", "dc2")}, dom[:3000]
+    for card in cards.values():
+        assert 'class="state ok">running<' in card
+        assert re.search(r'<span class="lag">[\d.]+ s</span>', card), card
+        assert (artifacts / "status-page.png").stat().st_size > 10_000

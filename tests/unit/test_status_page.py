@@ -1,0 +1,69 @@
+"""The status page's static file and the peer statuses behind it, without servers."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from drc.api.app import create_app
+from drc.api.deps import ApiDeps
+from drc.client.errors import ApiUnavailableError
+from drc.client.peers import CACHE_S, Peer, PeerStatus
+
+
+class _Buffer:
+    last_scn = None
+
+
+def test_page_is_served_open_with_a_strict_policy() -> None:
+    deps = ApiDeps(buffer=_Buffer(), tokens=("secret",))
+    client = TestClient(create_app(deps))
+    page = client.get("/ui")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "connect-src 'self'" in page.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert client.get("/v1/peers").status_code == 401  # the data needs the token
+    answer = client.get("/v1/peers", headers={"Authorization": "Bearer secret"})
+    assert answer.json() == []
+
+
+def test_page_never_puts_data_in_as_html() -> None:
+    # Table names and errors come from binlogs: only text nodes may carry them.
+    text = (files("drc.api") / "static" / "ui.html").read_text()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+        assert sink not in text
+
+
+def test_peers_are_asked_once_per_moment_and_errors_say_only_their_type() -> None:
+    calls: list[str] = []
+    now = [100.0]
+
+    def fetch(url: str, token: str | None, **_: Any) -> dict[str, Any]:
+        calls.append(url)
+        if "down" in url:
+            raise ApiUnavailableError(f"{url} unreachable with token {token}", [])
+        return {"role": "leader", "datacenter": "dc2"}
+
+    peers = PeerStatus(
+        [Peer("dc2", "http://up:1", "tok"), Peer("dc2", "http://down:1", "tok")],
+        fetch=fetch,
+        clock=lambda: now[0],
+    )
+    first = peers.snapshot()
+    up = {"role": "leader", "datacenter": "dc2"}
+    assert first == [
+        {"datacenter": "dc2", "url": "http://up:1", "status": up, "error": None},
+        {
+            "datacenter": "dc2",
+            "url": "http://down:1",
+            "status": None,
+            "error": "ApiUnavailableError",
+        },
+    ]
+    assert peers.snapshot() == first and len(calls) == 2  # cached
+    now[0] += CACHE_S
+    peers.snapshot()
+    assert len(calls) == 4
