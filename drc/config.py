@@ -7,6 +7,7 @@ every key.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -201,6 +202,7 @@ def _read_secret(value: SecretStr | None, path: Path | None, what: str) -> str:
     return value.get_secret_value() if value is not None else ""
 
 
+_TOKEN_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -211,6 +213,8 @@ class ApiConfig(_Model):
     port: int = Field(8640, ge=0, le=65535)
     tokens: tuple[SecretStr, ...] = ()
     tokens_file: Path | None = None
+    admin_tokens: dict[str, SecretStr] = Field(default_factory=dict)  # name -> token
+    admin_tokens_file: Path | None = None  # lines "NAME TOKEN"
     max_events: int = Field(10_000, ge=1)
     max_bytes_mb: float = Field(16, gt=0)
     max_wait_ms: int = Field(30_000, ge=0)
@@ -222,7 +226,13 @@ class ApiConfig(_Model):
 
     @model_validator(mode="after")
     def _open_only_with_tokens(self) -> ApiConfig:
-        if self.host not in _LOOPBACK and not self.tokens and self.tokens_file is None:
+        bad = [n for n in self.admin_tokens if not _TOKEN_NAME.fullmatch(n)]
+        if bad:
+            raise ValueError(f"admin token names must be letters, digits, . _ - (got {bad})")
+        tokenless = not (
+            self.tokens or self.tokens_file or self.admin_tokens or self.admin_tokens_file
+        )
+        if self.host not in _LOOPBACK and tokenless:
             raise ValueError(
                 f"host {self.host!r} is not loopback: set tokens or tokens_file so the API is "
                 "not open to the network without authentication"
@@ -246,6 +256,29 @@ class ApiConfig(_Model):
                 raise ConfigError(f"cannot read api.tokens_file {self.tokens_file}: {exc}") from exc
             tokens.extend(line.strip() for line in lines if line.strip())
         return tuple(tokens)
+
+    def admin_secrets(self) -> dict[str, str]:
+        """Admin tokens by name (``admin_tokens`` plus ``NAME TOKEN`` lines of the file)."""
+        found = {name: token.get_secret_value() for name, token in self.admin_tokens.items()}
+        if self.admin_tokens_file is None:
+            return found
+        try:
+            lines = self.admin_tokens_file.read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read api.admin_tokens_file {self.admin_tokens_file}: {exc}"
+            ) from exc
+        for number, line in enumerate(lines, start=1):
+            name, _, token = line.strip().partition(" ")
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if not _TOKEN_NAME.fullmatch(name) or not token.strip():
+                raise ConfigError(
+                    f"api.admin_tokens_file {self.admin_tokens_file} line {number}: expected "
+                    "'NAME TOKEN' (NAME: letters, digits, . _ -)"
+                )
+            found[name] = token.strip()
+        return found
 
 
 ConflictPolicyName = Literal["lww", "resolver", "overwrite", "keep", "off"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from drc.api.app import create_app
-from drc.api.deps import ApiDeps
+from drc.api.deps import ApiDeps, ChannelDesk
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.query import ServerLimits
 from drc.api.server import ApiServer
@@ -46,6 +46,7 @@ class ReplicatorService:
     # the apply channels this process runs, for status and metrics (set by the node)
     channels: Callable[[], list[dict[str, Any]]] | None = None
     trigger_guard: LocalTriggerGuard | None = None  # guards triggers created here
+    desk: ChannelDesk | None = None  # channel control (set by the node when it runs channels)
 
     def run_capture(self, stop: threading.Event) -> None:
         """Capture until ``stop``; a fatal error is kept (the API reports it) and re-raised."""
@@ -138,7 +139,8 @@ def peer_status(config: DrcConfig) -> PeerStatus:
 def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
     """The API server for ``service`` (not started); tokens are read from config here, once."""
     api = config.api
-    tokens = api.secrets()
+    admins = api.admin_secrets()
+    tokens = api.secrets() + tuple(admins.values())  # an admin token reads too
     if not all(tokens):
         raise ConfigError("api.tokens holds an empty token; remove it or give it a value")
     deps = ApiDeps(
@@ -156,6 +158,8 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         protection=lambda: None if service.protection is None else service.protection(),
         channels=lambda: [] if service.channels is None else service.channels(),
         peers=peer_status(config).snapshot,
+        admin_tokens=admins,
+        desk=lambda: service.desk,
     )
     return ApiServer(
         create_app(deps),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from drc.api import errors, events, health, schema, status, ui
+from drc.api import control, errors, events, health, schema, status, ui
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 
@@ -38,7 +38,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     app.state.deps = deps
     app.state.commits = CommitSignal(deps.buffer, deps.stop)
     errors.install(app)
-    for module in (events, status, schema, health, ui):
+    for module in (events, status, schema, health, ui, control):
         app.include_router(module.router)
     app.include_router(health.open_router)
     app.include_router(ui.open_router)

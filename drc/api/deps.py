@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import anyio
 from fastapi import Depends, Request
@@ -31,6 +31,18 @@ PULL_THREADS = 16
 LONG_POLL_THREADS = 16
 REALM = 'Bearer realm="drc"'
 OPEN_CALLER = "open"
+
+
+class ChannelDesk(Protocol):
+    """The apply channels of this process, as the control endpoints see them (drc.node)."""
+
+    def channels(self) -> list[dict[str, Any]]: ...
+
+    def history(self, name: str, limit: int) -> list[dict[str, Any]]: ...
+
+    def act(
+        self, name: str, action: str, actor: str, reason: str, *, scn: Any, until: Any, at: Any
+    ) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -57,6 +69,8 @@ class ApiDeps:
     protection: Callable[[], dict[str, Any] | None] | None = None  # lww triggers (node.py)
     channels: Callable[[], list[dict[str, Any]]] | None = None  # apply channels here (node.py)
     peers: Callable[[], list[dict[str, Any]]] | None = None  # remote replicators (status page)
+    desk: Callable[[], ChannelDesk | None] | None = None  # channel control (node.py)
+    admin_tokens: dict[str, str] = field(default_factory=dict)  # name -> token, may act
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time
@@ -68,11 +82,13 @@ class ApiDeps:
         default_factory=lambda: anyio.CapacityLimiter(LONG_POLL_THREADS)
     )
     _token_bytes: tuple[bytes, ...] = field(init=False, repr=False)
+    _admin_bytes: tuple[tuple[str, bytes], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if any(not token for token in self.tokens):
             raise ValueError("an API token must not be empty")
         self._token_bytes = tuple(token.encode() for token in self.tokens)
+        self._admin_bytes = tuple((n, t.encode()) for n, t in self.admin_tokens.items())
 
     def __repr__(self) -> str:  # never show tokens
         return f"ApiDeps(datacenter={self.datacenter!r}, tokens={len(self.tokens)})"
@@ -109,12 +125,32 @@ def caller(request: Request) -> str | None:
     deps = get_deps(request)
     if deps.open:
         return OPEN_CALLER
+    index = deps.token_index(_bearer(request))
+    return None if index is None else f"token-{index}"
+
+
+def admin_caller(request: Request) -> str:
+    """The name of the admin token the request carries (``"open"`` on an API without tokens);
+    403 for any other token: control actions change what a channel applies."""
+    deps = get_deps(request)
+    if deps.open:
+        return OPEN_CALLER
+    token = _bearer(request)
+    found = ""
+    for name, admin in deps._admin_bytes:  # every one compared: constant time in the set
+        if hmac.compare_digest(token, admin):
+            found = name
+    if not found:
+        raise ApiError(403, "this action needs an admin token ([api] admin_tokens)")
+    return found
+
+
+def _bearer(request: Request) -> bytes:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer":
-        return None
+        return b""
     # Header text is latin-1 decoded by the server; encoding it back gives the bytes sent.
-    index = deps.token_index(token.strip().encode("latin-1", "replace"))
-    return None if index is None else f"token-{index}"
+    return token.strip().encode("latin-1", "replace")
 
 
 def require_token(request: Request) -> None:

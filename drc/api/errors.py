@@ -26,6 +26,7 @@ log = logging.getLogger("drc.api")
 _BY_STATUS = {
     400: wire.ERROR_BAD_REQUEST,
     401: wire.ERROR_UNAUTHORIZED,
+    403: wire.ERROR_FORBIDDEN,
     404: wire.ERROR_NOT_FOUND,
     406: wire.ERROR_NOT_ACCEPTABLE,
     409: wire.ERROR_EPOCH_MISMATCH,

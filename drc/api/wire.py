@@ -71,6 +71,8 @@ WAIT_FULL = 0  # wait until the batch is full, capped at the server's max_wait_m
 # The "error" field of an error body, by HTTP status.
 ERROR_BAD_REQUEST = "bad_request"  # 400: malformed SCN, filter or parameter
 ERROR_UNAUTHORIZED = "unauthorized"  # 401: bearer token missing or wrong
+ERROR_FORBIDDEN = "forbidden"  # 403: a control action without an admin token
+ERROR_CHANNEL_STATE = "channel_state"  # 409: the action does not fit the channel's state
 ERROR_NOT_FOUND = "not_found"  # 404: unknown table (schema) or path
 ERROR_NOT_ACCEPTABLE = "not_acceptable"  # 406: Accept allows neither form; body has "offered"
 ERROR_EPOCH_MISMATCH = "epoch_mismatch"  # 409: buffer was rebuilt; body has current "epoch"
