@@ -23,6 +23,7 @@ from tests.monitoring import (
     metric_names,
     rules,
     selector_labels,
+    unknown_names,
 )
 
 OPERATIONS = DEPLOY.parent / "docs" / "operations.md"
@@ -49,6 +50,15 @@ def test_metric_names_are_found_in_promql() -> None:
         ("a", "b"),
         ("c", "d"),
     }
+
+
+def test_unknown_metrics_and_selector_labels_are_reported() -> None:
+    families = {"drc_x": {"table"}, "drc_y": set()}
+    exprs = ['drc_x{channel="a", job="drc"} + up', 'drc_y{any="b"}', "rate(drc_z_total[1m])"]
+    assert unknown_names(exprs, families) == [
+        f"drc_x{{channel}} (in {exprs[0]!r})",
+        f"drc_z_total (in {exprs[2]!r})",
+    ]
 
 
 def test_promtool_accepts_the_alerting_rules() -> None:
