@@ -29,9 +29,9 @@ def _directives(unit: Path) -> dict[str, list[str]]:
     return found
 
 
-def _verify(tmp_path: Path, units: dict[str, str]) -> str:
-    """systemd-analyze verify on instances of the templates (name -> text), ExecStart pointing at
-    this venv's drc: verify insists the binary exists (it does not look up User=)."""
+def _analyze(tmp_path: Path, units: dict[str, str], *command: str) -> str:
+    """``systemd-analyze COMMAND`` on instances of the templates (name -> text), ExecStart
+    pointing at this venv's drc: verify insists the binary exists (it does not look up User=)."""
     analyze = require_tool("systemd-analyze", "systemd")
     drc = Path(sys.executable).with_name("drc")
     paths = []
@@ -39,10 +39,12 @@ def _verify(tmp_path: Path, units: dict[str, str]) -> str:
         path = tmp_path / name.replace("@.", "@dc1-a.")
         path.write_text(text.replace(INSTALLED_DRC, str(drc)))
         paths.append(str(path))
-    done = subprocess.run(
-        [analyze, "verify", "--man=no", *paths], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([analyze, *command, *paths], capture_output=True, text=True, timeout=120)
     return f"exit {done.returncode}\n{done.stdout}{done.stderr}".strip()
+
+
+def _verify(tmp_path: Path, units: dict[str, str]) -> str:
+    return _analyze(tmp_path, units, "verify", "--man=no")
 
 
 def test_the_templates_are_the_expected_ones() -> None:
@@ -53,6 +55,14 @@ def test_systemd_analyze_verify_passes_without_a_warning(tmp_path: Path) -> None
     units = {unit.name: unit.read_text() for unit in UNITS}
     assert all(INSTALLED_DRC in text for text in units.values())
     assert _verify(tmp_path, units) == "exit 0"
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
+def test_exposure_is_in_systemds_ok_band(unit: Path, tmp_path: Path) -> None:
+    """systemd's own hardening score: at most 2.0 of 10 (--threshold counts tenths)."""
+    command = ("security", "--offline=true", "--threshold=20", "--no-pager")
+    output = _analyze(tmp_path, {unit.name: unit.read_text()}, *command)
+    assert output.startswith("exit 0"), output
 
 
 def test_verify_reports_a_mistake_so_the_check_above_is_not_vacuous(tmp_path: Path) -> None:
