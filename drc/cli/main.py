@@ -8,6 +8,7 @@ import click
 
 from drc import __version__
 from drc.cli.buffer import buffer
+from drc.cli.channel import channel
 from drc.cli.config import config
 from drc.cli.conflicts import conflicts
 from drc.cli.demo import demo
@@ -39,6 +40,7 @@ cli.add_command(run)
 cli.add_command(demo)
 cli.add_command(conflicts)
 cli.add_command(config)
+cli.add_command(channel)
 
 
 def main() -> None:

@@ -135,8 +135,26 @@ def send(
     token: str | None,
 ) -> httpx.Response:
     """GET ``target``; returns a 2xx response or raises by the classification above."""
+    return request(client, "GET", target, token, timeout, params=params, accept=accept)
+
+
+def request(
+    client: httpx.Client,
+    method: str,
+    target: str,
+    token: str | None,
+    timeout: httpx.Timeout,
+    *,
+    params: dict[str, str] | None = None,
+    accept: str = wire.MEDIA_JSON,
+    json_body: Any = None,
+) -> httpx.Response:
+    """One request; a 2xx response or an error raised by the classification above."""
     try:
-        response = client.get(target, params=params, headers={"Accept": accept}, timeout=timeout)
+        response = client.request(
+            method, target, params=params, json=json_body, headers={"Accept": accept},
+            timeout=timeout,
+        )  # fmt: skip
     except httpx.TransportError as exc:  # connect, read, protocol errors and timeouts
         refused = tls_failure(exc)
         if refused is not None:
