@@ -53,7 +53,7 @@ def _desk(deps: ApiDeps) -> ChannelDesk:
 def _known(desk: ChannelDesk, name: str) -> None:
     names = [c["name"] for c in desk.channels()]
     if name not in names:
-        raise ApiError(404, f"no channel {shown(name)!r} here; channels: {', '.join(names) or '-'}")
+        raise ApiError(404, f"no channel {shown(name)} here; channels: {', '.join(names) or '-'}")
 
 
 def _scn(text: str | None, what: str) -> SCN | None:
@@ -72,7 +72,7 @@ def _time(text: str | None) -> float | None:
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError as exc:
-        raise ApiError(400, f"time {shown(text)!r} is not ISO 8601, e.g. 2026-11-23 14:00") from exc
+        raise ApiError(400, f"time {shown(text)} is not ISO 8601, e.g. 2026-11-23 14:00") from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
@@ -107,7 +107,7 @@ async def act(
     actor = admin_caller(request)
     desk = _desk(deps)
     if action not in ACTIONS:
-        raise ApiError(404, f"unknown action {shown(action)!r}; one of {', '.join(ACTIONS)}")
+        raise ApiError(404, f"unknown action {shown(action)}; one of {', '.join(ACTIONS)}")
     _known(desk, name)
     scn, until, at = _scn(body.scn, "scn"), _scn(body.until, "until"), _time(body.time)
     if action == "rewind" and (scn is None) == (at is None):
