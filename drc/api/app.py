@@ -6,6 +6,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
                    [&epoch=E][&skip_drc=1]        the change stream; see drc.api.wire
     GET /v1/status                                role, buffer, source position, lag, capture
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
+    GET /v1/segments[?after=S][&to=S]             the buffer's segments: SCN range, size, sha256
+    GET /v1/segments/{name}                       one segment's bytes, with Range (resumable)
     GET /metrics                                  Prometheus text format
     GET /healthz                                  200 ok, 503 buffer closed or capture failed
                                                   (the failure's detail only with a token)
@@ -20,9 +22,10 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from drc.api import errors, events, health, schema, status
+from drc.api import errors, events, health, schema, segments, status
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
+from drc.eventbuffer.export import Checksums
 
 
 def create_app(deps: ApiDeps) -> FastAPI:
@@ -35,8 +38,9 @@ def create_app(deps: ApiDeps) -> FastAPI:
     )
     app.state.deps = deps
     app.state.commits = CommitSignal(deps.buffer, deps.stop)
+    app.state.segment_sums = Checksums()
     errors.install(app)
-    for module in (events, status, schema, health):
+    for module in (events, status, schema, segments, health):
         app.include_router(module.router)
     app.include_router(health.open_router)
     app.add_middleware(errors.Guard, metrics=deps.metrics)
