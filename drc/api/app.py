@@ -6,6 +6,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
                    [&epoch=E][&skip_drc=1]        the change stream; see drc.api.wire
     GET /v1/status                                role, buffer, source position, lag, capture
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
+    GET /v1/segments[?after=S][&to=S]             the buffer's segments: SCN range, size, sha256
+    GET /v1/segments/{name}                       one segment's bytes, with Range (resumable)
     GET /metrics                                  Prometheus text format
     GET /v1/peers                                 the remote replicators the channels pull from
     GET /ui                                       the status page (open; its data needs a token)
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from drc.api import control, errors, events, health, schema, status, ui
+from drc.api import control, errors, events, health, schema, segments, status, ui
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
+from drc.eventbuffer.export import Checksums
 
 
 def create_app(deps: ApiDeps) -> FastAPI:
@@ -37,8 +40,9 @@ def create_app(deps: ApiDeps) -> FastAPI:
     )
     app.state.deps = deps
     app.state.commits = CommitSignal(deps.buffer, deps.stop)
+    app.state.segment_sums = Checksums()
     errors.install(app)
-    for module in (events, status, schema, health, ui, control):
+    for module in (events, status, schema, segments, health, ui, control):
         app.include_router(module.router)
     app.include_router(health.open_router)
     app.include_router(ui.open_router)

@@ -31,6 +31,7 @@ _BY_STATUS = {
     406: wire.ERROR_NOT_ACCEPTABLE,
     409: wire.ERROR_EPOCH_MISMATCH,
     410: wire.ERROR_SCN_TOO_OLD,
+    416: wire.ERROR_RANGE,
     503: wire.ERROR_UNAVAILABLE,
 }
 INTERNAL_MESSAGE = "internal error; the server logged the details"

@@ -63,7 +63,7 @@ class PullQuery:
 
 def parse_pull_query(params: Sequence[tuple[str, str]], server: ServerLimits) -> PullQuery:
     """Parse the query's (name, value) pairs, in order as sent."""
-    values = _single_values(params)
+    values = single_values(params)
     text = values.get(wire.PARAM_AFTER)
     if text is None:
         raise BadQuery("after is required: the SCN to read after (0:0:0:0 for the beginning)")
@@ -92,11 +92,14 @@ def _longest_wait(wait_ms: int, server_max_ms: int) -> int:
     return server_max_ms if wait_ms == wire.WAIT_FULL else min(wait_ms, server_max_ms)
 
 
-def _single_values(params: Sequence[tuple[str, str]]) -> dict[str, str]:
+def single_values(
+    params: Sequence[tuple[str, str]], known: Sequence[str] = _KNOWN
+) -> dict[str, str]:
+    """The parameters by name; BadQuery for an unknown or repeated one."""
     values: dict[str, str] = {}
     for name, value in params:
-        if name not in _KNOWN:
-            raise BadQuery(f"unknown parameter {_show(name)}; known: {', '.join(_KNOWN)}")
+        if name not in known:
+            raise BadQuery(f"unknown parameter {_show(name)}; known: {', '.join(known)}")
         if name in values:
             raise BadQuery(f"{name} is given more than once")
         values[name] = value

@@ -41,6 +41,7 @@ from drc.core.events import Transaction
 PATH_EVENTS = "/v1/events"
 PATH_STATUS = "/v1/status"
 PATH_SCHEMA = "/v1/schema"  # + /{db}/{table}?scn=S
+PATH_SEGMENTS = "/v1/segments"  # [?after=S][&to=S]; + /{name}: one segment's bytes (Range)
 PATH_METRICS = "/metrics"
 PATH_HEALTH = "/healthz"
 PATH_PEERS = "/v1/peers"
@@ -48,6 +49,7 @@ PATH_UI = "/ui"
 
 MEDIA_JSON = "application/json"
 MEDIA_RECORDS = "application/x-drc-records"
+MEDIA_SEGMENT = "application/x-drc-segment"  # a segment file's bytes (drc.eventbuffer.format)
 
 HEADER_EPOCH = "X-DRC-Epoch"
 HEADER_NEXT = "X-DRC-Next"
@@ -62,6 +64,8 @@ PARAM_MAX_BYTES = "max_bytes"
 PARAM_WAIT_MS = "wait_ms"
 PARAM_EPOCH = "epoch"
 PARAM_SKIP_DRC = "skip_drc"
+# Query parameters of GET /v1/segments: the segments holding records after SCN (up to SCN).
+PARAM_TO = "to"
 
 # wait_ms values with a special meaning; any other positive value waits up to that many ms
 # but returns as soon as one matching transaction is there (latency first).
@@ -83,6 +87,7 @@ ERROR_TOO_MANY_LONG_POLLS = "too_many_long_polls"  # 429
 ERROR_LONG_POLLS_FULL = "long_polls_full"  # 503
 ERROR_INTERNAL = "internal"  # 500: logged server-side; the body says nothing more
 ERROR_UNAVAILABLE = "unavailable"  # 503: buffer closed or capture failed
+ERROR_RANGE = "range_not_satisfiable"  # 416: a segment Range starting at or past its end
 
 
 def split_records(body: bytes | bytearray | memoryview) -> list[Transaction]:

@@ -22,7 +22,8 @@ dir_option = click.option(
 
 @click.group()
 def sandbox() -> None:
-    """A local sandbox: one MariaDB per datacenter and one ZooKeeper, on loopback ports."""
+    """A local sandbox: one MariaDB per datacenter and one ZooKeeper (and with --spark a Spark
+    master and worker), on loopback ports."""
 
 
 @sandbox.command()
@@ -39,15 +40,24 @@ def sandbox() -> None:
     is_flag=True,
     help="Make a private CA (DIR/tls/ca.crt) and have every MariaDB offer TLS signed by it.",
 )
-def up(directory: str, datacenters: int, tls: bool) -> None:
+@click.option(
+    "--spark",
+    "with_spark",
+    is_flag=True,
+    help="Also run a Spark standalone master and worker (from the pyspark package).",
+)
+def up(directory: str, datacenters: int, tls: bool, with_spark: bool) -> None:
     """Start the sandbox (servers already running are kept) and print its description.
 
     The description (also in DIR/sandbox.json, which holds the password) lists each server's
-    host, port, socket, server_id and user, the CA of its certificate with --tls, and the
-    ZooKeeper connect string.
+    host, port, socket, server_id and user, the CA of its certificate with --tls, the
+    ZooKeeper connect string, and with --spark the Spark master URL (spark://127.0.0.1:PORT).
     """
     description = Sandbox(directory).up(
-        datacenters, progress=lambda msg: click.echo(msg, err=True), tls=tls
+        datacenters,
+        progress=lambda msg: click.echo(msg, err=True),
+        tls=tls,
+        with_spark=with_spark,
     )
     click.echo(description.to_json(reveal_password=False))
 
@@ -85,6 +95,12 @@ def status(directory: str, logs: bool) -> None:
     zk = description.zookeeper
     detail = answers["zookeeper"] if state["zookeeper"] else "STOPPED"
     click.echo(f"{'zookeeper':<10} {zk.connect:<16} pid {zk.pid:<8} {detail}")
+    if description.spark is not None:
+        sp = description.spark
+        detail = answers["spark"] if state["spark master"] else "STOPPED"
+        if not state["spark worker"]:
+            detail += " (worker STOPPED)"
+        click.echo(f"{'spark':<10} {sp.master_url:<16} pid {sp.master_pid:<8} {detail}")
     if logs:
         click.echo(log_tails(description))
     if not all(state.values()):

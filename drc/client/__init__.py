@@ -5,6 +5,9 @@
         for txn in assemble(sub):          # or sub.get() / sub.ack(batch) / sub.rollback()
             apply(txn)
 
+Bulk catch-up copies whole segments instead: :class:`SegmentSource` lists them, downloads each
+(resuming, checksum verified) and :func:`read_segment` reads a copy.
+
 HTTPS with a private CA: ``Subscriber(["https://dc1-a:8640"], ca="dc1-ca.pem")`` (and
 ``cert=``/``key=`` for a client certificate, ``verify=False`` to not check at all).
 
@@ -23,8 +26,10 @@ from drc.client.errors import (
     FragmentError,
     PositionTooOldError,
     ProtocolError,
+    SegmentDownloadError,
 )
 from drc.client.fragments import assemble
+from drc.client.segments import SegmentInfo, SegmentList, SegmentSource, read_segment
 from drc.client.status import fetch_status
 from drc.client.subscriber import Batch, Subscriber
 
@@ -43,7 +48,12 @@ __all__ = [
     "MemoryCheckpointStore",
     "PositionTooOldError",
     "ProtocolError",
+    "SegmentDownloadError",
+    "SegmentInfo",
+    "SegmentList",
+    "SegmentSource",
     "Subscriber",
     "assemble",
     "fetch_status",
+    "read_segment",
 ]

@@ -3,6 +3,7 @@
     DrcError
     +-- RetriableError
     |   +-- ApiUnavailableError     no API URL answered in time (network down, 5xx); get() again
+    |   +-- SegmentDownloadError    no intact copy of a segment after every attempt
     +-- FatalError
         +-- ApiRequestError         the server refused the request (400, 404, ...): fix the call
         |   +-- ApiAuthError        401/403: pass the right bearer token
@@ -121,4 +122,14 @@ class ApiTlsError(FatalError):
 
     def __init__(self, message: str, url: str) -> None:
         super().__init__(message)
+        self.url = url
+
+
+class SegmentDownloadError(RetriableError):
+    """A segment download failed every attempt (network, or a copy whose SHA-256 is not the
+    listed one). Nothing of it was used; another replicator or a later try may succeed."""
+
+    def __init__(self, message: str, name: str, url: str) -> None:
+        super().__init__(message)
+        self.name = name
         self.url = url

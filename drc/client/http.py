@@ -155,23 +155,29 @@ def request(
             method, target, params=params, json=json_body, headers={"Accept": accept},
             timeout=timeout,
         )  # fmt: skip
-    except httpx.TransportError as exc:  # connect, read, protocol errors and timeouts
+    except httpx.HTTPError as exc:
+        raise failure(exc, target, token) from exc
+    if response.is_success:
+        return response
+    raise status_error(response, target, token)
+
+
+def failure(exc: httpx.HTTPError, target: str, token: str | None) -> Exception:
+    """What an httpx error sending to or reading from ``target`` means (module docstring)."""
+    if isinstance(exc, httpx.TransportError):  # connect, read, protocol errors and timeouts
         refused = tls_failure(exc)
         if refused is not None:
-            raise ApiTlsError(
+            return ApiTlsError(
                 f"{target}: HTTPS refused: {refused}; trust the CA that signed the server's "
                 "certificate (a channel's tls_ca, --ca, or ca= of the SDK)",
                 target,
-            ) from exc
-        raise Transient(redact(f"{type(exc).__name__}: {exc}", token)) from exc
-    except httpx.HTTPError as exc:  # undecodable body, redirect loop: retrying will not help
-        raise ProtocolError(redact(f"{target}: {type(exc).__name__}: {exc}", token)) from exc
-    if response.is_success:
-        return response
-    raise _status_error(response, target, token)
+            )
+        return Transient(redact(f"{type(exc).__name__}: {exc}", token))
+    # An undecodable body, a redirect loop: retrying will not help.
+    return ProtocolError(redact(f"{target}: {type(exc).__name__}: {exc}", token))
 
 
-def _status_error(response: httpx.Response, target: str, token: str | None) -> Exception:
+def status_error(response: httpx.Response, target: str, token: str | None) -> Exception:
     status = response.status_code
     body = _error_body(response)
     code = str(body.get("error", "")) or f"http_{status}"

@@ -282,6 +282,10 @@ class EventBuffer:
                 self._view = scanned_view(self._directory, self._meta, segments)
         return self._view
 
+    def view(self) -> View:
+        """What readers may see now (a read-only buffer looks at the directory again first)."""
+        return self.refresh() if self._writer is None else self._current()
+
     # -- state -----------------------------------------------------------------------------
 
     @property

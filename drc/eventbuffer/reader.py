@@ -131,13 +131,14 @@ def _records(view: View, key: bytes) -> Generator[Record, None, None]:
         seg = segments[k]
         limit = view.end_offset if k == last else seg.end
         if offset < limit:
-            yield from _segment_records(seg, offset, limit, key)
+            yield from segment_records(seg, offset, limit, key)
         if k < last and seg.error is not None:
             raise CorruptRecordError(_corrupt_message(seg, seg.error_offset, seg.error), 0)
         offset = HEADER_SIZE
 
 
-def _segment_records(seg: Segment, offset: int, limit: int, key: bytes) -> Iterator[Record]:
+def segment_records(seg: Segment, offset: int, limit: int, key: bytes) -> Iterator[Record]:
+    """The records of ``seg`` from ``offset`` to ``limit`` whose SCN key is above ``key``."""
     try:
         mm = seg.mapping(limit)
     except FileNotFoundError as exc:

@@ -7,7 +7,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from drc.core.errors import SandboxError
@@ -20,7 +20,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_detached(argv: Sequence[str], log_path: Path, cwd: Path | None = None) -> int:
+def start_detached(
+    argv: Sequence[str],
+    log_path: Path,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
     """Start ``argv`` in its own session so it outlives the CLI and ignores the terminal's ^C."""
     with open(log_path, "ab") as log:
         try:
@@ -32,6 +37,7 @@ def start_detached(argv: Sequence[str], log_path: Path, cwd: Path | None = None)
                 cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
+                env=None if env is None else dict(env),
             )
         except OSError as exc:
             raise SandboxError(

@@ -8,6 +8,8 @@ Layout under the sandbox directory::
     DIR/zookeeper/          zoo.cfg, data/, zookeeper.log
     DIR/tls/                with ``up(tls=True)``: the sandbox's own CA (drc.sandbox.certs);
                             each dcN/ then holds server.crt/.key and its MariaDB offers TLS
+    DIR/spark/              with ``up(spark=True)``: a Spark standalone master and worker
+                            (drc.sandbox.spark)
 
 ``up`` is idempotent: servers that already run are kept, missing ones are started on their
 recorded ports. ``down`` signals only the PIDs recorded in sandbox.json, and only if their command
@@ -20,12 +22,13 @@ import json
 import os
 import secrets
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from drc.core.errors import SandboxError
-from drc.sandbox import certs, mariadb, zookeeper
+from drc.sandbox import certs, mariadb, spark, zookeeper
 from drc.sandbox.procs import free_port, pid_alive, stop_pid, tail
+from drc.sandbox.spark import SparkInfo
 
 DESCRIPTION_FILE = "sandbox.json"
 SANDBOX_USER = "drc"
@@ -71,6 +74,7 @@ class SandboxDescription:
     dir: str
     servers: tuple[ServerInfo, ...]
     zookeeper: ZooKeeperInfo
+    spark: SparkInfo | None = None
 
     def server(self, datacenter: str) -> ServerInfo:
         for info in self.servers:
@@ -92,11 +96,15 @@ class SandboxDescription:
             dir=data["dir"],
             servers=tuple(ServerInfo(**s) for s in data["servers"]),
             zookeeper=ZooKeeperInfo(**data["zookeeper"]),
+            spark=SparkInfo(**data["spark"]) if data.get("spark") else None,
         )
 
     def logs(self) -> dict[str, Path]:
         logs = {f"mariadb {s.datacenter}": Path(s.error_log) for s in self.servers}
         logs["zookeeper"] = Path(self.zookeeper.log)
+        if self.spark is not None:
+            logs["spark master"] = Path(self.spark.master_log)
+            logs["spark worker"] = Path(self.spark.worker_log)
         return logs
 
 
@@ -124,9 +132,11 @@ class Sandbox:
         datacenters: int = 2,
         progress: Callable[[str], None] = lambda _msg: None,
         tls: bool = False,
+        with_spark: bool = False,
     ) -> SandboxDescription:
         """Start whatever of the N-datacenter sandbox is not running; return its description.
-        With ``tls`` every MariaDB offers TLS with a certificate of the sandbox's own CA."""
+        With ``tls`` every MariaDB offers TLS with a certificate of the sandbox's own CA; with
+        ``with_spark`` a Spark standalone master and worker run too (kept once started)."""
         if datacenters < 1:
             raise SandboxError(f"--datacenters must be at least 1, got {datacenters}")
         previous = self.describe()
@@ -144,7 +154,21 @@ class Sandbox:
             progress(f"mariadb dc{number}: starting (or already running)")
             servers.append(self._server_up(number, known, password, ca))
             self._write(SandboxDescription(str(self.dir), tuple(servers), zk))
+        known_spark = previous.spark if previous else None
+        if with_spark or known_spark is not None:
+            progress("spark master and worker: starting (or already running)")
+            described = SandboxDescription(str(self.dir), tuple(servers), zk, known_spark)
+            described = replace(described, spark=self._spark_up(known_spark))
+            self._write(described)
+            return described
         return SandboxDescription(str(self.dir), tuple(servers), zk)
+
+    def _spark_up(self, known: SparkInfo | None) -> SparkInfo:
+        if known is not None and all(spark.running(known).values()):
+            return known
+        if known is not None:
+            spark.stop(known)  # half of it died: start both again
+        return spark.start(self.dir / "spark")
 
     def _check_same_shape(self, previous: SandboxDescription, datacenters: int, tls: bool) -> None:
         if len(previous.servers) != datacenters:
@@ -210,6 +234,8 @@ class Sandbox:
         if description is None:
             return []
         stopped = []
+        if description.spark is not None:
+            stopped.extend(spark.stop(description.spark))
         targets = [(s.pid, s.marker) for s in description.servers]
         targets.append((description.zookeeper.pid, description.zookeeper.marker))
         for pid, marker in targets:
@@ -226,6 +252,8 @@ class Sandbox:
         state = {f"mariadb {s.datacenter}": pid_alive(s.pid, s.marker) for s in description.servers}
         zk = description.zookeeper
         state["zookeeper"] = pid_alive(zk.pid, zk.marker)
+        if description.spark is not None:
+            state.update(spark.running(description.spark))
         return state
 
     def probe(self) -> dict[str, str]:
@@ -239,6 +267,9 @@ class Sandbox:
         }
         srvr = zookeeper.four_letter(description.zookeeper.port, "srvr")
         answers["zookeeper"] = srvr.splitlines()[0] if srvr else "no answer"
+        if description.spark is not None:
+            workers = spark.alive_workers(description.spark)
+            answers["spark"] = f"{workers} worker(s) alive at {description.spark.master_url}"
         return answers
 
     def _write(self, description: SandboxDescription) -> None:
@@ -270,4 +301,6 @@ def log_tails(description: SandboxDescription, lines: int = 40) -> str:
     return "\n".join(parts)
 
 
-__all__ = ["Sandbox", "SandboxDescription", "ServerInfo", "ZooKeeperInfo", "log_tails"]
+__all__ = [
+    "Sandbox", "SandboxDescription", "ServerInfo", "SparkInfo", "ZooKeeperInfo", "log_tails",
+]  # fmt: skip

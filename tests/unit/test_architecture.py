@@ -16,7 +16,9 @@ ROOT = Path(drc.__file__).parent
 CORE_ALLOWED_THIRD_PARTY = {"msgpack"}
 ADAPTER_LIBRARIES = {"pymysql", "pymysqlreplication", "kazoo", "fastapi", "uvicorn", "pyspark"}
 # Packages allowed to import each adapter library.
-ADAPTER_HOMES = {"sandbox", "replicator", "api", "apply", "catchup", "metastore", "client", "cli"}
+ADAPTER_HOMES = {
+    "sandbox", "replicator", "api", "apply", "catchup", "spark", "metastore", "client", "cli",
+}  # fmt: skip
 
 
 def _imports(path: Path) -> set[str]:

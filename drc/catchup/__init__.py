@@ -1,0 +1,3 @@
+"""Bulk catch-up: a backlog replayed in bulk (Spark), reduced to the net change per row, handed
+over to streaming apply at an exact SCN. Importing this package loads no Spark: modules that
+need pyspark import it themselves (drc.catchup.lease is read by streaming channels too)."""

@@ -1,0 +1,82 @@
+"""A SparkSession for ``local[*]`` / ``local[N]`` or a standalone cluster ``spark://HOST:PORT``,
+with small memory settings and the settings this machine kind needs.
+
+- Heaps stay small (:data:`DRIVER_MEMORY`, :data:`EXECUTOR_MEMORY`): a standalone worker offers
+  a fixed amount of memory (512m in the sandbox, drc.sandbox.spark) and an application asking
+  for bigger executors waits for resources forever.
+- Executors run Python with this interpreter (``spark.pyspark.python``): a pip-installed pyspark
+  is importable only from the environment it was installed in, not from the system ``python3``.
+- With a local master, or a cluster on a loopback address, the driver binds to 127.0.0.1 (as
+  ``SPARK_LOCAL_IP`` would) so nothing listens beyond the machine.
+- No web UI (``spark.ui.enabled``): it would take a port and a thread for nobody.
+- ``jars``: e.g. MariaDB Connector/J for JDBC (``jdbc:mysql://`` URLs with driver
+  ``org.mariadb.jdbc.Driver``; the ``jdbc:mariadb:`` dialect quotes columns with ``"``).
+
+The driver's heap is fixed when its JVM starts, i.e. by the first session of the process.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+DRIVER_MEMORY = "512m"
+EXECUTOR_MEMORY = "512m"
+SHUFFLE_PARTITIONS = 8
+_LOCAL = re.compile(r"local(\[(\*|[1-9][0-9]{0,3})\])?", re.ASCII)
+_CLUSTER = re.compile(
+    r"spark://([A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:]{2,39}\]):([0-9]{1,5})", re.ASCII
+)
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+def check_master(master: str) -> str:
+    """``master`` if it is ``local``, ``local[*]``, ``local[N]`` or ``spark://HOST:PORT``;
+    ValueError saying what is accepted otherwise."""
+    cluster = _CLUSTER.fullmatch(master)
+    if _LOCAL.fullmatch(master) or (cluster and 0 < int(cluster[2]) < 65536):
+        return master
+    raise ValueError(
+        f"--master {master[:80]!r} is not a Spark master DRC runs on: use local[*], local[N] "
+        "or spark://HOST:PORT (a standalone cluster, e.g. `drc sandbox up --spark`)"
+    )
+
+
+def session_conf(
+    master: str, jars: Sequence[str] = (), extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The configuration :func:`build_session` uses (``extra`` wins over the defaults)."""
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": DRIVER_MEMORY,
+        "spark.executor.memory": EXECUTOR_MEMORY,
+        "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+    }
+    cluster = _CLUSTER.fullmatch(master)
+    if cluster is None or cluster[1] in _LOOPBACK:
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    conf.update(extra or {})
+    return conf
+
+
+def build_session(
+    master: str = "local[*]",
+    app_name: str = "drc",
+    *,
+    jars: Sequence[str] = (),
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """A new (or the process's running) SparkSession on ``master``; stop it when done."""
+    builder: Any = SparkSession.builder.master(check_master(master)).appName(app_name)
+    for key, value in session_conf(master, jars, conf).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,39 @@
+"""Which Spark masters DRC accepts, and the session settings each gets (no JVM started)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from drc.spark.session import check_master, session_conf
+
+
+@pytest.mark.parametrize(
+    "master", ["local", "local[*]", "local[4]", "spark://127.0.0.1:7077", "spark://spark-1.dc:7077"]
+)
+def test_local_and_standalone_masters_are_accepted(master: str) -> None:
+    assert check_master(master) == master
+
+
+@pytest.mark.parametrize(
+    "master", ["yarn", "local[0]", "local[x]", "spark://h", "spark://h:0", "spark://h:70000", ""]
+)
+def test_other_masters_are_refused_saying_what_works(master: str) -> None:
+    with pytest.raises(ValueError, match=r"local\[\*\]"):
+        check_master(master)
+
+
+def test_local_and_loopback_drivers_bind_to_loopback_with_small_heaps() -> None:
+    for master in ("local[*]", "spark://127.0.0.1:7077"):
+        conf = session_conf(master)
+        assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+        assert conf["spark.executor.memory"] == "512m"
+        assert conf["spark.pyspark.python"] == sys.executable
+    remote = session_conf("spark://spark-1.dc:7077", jars=["/j/a.jar", "/j/b.jar"])
+    assert "spark.driver.bindAddress" not in remote
+    assert remote["spark.jars"] == "/j/a.jar,/j/b.jar"
+    assert (
+        session_conf("local", extra={"spark.executor.memory": "1g"})["spark.executor.memory"]
+        == "1g"
+    )
