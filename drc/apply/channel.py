@@ -52,19 +52,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
 from drc.apply import checkpoint, ddl_journal, objects, plan
 from drc.apply.conflict_target import ConflictTarget
-from drc.apply.conflicts import ConflictEngine, Policies, Ranks
-from drc.apply.errors import CheckpointMismatchError, MissingColumnError
+from drc.apply.conflicts import ConflictEngine, Observed, Policies, Ranks
+from drc.apply.engine import ApplyEngine
+from drc.apply.errors import CheckpointMismatchError
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.sink import TargetSession, TargetSettings
-from drc.apply.sql import Statement
 from drc.apply.stages import (
     Chain,
     Idempotency,
@@ -78,7 +78,7 @@ from drc.apply.stats import ApplyStats
 from drc.client import ApiUnavailableError, Subscriber
 from drc.config import ChannelConfig, ConflictsConfig
 from drc.core.errors import DrcError
-from drc.core.events import RowChange, SchemaChange, Transaction
+from drc.core.events import SchemaChange, Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA as TOMBSTONE_SCHEMA
 from drc.core.markers import TOMBSTONE_PREFIX
 from drc.core.scn import SCN
@@ -168,27 +168,31 @@ class ApplyChannel:
         names = NameMap(channel.map_tables, channel.map_columns)
         self._mapping = MapNames(names)
         self._idempotency = Idempotency(lambda: self._applied)
-        self.conflicts = self._conflict_target(conflicts, datacenter, names)
+        deciding, policies = self._conflict_engine(conflicts, datacenter, names)
+        self.engine = ApplyEngine(self.session, channel.no_primary_key, deciding)
+        self.conflicts: ConflictTarget | None = None
+        if conflicts is not None and deciding is not None and policies is not None:
+            self.conflicts = ConflictTarget(
+                self.session, deciding, policies,
+                int(conflicts.tombstone_retention_hours * 3600), conflicts.log_retention_days,
+            )  # fmt: skip
         keep = KeepTables(channel.table_filter(), tombstones=self.conflicts is not None)
         self.chain = Chain(
             [self._skip_drc, keep, self._ddl_filter, self._mapping, self._idempotency]
         )
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
 
-    def _conflict_target(
+    def _conflict_engine(
         self, config: ConflictsConfig | None, datacenter: str, names: NameMap
-    ) -> ConflictTarget | None:
+    ) -> tuple[ConflictEngine | None, Policies | None]:
         policies = Policies.from_config(config) if config is not None else None
         if config is None or policies is None or not policies.active:
-            return None
+            return None, None
         engine = ConflictEngine(
             policies, Ranks(config.priority), channel=self.name, origin=self.channel.origin,
             datacenter=datacenter, tables=self.session.table, names=names,
         )  # fmt: skip
-        retention_s = int(config.tombstone_retention_hours * 3600)
-        return ConflictTarget(
-            self.session, engine, policies, retention_s, config.log_retention_days
-        )
+        return engine, policies
 
     def _subscription(self) -> ChannelConfig:
         """The channel's config as subscribed: a table list also asks for tombstone rows."""
@@ -362,32 +366,16 @@ class ApplyChannel:
         group.clear()
 
     def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
-        """One attempt: every write of the group, the checkpoint row, COMMIT."""
-        session, planner = self.session, plan.Planner(self.channel.no_primary_key)
-        changes: Iterable[RowChange] = (c for txn in group.transactions for c in txn.changes)
-        extra: list[Statement] = []
-        conflicts = 0
+        """One attempt: decide the group's writes (drc.apply.engine), then write them, the
+        conflict log, tombstones and the checkpoint row, and COMMIT."""
+        pending = self.engine.prepare(group.transactions)
+        observed: list[Observed] = []
         if self.conflicts is not None:  # first: it reads and locks the rows the group touches
-            resolution = self.conflicts.resolve(group.transactions)
-            changes, extra = resolution.changes, self.conflicts.writes(resolution)
-            conflicts = len(resolution.entries)
-        batch = session.batch()
-        for change in changes:
-            table = session.table(change.schema, change.table)
-            try:
-                writes = planner.add(change, table)
-            except MissingColumnError:  # maybe altered since it was read: read it again
-                table = session.table(change.schema, change.table, refresh=True)
-                writes = planner.add(change, table)
-            batch.extend(writes)
-        batch.extend(planner.finish())
-        batch.flush()  # left in flight: the checkpoint write is pipelined behind it
-        for statement in extra:
-            session.execute(statement, "recording conflicts and tombstones")
-        session.write_checkpoint(row)
-        session.commit()  # reads every reply first, so batch.effects is complete
-        batch.effects.conflicts = conflicts
-        return batch.effects
+            observed = self.conflicts.probe(pending.probes)
+        decision = self.engine.decide(pending, observed)
+        effects = self.session.write(decision.writes, decision.log_statements(), row)
+        effects.conflicts = decision.counts.conflicts
+        return effects
 
     def _record(self, group: Group, effects: plan.Effects) -> None:
         stats = self.stats
