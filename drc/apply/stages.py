@@ -45,6 +45,11 @@ class Chain:
     def __init__(self, stages: Sequence[Stage]) -> None:
         self.stages = tuple(stages)
 
+    @property
+    def ddl_skipped(self) -> int:
+        """Schema statements the stages left out (counted: drc status, /metrics)."""
+        return sum(getattr(stage, "ddl_skipped", 0) for stage in self.stages)
+
     def __call__(self, txn: Transaction) -> Transaction | None:
         for stage in self.stages:
             result = stage(txn)
@@ -126,6 +131,10 @@ class KeepApplicableDdl:
     def __init__(self, objects: Collection[str] = schema_objects.KINDS) -> None:
         self.objects = frozenset(objects)
         self.skipped = 0
+
+    @property
+    def ddl_skipped(self) -> int:
+        return self.skipped
 
     def __call__(self, txn: Transaction) -> Transaction | None:
         if not txn.ddl:

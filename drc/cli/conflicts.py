@@ -100,7 +100,7 @@ def _options(*, since: bool) -> Callable[[F], F]:
 @contextmanager
 def _target(config_path: str) -> Iterator[Any]:
     """A session on the config's target; DRC errors become one line and exit status 1."""
-    from drc.apply.channel import target_settings
+    from drc.apply.service import target_settings
     from drc.apply.sink import TargetSession
 
     try:
