@@ -17,8 +17,11 @@ from drc.apply.conflicts import ConflictEngine, Observed, Probe
 from drc.apply.engine import ApplyEngine, Decision, KnownTables, Pending
 from drc.apply.errors import MissingColumnError, MissingTableError, NoPrimaryKeyError
 from drc.apply.plan import Delete, Insert, NoPrimaryKey, Planner, TargetTable, Update, Upsert, Write
-from drc.core.events import Op, RowChange, Transaction
+from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
+from tests.unit.test_conflicts import delete as dele
+from tests.unit.test_conflicts import insert as ins
+from tests.unit.test_conflicts import update as upd
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0)
 COMMIT = int(T0.replace(tzinfo=dt.UTC).timestamp()) + 1
@@ -34,18 +37,6 @@ def at(ms: int) -> dt.datetime:
 
 def row(id: int = 1, v: str = "a", ms: int = 0) -> dict[str, Any]:
     return {"id": id, "v": v, "ts": at(ms)}
-
-
-def ins(after: dict[str, Any], table: str = "t") -> RowChange:
-    return RowChange("db", table, Op.INSERT, None, after)
-
-
-def upd(before: dict[str, Any], after: dict[str, Any], table: str = "t") -> RowChange:
-    return RowChange("db", table, Op.UPDATE, before, after)
-
-
-def dele(before: dict[str, Any], table: str = "t") -> RowChange:
-    return RowChange("db", table, Op.DELETE, before, None)
 
 
 _positions = itertools.count(1000, 100)
