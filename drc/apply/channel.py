@@ -3,7 +3,11 @@
     Subscriber (skip_drc, binary; prefetches the next batch while this one is applied)
       -> filter chain (drc.apply.stages)
       -> group (drc.apply.group): many source transactions, one target transaction
-      -> writes (drc.apply.plan) + checkpoint row, committed together (drc.apply.sink)
+      -> decisions (drc.apply.engine: writes, conflict log, tombstones; pure)
+      -> Target (drc.apply.target; drc.apply.sink): writes + checkpoint row, committed together
+
+Every part is handed in (ChannelParts) by the composition root (drc.apply.service
+.build_channel); the channel reads no config to build them.
 
 Exactly once: the checkpoint row (drc.apply.checkpoint) commits with the changes it covers. On
 start the channel reads it and subscribes after its SCN, so a crash anywhere resumes right
@@ -18,8 +22,8 @@ both the API (skip_drc) and the chain (SkipDrcOriginated) drop flagged transacti
 
 Conflicts ([conflicts] in the config, drc.apply.conflicts): before a group is written, the rows
 it touches in tables with a policy are read and locked in the same target transaction; the
-engine decides each change, and the group's writes, the conflict log rows and tombstones commit
-together with the checkpoint.
+engine decides each change, and the group's writes, the conflict log rows and tombstones
+commit together with the checkpoint.
 
 DDL: the open group is committed first; then the checkpoint row gets ``pending_ddl_scn`` (with
 the transaction's row changes, if any), each statement runs exactly once (journalled in

@@ -34,6 +34,12 @@ Decisions, each documented where it is made:
                                     matched by whole row (LIMIT 1), neighbours merged into
                                     multi-row statements, stream order kept
 
+A bulk caller (catch-up executors) does the same per partition: its changes as Transactions
+(each keeps its SCN and commit time: conflict log entries and lww delete times need them, and
+a resolver table's conflicting keys are decided in SCN order), :class:`KnownTables` for the
+definitions read once per DDL-free range, and its own Target (drc.apply.sink.TargetSession) to
+probe and write.
+
 The idempotent fallbacks of a write (drc.apply.plan.run / settled) need the target's answer,
 so the Target runs them; their counts come back as drc.apply.plan.Effects.
 """
