@@ -16,7 +16,7 @@ from drc.api.deps import ApiDeps, ChannelDesk
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.query import ServerLimits
 from drc.api.server import ApiServer
-from drc.apply.channel import target_settings
+from drc.apply.service import target_settings
 from drc.apply.sink import TargetSession
 from drc.apply.trigger_guard import LocalTriggerGuard
 from drc.client.peers import Peer, PeerStatus

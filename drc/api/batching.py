@@ -7,7 +7,7 @@ flagged ``last_fragment``):
 
 - ``skip_drc``: a transaction flagged ``drc_originated`` is dropped whole.
 - ``tables``: each fragment keeps the row changes of matching tables and the DDL that names a
-  matching table (:func:`drc.metastore.ddl.ddl_tables`), or, naming no table (CREATE DATABASE,
+  matching table (:func:`drc.core.selection.selects_ddl`), or, naming no table (CREATE DATABASE,
   GRANT, ...), runs in a database the filter could match. Fragments left empty are dropped, but
   once any fragment of the transaction is kept its last fragment is sent too, possibly empty, so
   the subscriber knows the transaction is complete. Kept fragments keep their stored
@@ -36,14 +36,13 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from drc.core import schema_objects
 from drc.core.codec import decode_transaction, encode_transaction, peek_tables
 from drc.core.errors import CorruptRecordError
 from drc.core.events import SchemaChange, Transaction
 from drc.core.scn import SCN
+from drc.core.selection import selects_ddl
 from drc.core.tablefilter import TableFilter
 from drc.eventbuffer.reader import Record
-from drc.metastore.ddl import ddl_tables, dropped_database
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +57,7 @@ class Selection:
         return self.tables.matches_everything and not self.skip_drc
 
     def keeps_ddl(self, change: SchemaChange) -> bool:
-        found = schema_objects.parse(change.statement, change.schema)
-        if found is not None:
-            return schema_objects.kept_by(found, self.tables)
-        named = ddl_tables(change)
-        if named:
-            return any(self.tables.matches(db, table) for db, table, _kind in named)
-        return self.tables.may_match_db(dropped_database(change) or change.schema)
+        return selects_ddl(self.tables, change)
 
     def narrow(self, txn: Transaction) -> Transaction:
         """``txn`` with only the wanted row changes and DDL (``txn`` itself if all are)."""

@@ -3,19 +3,21 @@
     channel.py     the loop: subscribe, filter, group, write, checkpoint (start here)
     stages.py      the filter chain (loop suppression, tables, mapping, idempotency, conflicts)
     group.py       many source transactions -> one target transaction, and its bounds
+    engine.py      the decisions: row changes + the target's rows -> writes, conflict log
     plan.py        row changes -> idempotent, grouped writes
     sql.py         SQL text and bound values (pure)
     checkpoint.py  the drc.checkpoint row
     retry.py       which errors are retried, and how
+    target.py      the Target protocol: what apply needs from the database it writes into
     sink.py        the pymysql adapter (the only module here that talks to the target)
-    service.py     build_channels(config) for the composition root
+    service.py     build_channel(s)(config): the composition root's apply part
     lww_guard.py   lww triggers and tombstones on the datacenter a table is created on
 
 ``python -m drc.apply --config FILE`` runs the channels of a config on their own.
 """
 
-from drc.apply.channel import ApplyChannel, default_subscriber
-from drc.apply.service import build_channels, run_channels
+from drc.apply.channel import ApplyChannel
+from drc.apply.service import build_channel, build_channels, default_subscriber, run_channels
 from drc.apply.sink import TargetSettings
 from drc.apply.stats import ApplyStats
 
@@ -23,6 +25,7 @@ __all__ = [
     "ApplyChannel",
     "ApplyStats",
     "TargetSettings",
+    "build_channel",
     "build_channels",
     "default_subscriber",
     "run_channels",

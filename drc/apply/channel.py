@@ -3,7 +3,11 @@
     Subscriber (skip_drc, binary; prefetches the next batch while this one is applied)
       -> filter chain (drc.apply.stages)
       -> group (drc.apply.group): many source transactions, one target transaction
-      -> writes (drc.apply.plan) + checkpoint row, committed together (drc.apply.sink)
+      -> decisions (drc.apply.engine: writes, conflict log, tombstones; pure)
+      -> Target (drc.apply.target; drc.apply.sink): writes + checkpoint row, committed together
+
+Every part is handed in (ChannelParts) by the composition root (drc.apply.service
+.build_channel); the channel reads no config to build them.
 
 Exactly once: the checkpoint row (drc.apply.checkpoint) commits with the changes it covers. On
 start the channel reads it and subscribes after its SCN, so a crash anywhere resumes right
@@ -18,8 +22,8 @@ both the API (skip_drc) and the chain (SkipDrcOriginated) drop flagged transacti
 
 Conflicts ([conflicts] in the config, drc.apply.conflicts): before a group is written, the rows
 it touches in tables with a policy are read and locked in the same target transaction; the
-engine decides each change, and the group's writes, the conflict log rows and tombstones commit
-together with the checkpoint.
+engine decides each change, and the group's writes, the conflict log rows and tombstones
+commit together with the checkpoint.
 
 DDL: the open group is committed first; then the checkpoint row gets ``pending_ddl_scn`` (with
 the transaction's row changes, if any), each statement runs exactly once (journalled in
@@ -52,35 +56,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
 from drc.apply import checkpoint, ddl_journal, objects, plan
 from drc.apply.conflict_target import ConflictTarget
-from drc.apply.conflicts import ConflictEngine, Policies, Ranks
-from drc.apply.errors import CheckpointMismatchError, MissingColumnError
+from drc.apply.conflicts import Observed
+from drc.apply.engine import ApplyEngine
+from drc.apply.errors import CheckpointMismatchError
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
-from drc.apply.sink import TargetSession, TargetSettings
-from drc.apply.sql import Statement
-from drc.apply.stages import (
-    Chain,
-    Idempotency,
-    KeepApplicableDdl,
-    KeepTables,
-    MapNames,
-    NameMap,
-    SkipDrcOriginated,
-)
+from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.stats import ApplyStats
-from drc.client import ApiUnavailableError, Subscriber
-from drc.config import ChannelConfig, ConflictsConfig
+from drc.apply.target import Target
+from drc.client import ApiUnavailableError
+from drc.config import ChannelConfig
 from drc.core.errors import DrcError
-from drc.core.events import RowChange, SchemaChange, Transaction
-from drc.core.markers import CHECKPOINT_SCHEMA as TOMBSTONE_SCHEMA
-from drc.core.markers import TOMBSTONE_PREFIX
+from drc.core.events import SchemaChange, Transaction
 from drc.core.scn import SCN
 from drc.core.statements import for_log
 
@@ -99,61 +93,35 @@ class SubscriberLike(Protocol):
     def close(self) -> None: ...
 
 
-SubscriberFactory = Callable[[ChannelConfig, SCN], SubscriberLike]
+@dataclass
+class ChannelParts:
+    """What a channel is handed by the composition root (drc.apply.service.build_channel),
+    which builds them from the config: the channel itself reads no config to build them."""
 
-
-def default_subscriber(channel: ChannelConfig, after: SCN) -> SubscriberLike:
-    return Subscriber(
-        list(channel.remote),
-        after=after,
-        tables=",".join(channel.tables) or None,
-        token=channel.secret(),
-        skip_drc=True,
-        binary=True,
-        wait_ms=channel.wait_ms,
-        verify=channel.https_verify(),
-    )
-
-
-def target_settings(target: Any) -> TargetSettings:
-    """TargetSettings from anything with host, port, user and password (str or SecretStr),
-    and TLS settings if it has ``mysql_tls()`` (a TargetConfig)."""
-    if isinstance(target, TargetSettings):
-        return target
-    password: Any = getattr(target, "password", None)
-    if hasattr(target, "secret"):
-        password = target.secret()
-    elif password is not None and hasattr(password, "get_secret_value"):
-        password = password.get_secret_value()
-    settings = TargetSettings(target.host, target.port, target.user, password or "")
-    if hasattr(target, "mysql_tls"):
-        settings = replace(settings, tls=target.mysql_tls())
-    return settings
+    target: Target  # the local database (drc.apply.sink.TargetSession)
+    subscribe: Callable[[SCN], SubscriberLike]  # the remote stream, after an SCN
+    filters: Sequence[Stage]  # the filter chain, in order (drc.apply.stages)
+    engine: ApplyEngine  # the decisions (drc.apply.engine)
+    conflicts: ConflictTarget | None = None  # conflict handling's tables, triggers, probes
 
 
 class ApplyChannel:
     def __init__(
         self,
         channel: ChannelConfig,
-        target: Any,
+        parts: ChannelParts,
         *,
-        subscriber_factory: SubscriberFactory | None = None,
-        connect: Callable[..., Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] | None = None,
-        conflicts: ConflictsConfig | None = None,
-        datacenter: str = "",
     ) -> None:
         self.channel = channel
         self.name = channel.name
         self.stats = ApplyStats()
-        self.session = (
-            TargetSession(target_settings(target))
-            if connect is None
-            else TargetSession(target_settings(target), connect)
-        )
-        self._factory = subscriber_factory or default_subscriber
+        self.target = parts.target
+        self.engine = parts.engine
+        self.conflicts = parts.conflicts
+        self._subscribe = parts.subscribe
         self._clock, self._wall_clock, self._sleep = clock, wall_clock, sleep
         self._policy = RetryPolicy(retries=channel.retries)
         self._limits = GroupLimits(
@@ -163,39 +131,10 @@ class ApplyChannel:
         )
         self._applied = SCN.zero()  # the checkpoint row's SCN
         self._stop = threading.Event()
-        self._skip_drc = SkipDrcOriginated()
-        self._ddl_filter = KeepApplicableDdl(channel.objects)
-        names = NameMap(channel.map_tables, channel.map_columns)
-        self._mapping = MapNames(names)
-        self._idempotency = Idempotency(lambda: self._applied)
-        self.conflicts = self._conflict_target(conflicts, datacenter, names)
-        keep = KeepTables(channel.table_filter(), tombstones=self.conflicts is not None)
-        self.chain = Chain(
-            [self._skip_drc, keep, self._ddl_filter, self._mapping, self._idempotency]
-        )
+        self._idempotency = Idempotency(lambda: self._applied)  # the channel's own position
+        self._filters = Chain(parts.filters)
+        self.chain = Chain([*parts.filters, self._idempotency])
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
-
-    def _conflict_target(
-        self, config: ConflictsConfig | None, datacenter: str, names: NameMap
-    ) -> ConflictTarget | None:
-        policies = Policies.from_config(config) if config is not None else None
-        if config is None or policies is None or not policies.active:
-            return None
-        engine = ConflictEngine(
-            policies, Ranks(config.priority), channel=self.name, origin=self.channel.origin,
-            datacenter=datacenter, tables=self.session.table, names=names,
-        )  # fmt: skip
-        retention_s = int(config.tombstone_retention_hours * 3600)
-        return ConflictTarget(
-            self.session, engine, policies, retention_s, config.log_retention_days
-        )
-
-    def _subscription(self) -> ChannelConfig:
-        """The channel's config as subscribed: a table list also asks for tombstone rows."""
-        if self.conflicts is None or not self.channel.tables:
-            return self.channel
-        tables = (*self.channel.tables, f"{TOMBSTONE_SCHEMA}.{TOMBSTONE_PREFIX}*")
-        return self.channel.model_copy(update={"tables": tables})
 
     # ------------------------------------------------------------------ run
 
@@ -205,7 +144,7 @@ class ApplyChannel:
         self._stop = stop
         try:
             self._retrying(self._start)
-            subscriber = self._factory(self._subscription(), self._applied)
+            subscriber = self._subscribe(self._applied)
             try:
                 self._loop(subscriber)
             finally:
@@ -217,15 +156,15 @@ class ApplyChannel:
             log.error("channel %s stopped: %s", self.name, exc)
             raise
         finally:
-            self.session.close()
+            self.target.close()
 
     def _start(self) -> None:
-        self.session.ensure_checkpoint_table()
-        self.session.execute(ddl_journal.purge(self.name), "purging the DDL journal")
-        self.session.commit()
+        self.target.ensure_checkpoint_table()
+        self.target.execute(ddl_journal.purge(self.name), "purging the DDL journal")
+        self.target.commit()
         if self.conflicts is not None:
             self.conflicts.setup()
-        row = self.session.read_checkpoint(self.name)
+        row = self.target.read_checkpoint(self.name)
         if row is not None:
             if row.origin and row.origin != self.channel.origin:
                 raise _origin_mismatch(self.name, row.origin, self.channel.origin)
@@ -280,7 +219,7 @@ class ApplyChannel:
     def _take(self, txn: Transaction, group: Group) -> None:
         kept = self.chain(txn)
         if txn.ddl:
-            self.stats.ddl_skipped = self._ddl_filter.skipped + self._mapping.ddl_skipped
+            self.stats.ddl_skipped = self._filters.ddl_skipped
         if kept is not None and kept.ddl:
             self._apply_ddl(kept, group)
             return
@@ -303,7 +242,7 @@ class ApplyChannel:
         for seq, change in enumerate(txn.ddl):
             apply = partial(self._apply_statement, str(txn.scn), seq, change, txn.timestamp)
             self._retrying(apply)
-        self.session.forget_tables()
+        self.target.forget_tables()
         if self.conflicts is not None:  # a new or altered table may need its tombstones
             self._retrying(self.conflicts.refresh_tables)
         group.finished(txn, wrote=False)
@@ -311,15 +250,15 @@ class ApplyChannel:
         self._flush(group, force=True)
 
     def _apply_statement(self, scn: str, seq: int, change: SchemaChange, timestamp: int) -> None:
-        session, name = self.session, self.name
-        rows = session.query(ddl_journal.select(name, scn, seq), "reading the DDL journal")
-        session.commit()
+        target, name = self.target, self.name
+        rows = target.query(ddl_journal.select(name, scn, seq), "reading the DDL journal")
+        target.commit()
         entry = ddl_journal.parse(rows[0]) if rows else None
         if entry is not None and entry.state == ddl_journal.DONE:
             log.info("channel %s: DDL at %s #%d already applied, skipped", name, scn, seq)
             return
         what = f"DDL {for_log(change.statement)!r}"
-        with session.ddl_session(what) as ddl:
+        with target.ddl_session(what) as ddl:
             # A killed channel's DDL may still be running in the server: wait for it first.
             while not ddl.try_lock(ddl_journal.lock_name(name), DDL_LOCK_POLL_S):
                 if self._stop.is_set():
@@ -333,13 +272,13 @@ class ApplyChannel:
             else:
                 statement = objects.prepared(change, ddl, self.channel.definer, name)
                 if entry is None:
-                    session.execute(ddl_journal.start(name, scn, seq, change.statement, current))
-                    session.commit()
+                    target.execute(ddl_journal.start(name, scn, seq, change.statement, current))
+                    target.commit()
                 ddl.run(statement, timestamp)
                 self.stats.ddl += 1
                 after = self._definitions(ddl, change)
-        session.execute(ddl_journal.finish(name, scn, seq, change.statement, after))
-        session.commit()
+        target.execute(ddl_journal.finish(name, scn, seq, change.statement, after))
+        target.commit()
 
     @staticmethod
     def _definitions(ddl: Any, change: SchemaChange) -> ddl_journal.Definitions:
@@ -362,32 +301,16 @@ class ApplyChannel:
         group.clear()
 
     def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
-        """One attempt: every write of the group, the checkpoint row, COMMIT."""
-        session, planner = self.session, plan.Planner(self.channel.no_primary_key)
-        changes: Iterable[RowChange] = (c for txn in group.transactions for c in txn.changes)
-        extra: list[Statement] = []
-        conflicts = 0
+        """One attempt: decide the group's writes (drc.apply.engine), then write them, the
+        conflict log, tombstones and the checkpoint row, and COMMIT."""
+        pending = self.engine.prepare(group.transactions)
+        observed: list[Observed] = []
         if self.conflicts is not None:  # first: it reads and locks the rows the group touches
-            resolution = self.conflicts.resolve(group.transactions)
-            changes, extra = resolution.changes, self.conflicts.writes(resolution)
-            conflicts = len(resolution.entries)
-        batch = session.batch()
-        for change in changes:
-            table = session.table(change.schema, change.table)
-            try:
-                writes = planner.add(change, table)
-            except MissingColumnError:  # maybe altered since it was read: read it again
-                table = session.table(change.schema, change.table, refresh=True)
-                writes = planner.add(change, table)
-            batch.extend(writes)
-        batch.extend(planner.finish())
-        batch.flush()  # left in flight: the checkpoint write is pipelined behind it
-        for statement in extra:
-            session.execute(statement, "recording conflicts and tombstones")
-        session.write_checkpoint(row)
-        session.commit()  # reads every reply first, so batch.effects is complete
-        batch.effects.conflicts = conflicts
-        return batch.effects
+            observed = self.conflicts.probe(pending.probes)
+        decision = self.engine.decide(pending, observed)
+        effects = self.target.write(decision.writes, decision.log_statements(), row)
+        effects.conflicts = decision.counts.conflicts
+        return effects
 
     def _record(self, group: Group, effects: plan.Effects) -> None:
         stats = self.stats
@@ -395,7 +318,7 @@ class ApplyChannel:
         stats.transactions += group.complete
         stats.add_effects(effects)
         stats.last_scn = self._applied
-        stats.ddl_skipped = self._ddl_filter.skipped + self._mapping.ddl_skipped
+        stats.ddl_skipped = self._filters.ddl_skipped
         if group.newest_timestamp is not None:
             stats.lag_seconds = max(0.0, self._wall_clock() - group.newest_timestamp)
 
@@ -405,7 +328,7 @@ class ApplyChannel:
         return call_with_retries(
             attempt,
             self._policy,
-            recover=self.session.recover,
+            recover=self.target.recover,
             sleep=self._sleep or self._wait,
             stopped=self._stop.is_set,
             note=self._note,

@@ -19,6 +19,7 @@ from drc.apply.errors import ApplyError
 from drc.core.errors import ConfigError
 from drc.core.scn import SCN
 from drc.core.tablefilter import TablePattern
+from drc.core.values import utc_naive
 
 Row = Mapping[str, Any]
 
@@ -117,9 +118,7 @@ class Policies:
 def stamp_key(value: Any) -> tuple[int, Any]:
     """A sortable form of a timestamp column value (NULL and zero dates sort first)."""
     if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return (1, value)
+        return (1, utc_naive(value))
     if isinstance(value, dt.date):
         return (1, dt.datetime(value.year, value.month, value.day))
     if isinstance(value, int | float | Decimal):
@@ -136,9 +135,7 @@ def derived_delete_stamp(commit_second: int, row_stamp: Any) -> Any:
         return max(commit_second * 1000, row_stamp + 1)  # BIGINT milliseconds
     when = dt.datetime.fromtimestamp(commit_second, dt.UTC).replace(tzinfo=None)
     if isinstance(row_stamp, dt.datetime):
-        if row_stamp.tzinfo is not None:
-            row_stamp = row_stamp.astimezone(dt.UTC).replace(tzinfo=None)
-        return max(when, row_stamp + dt.timedelta(microseconds=1))
+        return max(when, utc_naive(row_stamp) + dt.timedelta(microseconds=1))
     return when  # NULL or a zero date: the commit second alone
 
 

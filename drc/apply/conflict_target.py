@@ -1,29 +1,26 @@
 """Conflict handling against the target: DRC's tables and triggers, the probes, the extra writes.
 
-The decisions are drc.apply.conflicts (pure); this module runs what they need through the
-channel's TargetSession:
+The decisions are drc.apply.conflicts, through drc.apply.engine (pure); this module runs what
+they need through the channel's Target (drc.apply.sink.TargetSession):
 
     setup      drc.conflicts; for every table with a timestamp column, its tombstone table and
                triggers
                (again after each DDL and every MAINTAIN_EVERY_S, for tables created since)
-    resolve    one locked read per key the group touches (SELECT .. FOR UPDATE, batched in a
-               few round trips), then the engine's decisions
-    writes     the conflict log rows and tombstones, in the group's own transaction
+    probe      the tables the probes name set up, then one locked read per key the group
+               touches (SELECT .. FOR UPDATE, batched in a few round trips: Target.probe)
     maintain   purge tombstones and conflict log entries past their retention
 """
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from drc.apply import conflict_log, tombstones
-from drc.apply.conflicts import ConflictEngine, Policies, ProbePlan, Resolution
+from drc.apply.conflicts import ConflictEngine, Observed, Policies, Probe
 from drc.apply.errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
 from drc.apply.sql import Statement
-from drc.core.events import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -156,32 +153,13 @@ class ConflictTarget:
 
     # ------------------------------------------------------------------ per group
 
-    def resolve(self, transactions: Sequence[Transaction]) -> Resolution:
-        """Read and lock the rows the group touches, then decide. Run first in the target
-        transaction: a table set up here commits DDL, so nothing may be written before it."""
-        prepared = self.engine.prepare(transactions)
-        for schema, table in {(p.table.schema, p.table.table) for p in prepared.probes}:
+    def probe(self, probes: Sequence[Probe]) -> list[Observed]:
+        """Read and lock the rows the probes name (drc.apply.engine.Pending.probes). Run first
+        in the target transaction: a table set up here commits DDL, so nothing may be written
+        before it."""
+        for schema, table in {(p.table.schema, p.table.table) for p in probes}:
             self._ensure(schema, table)
-        plan = ProbePlan(prepared.probes)
-        results = (
-            self.session.select_many(plan.statements, "reading target rows to check conflicts")
-            if plan.statements
-            else []
-        )
-        observed = plan.observe(results)
-        return prepared.resolve(observed)
-
-    def writes(self, resolution: Resolution) -> list[Statement]:
-        """The conflict log rows and tombstones to write with the group."""
-        out = []
-        if resolution.entries:
-            out.append(conflict_log.insert(resolution.entries))
-        by_table: dict[Any, list[tuple[Any, Any, str]]] = defaultdict(list)
-        for write in resolution.tombstones:
-            by_table[write.table].append((write.key, write.version.stamp, write.version.datacenter))
-        for table, rows in by_table.items():
-            out.append(tombstones.upsert(table.schema, table.table, table.primary_key, rows))
-        return out
+        return list(self.session.probe(probes))
 
     # ------------------------------------------------------------------ maintenance
 

@@ -36,11 +36,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from drc.apply.channel import ApplyChannel, target_settings
+from drc.apply.channel import ApplyChannel, ChannelParts
 from drc.apply.errors import MissingTableError
 from drc.apply.group import Group
 from drc.apply.plan import key_of
-from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, SkipDrcOriginated
+from drc.apply.service import build_channel, target_settings
+from drc.apply.stages import Chain
 from drc.apply.tombstones import COL_SCHEMA, COL_TABLE, is_tombstone_table
 from drc.config import ApiConfig, ChannelConfig, DrcConfig
 from drc.core.events import Op, RowChange, Transaction
@@ -81,16 +82,21 @@ def build_guard(config: DrcConfig, local_url: str | None = None) -> LwwGuard | N
     if channel is None:
         return None
     target = target_settings(config.target_or_source())
-    return LwwGuard(channel, target, conflicts=config.conflicts, datacenter=config.datacenter.name)
+    guard = build_channel(
+        channel, target, conflicts=config.conflicts, datacenter=config.datacenter.name,
+        kind=LwwGuard,
+    )  # fmt: skip
+    assert isinstance(guard, LwwGuard)
+    return guard
 
 
 class LwwGuard(ApplyChannel):
-    def __init__(self, channel: ChannelConfig, target: Any, **kwargs: Any) -> None:
-        super().__init__(channel, target, **kwargs)
+    def __init__(self, channel: ChannelConfig, parts: ChannelParts, **kwargs: Any) -> None:
+        super().__init__(channel, parts, **kwargs)
         if self.conflicts is None:
             raise ValueError("the lww guard needs a [conflicts] section with a timestamp column")
-        keep = KeepTables(channel.table_filter(), tombstones=True)
-        self._local = Chain([SkipDrcOriginated(), keep, KeepApplicableDdl()])
+        # The filters pick what was captured here; only the position filter comes after.
+        self._local = Chain(parts.filters)
         self.chain = Chain([self._idempotency])
         self._pending: list[RowChange] = []  # the kept changes of a transaction's fragments
 
@@ -117,7 +123,7 @@ class LwwGuard(ApplyChannel):
         """Make the triggers of a table created or altered here (the DDL already ran)."""
         assert self.conflicts is not None
         self._flush(group)  # earlier deletes are decided with the table as it was
-        self.session.forget_tables()
+        self.target.forget_tables()
         self._retrying(self.conflicts.refresh_tables)
         log.info("lww guard: DRC's triggers checked after local DDL at %s", txn.scn)
         group.finished(txn, wrote=False)
@@ -149,7 +155,7 @@ class LwwGuard(ApplyChannel):
         if policy is None or policy.column is None or image is None:
             return None
         try:
-            return key_of(self.session.table(schema, table), image)
+            return key_of(self.target.table(schema, table), image)
         except MissingTableError:
             return None  # dropped since: nothing left to protect
         except KeyError:

@@ -1,14 +1,133 @@
-"""Build the apply channels a datacenter config asks for (used by the composition root)."""
+"""The apply part of the composition root: channels built from a config and wired together.
+
+``build_channel`` is the one place a channel's parts are made from its config: the target
+session, the subscriber to the remote stream, the filter chain, the conflict engine and its
+tables, and the decision engine (drc.apply.channel.ChannelParts). drc.runtime and drc.node
+call it for every ``[[channels]]`` entry, and for the lww guard.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import Any
 
-from drc.apply.channel import ApplyChannel, target_settings
-from drc.config import DrcConfig
+from drc.apply.channel import ApplyChannel, ChannelParts, SubscriberLike
+from drc.apply.conflict_target import ConflictTarget
+from drc.apply.conflicts import ConflictEngine, Policies, Ranks
+from drc.apply.engine import ApplyEngine
+from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.stages import (
+    KeepApplicableDdl,
+    KeepTables,
+    MapNames,
+    NameMap,
+    SkipDrcOriginated,
+    Stage,
+)
+from drc.client import Subscriber
+from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
+from drc.core.markers import CHECKPOINT_SCHEMA, TOMBSTONE_PREFIX
+from drc.core.scn import SCN
 
 JOIN_POLL_S = 0.2
+
+SubscriberFactory = Callable[[ChannelConfig, SCN], SubscriberLike]
+
+
+def default_subscriber(channel: ChannelConfig, after: SCN) -> SubscriberLike:
+    return Subscriber(
+        list(channel.remote),
+        after=after,
+        tables=",".join(channel.tables) or None,
+        token=channel.secret(),
+        skip_drc=True,
+        binary=True,
+        wait_ms=channel.wait_ms,
+        verify=channel.https_verify(),
+    )
+
+
+def target_settings(target: Any) -> TargetSettings:
+    """TargetSettings from anything with host, port, user and password (str or SecretStr),
+    and TLS settings if it has ``mysql_tls()`` (a TargetConfig)."""
+    if isinstance(target, TargetSettings):
+        return target
+    password: Any = getattr(target, "password", None)
+    if hasattr(target, "secret"):
+        password = target.secret()
+    elif password is not None and hasattr(password, "get_secret_value"):
+        password = password.get_secret_value()
+    settings = TargetSettings(target.host, target.port, target.user, password or "")
+    if hasattr(target, "mysql_tls"):
+        settings = replace(settings, tls=target.mysql_tls())
+    return settings
+
+
+def build_channel(
+    channel: ChannelConfig,
+    target: Any,
+    *,
+    conflicts: ConflictsConfig | None = None,
+    datacenter: str = "",
+    subscriber_factory: SubscriberFactory | None = None,
+    connect: Callable[..., Any] | None = None,
+    kind: type[ApplyChannel] = ApplyChannel,
+    **timing: Any,
+) -> ApplyChannel:
+    """A channel writing into ``target`` (TargetSettings, or anything :func:`target_settings`
+    takes); ``conflicts``: the config's [conflicts]. ``subscriber_factory`` and ``connect``
+    replace the pull API client and pymysql.connect (tests); ``timing``: the channel's clock,
+    wall_clock and sleep."""
+    settings = target_settings(target)
+    session = TargetSession(settings) if connect is None else TargetSession(settings, connect)
+    names = NameMap(channel.map_tables, channel.map_columns)
+    handling = _conflict_target(channel, session, conflicts, datacenter, names)
+    filters: list[Stage] = [
+        SkipDrcOriginated(),
+        KeepTables(channel.table_filter(), tombstones=handling is not None),
+        KeepApplicableDdl(channel.objects),
+        MapNames(names),
+    ]
+    subscribed = _subscription(channel, handling is not None)
+    parts = ChannelParts(
+        target=session,
+        subscribe=partial(subscriber_factory or default_subscriber, subscribed),
+        filters=filters,
+        engine=ApplyEngine(
+            session, channel.no_primary_key, None if handling is None else handling.engine
+        ),
+        conflicts=handling,
+    )
+    return kind(channel, parts, **timing)
+
+
+def _conflict_target(
+    channel: ChannelConfig,
+    session: TargetSession,
+    config: ConflictsConfig | None,
+    datacenter: str,
+    names: NameMap,
+) -> ConflictTarget | None:
+    policies = Policies.from_config(config) if config is not None else None
+    if config is None or policies is None or not policies.active:
+        return None
+    engine = ConflictEngine(
+        policies, Ranks(config.priority), channel=channel.name, origin=channel.origin,
+        datacenter=datacenter, tables=session.table, names=names,
+    )  # fmt: skip
+    retention_s = int(config.tombstone_retention_hours * 3600)
+    return ConflictTarget(session, engine, policies, retention_s, config.log_retention_days)
+
+
+def _subscription(channel: ChannelConfig, tombstones: bool) -> ChannelConfig:
+    """The channel's config as subscribed: a table list also asks for tombstone rows."""
+    if not tombstones or not channel.tables:
+        return channel
+    tables = (*channel.tables, f"{CHECKPOINT_SCHEMA}.{TOMBSTONE_PREFIX}*")
+    return channel.model_copy(update={"tables": tables})
 
 
 def build_channels(config: DrcConfig, names: Sequence[str] = ()) -> list[ApplyChannel]:
@@ -20,7 +139,9 @@ def build_channels(config: DrcConfig, names: Sequence[str] = ()) -> list[ApplyCh
         raise ValueError(f"no channel named {sorted(unknown)} in the config (channels: {known})")
     target = target_settings(config.target_or_source())
     return [
-        ApplyChannel(channel, target, conflicts=config.conflicts, datacenter=config.datacenter.name)
+        build_channel(
+            channel, target, conflicts=config.conflicts, datacenter=config.datacenter.name
+        )
         for channel in config.channels
         if not names or channel.name in names
     ]

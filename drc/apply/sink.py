@@ -58,7 +58,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -68,6 +68,7 @@ import pymysql
 from pymysql.constants import CLIENT, COMMAND
 
 from drc.apply import checkpoint, plan, sql
+from drc.apply.conflicts import Observed, Probe, ProbePlan
 from drc.apply.errors import (
     ApplyError,
     LockConflictError,
@@ -238,6 +239,32 @@ class TargetSession:
     def batch(self) -> WriteBatch:
         self._ready()
         return WriteBatch(self)
+
+    def probe(self, probes: Sequence[Probe]) -> list[Observed]:
+        """What the target holds for each probe, read and locked in the open transaction
+        (batched: drc.apply.conflicts.ProbePlan), in probe order."""
+        if not probes:
+            return []
+        planned = ProbePlan(probes)
+        what = "reading target rows to check conflicts"
+        return planned.observe(self.select_many(planned.statements, what))
+
+    def write(
+        self,
+        writes: Iterable[plan.Write],
+        extra: Sequence[sql.Statement],
+        row: checkpoint.CheckpointRow,
+    ) -> Effects:
+        """Writes, then ``extra`` (conflict log, tombstones), then the checkpoint row, and
+        COMMIT: one target transaction. The writes are pipelined in chunks (WriteBatch)."""
+        batch = self.batch()
+        batch.extend(writes)
+        batch.flush()  # left in flight: the checkpoint write is pipelined behind it
+        for statement in extra:
+            self.execute(statement, "recording conflicts and tombstones")
+        self.write_checkpoint(row)
+        self.commit()  # reads every reply first, so batch.effects is complete
+        return batch.effects
 
     def run_batch(self, writes: Sequence[plan.Write]) -> Effects:
         """Run writes in one round trip; if one needs a fallback (a missing row, a duplicate
@@ -594,7 +621,7 @@ class WriteBatch:
         self._bytes = 0
         self.effects = Effects()
 
-    def extend(self, writes: Sequence[plan.Write]) -> None:
+    def extend(self, writes: Iterable[plan.Write]) -> None:
         for write in writes:
             self._writes.append(write)
             self._bytes += _size(write)

@@ -9,11 +9,9 @@ Rules every statement here keeps:
   The text is therefore a pymysql format string, so a ``%`` inside a name is doubled too.
   Where no placeholder can go (a trigger body is stored as text), a value is written by
   :func:`text_literal`, the one function that puts a value into SQL text.
-- Values are adapted (:func:`adapt`) from DRC's value types (drc.core.values) to what pymysql
-  binds exactly: ZeroDate -> its text, Bit -> int, SET (frozenset) -> comma-joined members,
-  JSON documents (dict/list) -> JSON text, an aware datetime -> naive UTC (the session's
-  time_zone is UTC). bytes, Decimal, naive datetime, date, timedelta, int, float, str and None
-  pass as they are.
+- Values are adapted (:func:`adapt`, which is drc.core.values.bound) from DRC's value types
+  to what pymysql binds exactly (an aware datetime becomes naive UTC: the session's time_zone
+  is UTC).
 
 Statements (``t`` = `schema`.`table`)::
 
@@ -28,15 +26,12 @@ Statements (``t`` = `schema`.`table`)::
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from drc.core.values import Bit, ZeroDate
+from drc.core.values import bound, single_precision
 
 # No ANSI_QUOTES (backticks stay the only identifier quote), no strict mode or NO_ZERO_DATE
 # (zero dates the source accepted are accepted), NO_AUTO_VALUE_ON_ZERO (an id 0 stays 0).
@@ -84,27 +79,7 @@ def table_name(schema: str, table: str) -> str:
     return f"{ident(schema)}.{ident(table)}"
 
 
-def adapt(value: Any) -> Any:
-    """The value pymysql should bind for a DRC column value (see the module docstring)."""
-    kind = type(value)
-    if kind in _PASS:
-        return value
-    if kind is ZeroDate:
-        return value.text
-    if kind is Bit:
-        return value.value
-    if kind is frozenset:
-        return ",".join(sorted(value))
-    if kind is dict or kind is list:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    if kind is dt.datetime and value.tzinfo is not None:
-        return value.astimezone(dt.UTC).replace(tzinfo=None)
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    return value  # Decimal, date, naive datetime, timedelta: pymysql renders them exactly
-
-
-_PASS = frozenset({type(None), int, float, str, bytes, bool})
+adapt = bound  # the value pymysql should bind for a DRC column value (drc.core.values)
 
 
 def _placeholders(count: int) -> str:
@@ -200,13 +175,9 @@ def row_values(
     if not floats:
         return tuple([adapt(v) for v in row])
     return tuple(
-        _single(v) if type(v) is float and c.lower() in floats else adapt(v)
+        single_precision(v) if type(v) is float and c.lower() in floats else adapt(v)
         for c, v in zip(columns, row, strict=True)
     )
-
-
-def _single(value: float) -> float:
-    return float(struct.unpack("<f", struct.pack("<f", value))[0])
 
 
 @_cached

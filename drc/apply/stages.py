@@ -24,12 +24,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from drc.core import schema_objects
+from drc.core.ddl import ddl_tables, dropped_database
 from drc.core.events import RowChange, SchemaChange, Transaction
-from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
+from drc.core.markers import CHECKPOINT_SCHEMA, is_tombstone_table
 from drc.core.scn import SCN
+from drc.core.selection import selects_ddl
 from drc.core.statements import for_log
 from drc.core.tablefilter import TableFilter
-from drc.metastore.ddl import ddl_tables, dropped_database
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,11 @@ class Chain:
 
     def __init__(self, stages: Sequence[Stage]) -> None:
         self.stages = tuple(stages)
+
+    @property
+    def ddl_skipped(self) -> int:
+        """Schema statements the stages left out (counted: drc status, /metrics)."""
+        return sum(getattr(stage, "ddl_skipped", 0) for stage in self.stages)
 
     def __call__(self, txn: Transaction) -> Transaction | None:
         for stage in self.stages:
@@ -96,18 +102,7 @@ class KeepTables:
         return match(schema, table)
 
     def keeps_ddl(self, change: SchemaChange) -> bool:
-        found = schema_objects.parse(change.statement, change.schema)
-        if found is not None:
-            return found.schema != CHECKPOINT_SCHEMA and schema_objects.kept_by(found, self.tables)
-        named = ddl_tables(change)
-        if named:
-            return any(_not_marker(db, t) and self.tables.matches(db, t) for db, t, _kind in named)
-        database = dropped_database(change) or change.schema
-        return database != CHECKPOINT_SCHEMA and self.tables.may_match_db(database)
-
-
-def _not_marker(schema: str, table: str) -> bool:
-    return (schema, table) != (CHECKPOINT_SCHEMA, CHECKPOINT_TABLE)
+        return selects_ddl(self.tables, change, own_schema=False)
 
 
 # Schema statements DRC replays: tables, indexes, databases, and the schema objects the channel's
@@ -136,6 +131,10 @@ class KeepApplicableDdl:
     def __init__(self, objects: Collection[str] = schema_objects.KINDS) -> None:
         self.objects = frozenset(objects)
         self.skipped = 0
+
+    @property
+    def ddl_skipped(self) -> int:
+        return self.skipped
 
     def __call__(self, txn: Transaction) -> Transaction | None:
         if not txn.ddl:

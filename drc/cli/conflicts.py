@@ -22,7 +22,7 @@ from drc.cli.schema import TableNameType
 from drc.config import load_config
 from drc.core.errors import DrcError
 from drc.core.jsonwire import value_to_json
-from drc.core.values import Bit, ZeroDate
+from drc.core.values import Bit, ZeroDate, same_value
 
 if TYPE_CHECKING:  # drc.apply loads pymysql and httpx: imported where a command needs it
     from drc.apply.conflict_log import ConflictCount, StoredConflict
@@ -100,7 +100,7 @@ def _options(*, since: bool) -> Callable[[F], F]:
 @contextmanager
 def _target(config_path: str) -> Iterator[Any]:
     """A session on the config's target; DRC errors become one line and exit status 1."""
-    from drc.apply.channel import target_settings
+    from drc.apply.service import target_settings
     from drc.apply.sink import TargetSession
 
     try:
@@ -257,38 +257,6 @@ def _plain(text: str) -> bool:
         and text.isprintable()
         and text not in ("NULL", NO_ROW, "-")
     )
-
-
-def _comparable(value: Any) -> Any:
-    """One form for the stream's and pymysql's versions of a value (see conflict_log)."""
-    if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.UTC).replace(tzinfo=None)
-    if isinstance(value, Bit):
-        return value.value.to_bytes((value.width + 7) // 8, "big")
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, set | frozenset):
-        return frozenset(value)
-    if isinstance(value, ZeroDate):
-        return value.text
-    return value
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Equal values, whether read by pymysql or decoded from the stream (naive UTC vs aware
-    datetime, BIT bytes vs Bit, SET text vs frozenset)."""
-    a, b = _comparable(a), _comparable(b)
-    if isinstance(a, frozenset) and isinstance(b, str):
-        b = _set_members(b)
-    elif isinstance(b, frozenset) and isinstance(a, str):
-        a = _set_members(a)
-    if a is None or b is None:
-        return a is b
-    return bool(a == b)
-
-
-def _set_members(text: str) -> frozenset[str]:
-    return frozenset(text.split(",")) if text else frozenset()
 
 
 def key_text(key: Mapping[str, Any]) -> str:

@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 import click
 
+from drc.core.ddl import parse_table_name
 from drc.core.errors import DrcError, MalformedScnError
 from drc.core.events import TableSchema
 from drc.core.scn import SCN
-from drc.metastore.ddl import parse_table_name
 from drc.metastore.store import DEFAULT_FILENAME, HistoryEntry, MetaStore
 
 F = TypeVar("F", bound=Callable[..., Any])

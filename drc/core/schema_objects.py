@@ -18,9 +18,10 @@ replication does), and :func:`with_definer` replaces the DEFINER clause.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
+from drc.core.sqltokens import Token
+from drc.core.sqltokens import tokens as lex
 from drc.core.tablefilter import TableFilter
 
 VIEW, FUNCTION, PROCEDURE, TRIGGER, EVENT = "view", "function", "procedure", "trigger", "event"
@@ -31,20 +32,7 @@ GUARD_OPEN = "IF @drc_apply IS NULL THEN "
 GUARD_CLOSE = "; END IF"
 _GUARDED = re.compile(r"\s*IF\s+@drc_apply\s+IS\s+NULL\s+THEN\b", re.IGNORECASE)
 
-_WORD = re.compile(r"[0-9A-Za-z_$\u0080-\U0010ffff]+")
-_VERSION_COMMENT = re.compile(r"/\*M?!\d*")
 _PREFIX_WORDS = {"OR", "REPLACE", "AGGREGATE", "NONDETERMINISTIC"}
-
-
-@dataclass(frozen=True, slots=True)
-class _Token:
-    kind: str  # "word", "quoted" (`x` or "x"), "string" ('x'), "punct"
-    text: str  # unquoted text
-    start: int  # span in the statement
-    end: int
-
-    def is_word(self, *words: str) -> bool:
-        return self.kind == "word" and self.text.upper() in words
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +50,7 @@ class SchemaObject:
 def parse(statement: str, default_schema: str) -> SchemaObject | None:
     """The view, routine, trigger or event a CREATE/ALTER/DROP statement names, else None."""
     try:
-        tokens = list(_tokens(statement))
+        tokens = list(lex(statement))
     except ValueError:
         return None
     if not tokens or not tokens[0].is_word("CREATE", "ALTER", "DROP"):
@@ -121,7 +109,7 @@ def or_replace(statement: str) -> str:
     """``CREATE [OR REPLACE] [IF NOT EXISTS] ...`` as ``CREATE OR REPLACE ...`` (MariaDB refuses
     the two together); anything else is returned as written."""
     try:
-        tokens = list(_tokens(statement))
+        tokens = list(lex(statement))
     except ValueError:
         return statement
     if len(tokens) < 2 or not tokens[0].is_word("CREATE"):
@@ -140,7 +128,7 @@ def disable_event_on_replica(statement: str) -> str:
     ``DISABLE ON SLAVE``: the event runs only on the datacenter it was created on, whose writes
     replicate like any other. Other statements are returned as written."""
     try:
-        tokens = list(_tokens(statement))
+        tokens = list(lex(statement))
     except ValueError:
         return statement
     head = next((k for k, t in enumerate(tokens) if _kind(t) is not None), None)
@@ -196,18 +184,18 @@ def _replace(found: SchemaObject, **changes: object) -> SchemaObject:
     return replace(found, **changes)  # type: ignore[arg-type]
 
 
-def _kind(token: _Token) -> str | None:
+def _kind(token: Token) -> str | None:
     if token.is_word("VIEW", "FUNCTION", "PROCEDURE", "TRIGGER", "EVENT"):
         return token.text.lower()
     return None
 
 
-def _at(tokens: list[_Token], i: int, punct: str) -> bool:
+def _at(tokens: list[Token], i: int, punct: str) -> bool:
     return i < len(tokens) and tokens[i].kind == "punct" and tokens[i].text == punct
 
 
 def _definer(
-    tokens: list[_Token], i: int
+    tokens: list[Token], i: int
 ) -> tuple[tuple[str, str | None] | None, tuple[int, int] | None, int]:
     start = tokens[i].start
     i += 1
@@ -226,7 +214,7 @@ def _definer(
     return (user.text, host), (start, tokens[i - 1].end), i
 
 
-def _skip_if_exists(tokens: list[_Token], i: int) -> int:
+def _skip_if_exists(tokens: list[Token], i: int) -> int:
     words = [t.text.upper() if t.kind == "word" else "" for t in tokens[i : i + 3]]
     if words[:2] == ["IF", "EXISTS"]:
         return i + 2
@@ -235,7 +223,7 @@ def _skip_if_exists(tokens: list[_Token], i: int) -> int:
     return i
 
 
-def _name(tokens: list[_Token], i: int, default_schema: str) -> tuple[str, str, int] | None:
+def _name(tokens: list[Token], i: int, default_schema: str) -> tuple[str, str, int] | None:
     if i >= len(tokens) or tokens[i].kind not in ("word", "quoted"):
         return None
     first = tokens[i].text
@@ -244,7 +232,7 @@ def _name(tokens: list[_Token], i: int, default_schema: str) -> tuple[str, str, 
     return default_schema, first, i + 1
 
 
-def _trigger(found: SchemaObject, tokens: list[_Token], i: int) -> SchemaObject | None:
+def _trigger(found: SchemaObject, tokens: list[Token], i: int) -> SchemaObject | None:
     """``{BEFORE|AFTER} event ON table FOR EACH ROW [{FOLLOWS|PRECEDES} other] body``."""
     on = next((k for k in range(i, len(tokens)) if tokens[k].is_word("ON")), None)
     if on is None:
@@ -262,53 +250,3 @@ def _trigger(found: SchemaObject, tokens: list[_Token], i: int) -> SchemaObject 
     if k >= len(tokens):
         return None
     return _replace(found, table=table, body_start=tokens[k].start)
-
-
-def _tokens(sql: str) -> Iterator[_Token]:
-    """Tokens with their spans; comments and whitespace dropped, version comments read."""
-    i, n, open_versions = 0, len(sql), 0
-    while i < n:
-        ch = sql[i]
-        if ch.isspace():
-            i += 1
-        elif match := _VERSION_COMMENT.match(sql, i):
-            open_versions += 1
-            i = match.end()
-        elif sql.startswith("*/", i) and open_versions:
-            open_versions -= 1
-            i += 2
-        elif sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        elif ch == "#" or (sql.startswith("--", i) and (i + 2 == n or sql[i + 2].isspace())):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif ch in "`\"'":
-            text, end = _quoted(sql, i)
-            yield _Token("string" if ch == "'" else "quoted", text, i, end)
-            i = end
-        elif match := _WORD.match(sql, i):
-            yield _Token("word", match.group(), i, match.end())
-            i = match.end()
-        else:
-            yield _Token("punct", ch, i, i + 1)
-            i += 1
-
-
-def _quoted(sql: str, start: int) -> tuple[str, int]:
-    quote, parts, i = sql[start], [], start + 1
-    while i < len(sql):
-        ch = sql[i]
-        if ch == quote:
-            if sql.startswith(quote * 2, i):
-                parts.append(quote)
-                i += 2
-                continue
-            return "".join(parts), i + 1
-        if ch == "\\" and quote != "`" and i + 1 < len(sql):
-            parts.append(sql[i + 1])
-            i += 2
-            continue
-        parts.append(ch)
-        i += 1
-    raise ValueError(f"unterminated {quote}")

@@ -34,8 +34,11 @@ from binlog data translate that at their boundary.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
+import struct
 from dataclasses import dataclass
+from typing import Any
 
 _ZERO_DATE = re.compile(
     r"(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})"
@@ -103,3 +106,77 @@ class Bit:
                 f"Bit value {self.value!r} does not fit BIT({self.width}): "
                 f"must be an int in 0..{2**self.width - 1}"
             )
+
+
+# ---------------------------------------------------------------------------- normalising
+# The one place DRC's values are put into another form: bound for the target (apply), compared
+# with what a driver read back (conflict log, pre-fetched rows), or ordered as instants (lww).
+
+
+def utc_naive(value: dt.datetime) -> dt.datetime:
+    """An aware datetime as naive UTC (DRC's target sessions run in UTC); naive ones as they are."""
+    return value if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def bound(value: Any) -> Any:
+    """The value a MySQL driver binds for a DRC column value: ZeroDate -> its text, Bit -> int,
+    SET (frozenset) -> comma-joined sorted members, JSON documents (dict/list) -> JSON text, an
+    aware datetime -> naive UTC, bytearray/memoryview -> bytes. bytes, Decimal, naive datetime,
+    date, timedelta, int, float, str and None pass as they are."""
+    kind = type(value)
+    if kind in _PASS:
+        return value
+    if kind is ZeroDate:
+        return value.text
+    if kind is Bit:
+        return value.value
+    if kind is frozenset:
+        return ",".join(sorted(value))
+    if kind is dict or kind is list:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if kind is dt.datetime and value.tzinfo is not None:
+        return utc_naive(value)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return value  # Decimal, date, naive datetime, timedelta: drivers render them exactly
+
+
+_PASS = frozenset({type(None), int, float, str, bytes, bool})
+
+
+def single_precision(value: float) -> float:
+    """The double that a FLOAT (single-precision) column holds for ``value``: the captured
+    value is the shortest decimal naming the single (1.1 for 1.1f), whose double differs."""
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+def _comparable(value: Any) -> Any:
+    """One form for the stream's and pymysql's versions of a value."""
+    if isinstance(value, dt.datetime):
+        return utc_naive(value)
+    if isinstance(value, Bit):  # pymysql reads BIT as big-endian bytes
+        return value.value.to_bytes((value.width + 7) // 8, "big")
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, set | frozenset):
+        return frozenset(value)
+    if isinstance(value, ZeroDate):
+        return value.text
+    return value
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal values, whether read by pymysql or decoded from the stream (naive UTC vs aware
+    datetime, BIT bytes vs Bit, SET text vs frozenset)."""
+    a, b = _comparable(a), _comparable(b)
+    if isinstance(a, frozenset) and isinstance(b, str):
+        b = _set_members(b)
+    elif isinstance(b, frozenset) and isinstance(a, str):
+        a = _set_members(a)
+    if a is None or b is None:
+        return a is b
+    return bool(a == b)
+
+
+def _set_members(text: str) -> frozenset[str]:
+    return frozenset(text.split(",")) if text else frozenset()

@@ -55,6 +55,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from drc.core import ddl
 from drc.core.errors import (
     MetaStoreCorruptError,
     MetaStoreError,
@@ -63,7 +64,6 @@ from drc.core.errors import (
 )
 from drc.core.events import Column, SchemaChange, TableSchema
 from drc.core.scn import SCN
-from drc.metastore import ddl
 
 DEFAULT_FILENAME = "metastore.sqlite3"
 FORMAT_VERSION = "1"
@@ -195,7 +195,7 @@ class MetaStore:
         """Record a DDL statement at its SCN, attached to the tables it concerns.
 
         ``tables`` are the (schema, table) pairs to attach it to (the captured ones); None
-        means every table :func:`~drc.metastore.ddl.ddl_tables` finds in the statement. With
+        means every table :func:`~drc.core.ddl.ddl_tables` finds in the statement. With
         no table it is kept as schema-level DDL under ``(change.schema, '')``. A DROP TABLE (or
         the old name of a RENAME) ends the table's version at ``scn``; the new name of a plain
         RENAME gets the old columns; DROP DATABASE ends every known table of that database.

@@ -22,13 +22,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from drc.core import schema_objects
 from drc.core.events import Op, RowChange, SchemaChange, TableSchema, Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
 from drc.core.scn import SCN
+from drc.core.selection import selects_ddl
 from drc.core.statements import is_account_statement
 from drc.core.tablefilter import TableFilter
-from drc.metastore.ddl import ddl_tables
 from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, SourceEvent, Statement
 
 _PLACEHOLDER_POS = 0
@@ -171,20 +170,11 @@ class TransactionAssembler:
         self._open.drc_originated |= event.skip_replication
         if is_account_statement(event.sql):
             self.account_statements_dropped += 1
-        elif self._keeps_ddl(change):
+        elif selects_ddl(self._capture, change):
             self._open.ddl.append(change)
         if self._open.standalone or not (self._open.changes or self._open.spilled):
             return self._commit(event.log_index, event.log_pos, event.timestamp)
         return None
-
-    def _keeps_ddl(self, change: SchemaChange) -> bool:
-        found = schema_objects.parse(change.statement, change.schema)
-        if found is not None:  # named by its qualified name, not the session's database
-            return schema_objects.kept_by(found, self._capture)
-        named = ddl_tables(change)
-        if named:
-            return any(self._capture.matches(db, table) for db, table, _kind in named)
-        return self._capture.may_match_db(change.schema)
 
     def _commit(self, log_index: int, log_pos: int, timestamp: int) -> Committed | None:
         txn, self._open = self._open, None

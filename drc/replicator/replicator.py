@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from drc.core.codec import encode_transaction
+from drc.core.ddl import ddl_tables
 from drc.core.errors import RetriableError, SourceConfigError
 from drc.core.events import SchemaChange, TableSchema, Transaction
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
-from drc.metastore.ddl import ddl_tables
 from drc.replicator.assembler import Committed, FragmentLimits, TransactionAssembler
 from drc.replicator.source import (
     BinlogStream,

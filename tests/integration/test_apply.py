@@ -7,7 +7,7 @@ import random
 from decimal import Decimal
 from pathlib import Path
 
-from drc.apply import ApplyChannel
+from drc.apply import build_channel
 from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.capture import read_all
@@ -124,7 +124,7 @@ def test_random_workload_converges(dc1: ServerInfo, dc2: ServerInfo, tmp_path: P
         _,
         url,
     ):
-        channel = ApplyChannel(channel_config("conv", url, [f"{SCHEMA}.*"]), apply_user(dc2))
+        channel = build_channel(channel_config("conv", url, [f"{SCHEMA}.*"]), apply_user(dc2))
         with Running(channel) as running:
             _workload(dc1, seed=3, txns=300)
             wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running)
@@ -147,7 +147,7 @@ def test_replaying_an_applied_range_changes_nothing(
             f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, v VARCHAR(20), n INT)")  # fmt: skip
     with serving(dc1, tmp_path / "buf", [f"{schema}.*"], start) as (_, url):
         config = channel_config("replay", url, [f"{schema}.*"])
-        with Running(ApplyChannel(config, apply_user(dc2))) as running:
+        with Running(build_channel(config, apply_user(dc2))) as running:
             execute(dc1, *(f"INSERT INTO {schema}.t VALUES ({i}, 'a', 0)" for i in range(60)))
             wait_end(dc2, schema, mark_end(dc1, schema), running)
             rewind = running.stats.last_scn
@@ -156,7 +156,7 @@ def test_replaying_an_applied_range_changes_nothing(
         assert_same(dc1, dc2, schema)
         before = query(dc2, f"SELECT * FROM {schema}.t ORDER BY id")
         execute(dc2, f"UPDATE drc.checkpoint SET scn = '{rewind}' WHERE channel = 'replay'")
-        replay = ApplyChannel(config, apply_user(dc2))
+        replay = build_channel(config, apply_user(dc2))
         with Running(replay) as running:
             wait_end(dc2, schema, mark_end(dc1, schema), running)
     assert query(dc2, f"SELECT * FROM {schema}.t ORDER BY id") == before
@@ -196,7 +196,7 @@ def test_a_crash_between_ddl_and_its_checkpoint_replays_safely(
     )
     with serving(dc1, tmp_path / "buf", [f"{schema}.*"], start) as (capture, url):
         config = channel_config("ddl-replay", url, [f"{schema}.*"])
-        with Running(ApplyChannel(config, apply_user(dc2))) as running:
+        with Running(build_channel(config, apply_user(dc2))) as running:
             wait_end(dc2, schema, mark_end(dc1, schema), running)
         stored = read_all(capture.buffer)
         at = next(i for i, t in enumerate(stored) if t.ddl and "ADD COLUMN" in t.ddl[0].statement)
@@ -204,7 +204,7 @@ def test_a_crash_between_ddl_and_its_checkpoint_replays_safely(
         # As if the process died right after the ALTER ran: its checkpoint still before it.
         execute(dc2, f"UPDATE drc.checkpoint SET scn = '{before}', pending_ddl_scn = '{ddl}' "
                      "WHERE channel = 'ddl-replay'")  # fmt: skip
-        replay = ApplyChannel(config, apply_user(dc2))
+        replay = build_channel(config, apply_user(dc2))
         with Running(replay) as running:
             wait_end(dc2, schema, mark_end(dc1, schema), running)
     # drc.ddl_journal has the ALTER (and the end marker's CREATE TABLE IF NOT EXISTS, also in

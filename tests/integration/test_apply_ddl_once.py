@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from drc.apply import ApplyChannel
+from drc.apply import build_channel
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
@@ -49,7 +49,7 @@ def _journal(target: ServerInfo, channel: str, like: str) -> tuple[str, int]:
 
 def _apply(source: ServerInfo, target: ServerInfo, url: str, channel: str) -> Running:
     config = channel_config(channel, url, [f"{SCHEMA}.*"])
-    with Running(ApplyChannel(config, apply_user(target))) as running:
+    with Running(build_channel(config, apply_user(target))) as running:
         wait_end(target, SCHEMA, mark_end(source, SCHEMA), running)
     return running
 

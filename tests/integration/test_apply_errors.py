@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from drc.apply import ApplyChannel
+from drc.apply import build_channel
 from drc.apply.errors import MissingColumnError, NoPrimaryKeyError
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.test_apply_support import (
@@ -48,13 +48,13 @@ def test_table_without_primary_key_is_refused_then_applied_whole_row_when_allowe
     )
     with serving(dc1, tmp_path / "buf", [f"{schema}.*"], start) as (_, url):
         config = channel_config("nopk", url, [f"{schema}.*"])
-        with Running(ApplyChannel(config, apply_user(dc2))) as running:
+        with Running(build_channel(config, apply_user(dc2))) as running:
             wait_for(lambda: running.error is not None, "the channel to refuse the table")
         assert isinstance(running.error, NoPrimaryKeyError)
         assert "apply_nopk.nopk has no primary key" in str(running.error)
         assert query(dc2, f"SELECT COUNT(*) FROM {schema}.nopk") == [(0,)]  # rolled back
         whole_row = config.model_copy(update={"no_primary_key": "match_whole_row"})
-        with Running(ApplyChannel(whole_row, apply_user(dc2))) as running:
+        with Running(build_channel(whole_row, apply_user(dc2))) as running:
             wait_end(dc2, schema, mark_end(dc1, schema), running)
     assert_same(dc1, dc2, schema)
 
@@ -76,13 +76,13 @@ def test_a_column_missing_on_the_target_stops_the_channel_naming_it(
     execute(dc1, f"INSERT INTO {schema}.t VALUES (1, 2, 3)")
     with serving(dc1, tmp_path / "buf", [f"{schema}.*"], start) as (_, url):
         config = channel_config("missing", url, [f"{schema}.*"])
-        with Running(ApplyChannel(config, apply_user(dc2))) as running:
+        with Running(build_channel(config, apply_user(dc2))) as running:
             wait_for(lambda: running.error is not None, "the channel to stop")
         assert isinstance(running.error, MissingColumnError)
         assert "apply_missing.t has no column 'w'" in str(running.error)
         assert query(dc2, f"SELECT COUNT(*) FROM {schema}.t") == [(0,)]
         execute(dc2, f"ALTER TABLE {schema}.t ADD COLUMN w INT")  # the operator's fix
-        with Running(ApplyChannel(config, apply_user(dc2))) as running:
+        with Running(build_channel(config, apply_user(dc2))) as running:
             wait_for(lambda: query(dc2, f"SELECT * FROM {schema}.t") == [(1, 2, 3)], "the row")
 
 
@@ -97,7 +97,7 @@ def test_a_read_only_target_is_waited_for_and_nothing_is_lost(
         dc1, f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, n INT)"
     )
     with serving(dc1, tmp_path / "buf", [f"{schema}.*"], start) as (_, url):
-        channel = ApplyChannel(channel_config("ro", url, [f"{schema}.*"]), apply_user(dc2))
+        channel = build_channel(channel_config("ro", url, [f"{schema}.*"]), apply_user(dc2))
         with Running(channel) as running:
             wait_end(dc2, schema, mark_end(dc1, schema), running)
             execute(dc2, "SET GLOBAL read_only = 1")
@@ -126,7 +126,7 @@ def test_a_target_that_goes_down_is_waited_for_and_nothing_is_lost(
     proxy = Proxy(dc2.host, dc2.port)
     target = dataclasses.replace(apply_user(dc2), port=proxy.port, connect_timeout_s=2)
     with serving(dc1, tmp_path / "buf", [f"{schema}.*"], start) as (_, url):
-        channel = ApplyChannel(channel_config("down", url, [f"{schema}.*"]), target)
+        channel = build_channel(channel_config("down", url, [f"{schema}.*"]), target)
         with Running(channel) as running:
             wait_end(dc2, schema, mark_end(dc1, schema), running)
             proxy.cut()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from drc.apply import ApplyChannel
+from drc.apply import build_channel
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
@@ -78,7 +78,7 @@ def test_identical_rows_in_a_keyless_table_all_arrive(
     with serving(source, tmp_path / "buf", [f"{schema}.*"], start) as (_, url):
         config = channel_config(f"keyless-{direction}", url, [f"{schema}.*"],
                                 no_primary_key="match_whole_row")  # fmt: skip
-        with Running(ApplyChannel(config, apply_user(target))) as running:
+        with Running(build_channel(config, apply_user(target))) as running:
             wait_end(target, schema, mark_end(source, schema), running)
             print("STATS", running.stats)
     assert sum(int(r[-1]) for r in _counts(source, schema)) == 5  # the workload's own check

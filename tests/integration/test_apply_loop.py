@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drc.apply import ApplyChannel
+from drc.apply import build_channel
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
@@ -43,7 +43,7 @@ def test_everything_applied_is_flagged_by_the_target_replicator(
         f"DELETE FROM {SCHEMA}.t WHERE id = 2",
     )
     with serving(dc1, tmp_path / "buf1", [f"{SCHEMA}.*"], start) as (_, url):
-        channel = ApplyChannel(channel_config("loop", url, [f"{SCHEMA}.*"]), apply_user(dc2))
+        channel = build_channel(channel_config("loop", url, [f"{SCHEMA}.*"]), apply_user(dc2))
         with Running(channel) as running:
             wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running)
     execute(dc2, f"INSERT INTO {SCHEMA}.t VALUES (100, 0, 0)")  # a local write, for contrast

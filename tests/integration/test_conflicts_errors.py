@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drc.apply import ApplyChannel
+from drc.apply import build_channel
 from drc.apply.conflicts import ResolverError
 from drc.apply.errors import TargetSchemaError
 from drc.config import ConflictsConfig, ConflictTableConfig
@@ -52,7 +52,7 @@ def test_a_failing_resolver_stops_the_channel_and_the_change_waits_for_the_fix(
     with serving(dc1, tmp_path / "buf", [f"{schema}.*"], start) as (_, url):
         config = channel_config("cf-err", url, [f"{schema}.*"])
         broken = _resolver(schema, "tests.integration.resolvers:broken")
-        channel = ApplyChannel(config, apply_user(dc2), conflicts=broken, datacenter="dc2")
+        channel = build_channel(config, apply_user(dc2), conflicts=broken, datacenter="dc2")
         with Running(channel) as running:
             wait_for(lambda: running.error is not None, "the channel to stop")
         assert isinstance(running.error, ResolverError)
@@ -63,7 +63,7 @@ def test_a_failing_resolver_stops_the_channel_and_the_change_waits_for_the_fix(
         assert _conflicts(dc2, schema) == []  # nor logged: the decision was never made
 
         fixed = _resolver(schema, "tests.integration.resolvers:merge_max")
-        channel = ApplyChannel(config, apply_user(dc2), conflicts=fixed, datacenter="dc2")
+        channel = build_channel(config, apply_user(dc2), conflicts=fixed, datacenter="dc2")
         with Running(channel) as running:
             wait_for(lambda: running.stats.conflicts == 1, "the conflict to be resolved")
             assert running.error is None
@@ -90,7 +90,7 @@ def test_lww_on_a_table_without_its_timestamp_column_is_refused_naming_it(
             priority=("dc1", "dc2"),
             tables=(ConflictTableConfig(table=f"{schema}.t", policy="lww", column="changed"),),
         )
-        with Running(ApplyChannel(config, apply_user(dc2), conflicts=lww, datacenter="dc2")) as r:
+        with Running(build_channel(config, apply_user(dc2), conflicts=lww, datacenter="dc2")) as r:
             wait_for(lambda: r.error is not None, "the channel to refuse the table")
     assert isinstance(r.error, TargetSchemaError)
     assert "cf_nocol.t has no column 'changed'" in str(r.error)

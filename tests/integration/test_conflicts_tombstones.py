@@ -11,7 +11,7 @@ import datetime as dt
 import time
 from pathlib import Path
 
-from drc.apply import ApplyChannel, tombstones
+from drc.apply import build_channel, tombstones
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
@@ -53,7 +53,7 @@ def _channel(url: str, server: ServerInfo, retention_h: float) -> Running:
         log_retention_days=30,
         tables=(ConflictTableConfig(table=f"{SCHEMA}.t", policy="lww", column="ts"),),
     )
-    return Running(ApplyChannel(config, apply_user(server), conflicts=lww, datacenter="dc2"))
+    return Running(build_channel(config, apply_user(server), conflicts=lww, datacenter="dc2"))
 
 
 def test_triggers_keep_row_time_moving_forward_and_old_tombstones_are_purged(

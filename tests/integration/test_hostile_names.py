@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from drc.apply import ApplyChannel, checkpoint, conflict_log, tombstones
+from drc.apply import build_channel, checkpoint, conflict_log, tombstones
 from drc.apply.sql import quote
 from drc.cli.main import cli
 from drc.config import ConflictsConfig, ConflictTableConfig
@@ -74,7 +74,7 @@ def channel(
     with serving(dc1, directory / "buf", [f"{SCHEMA}.*"], position(dc1)) as (_, url):
         config = channel_config("hostile", url, [f"{SCHEMA}.*"])
         target = apply_user(dc2)
-        with Running(ApplyChannel(config, target, conflicts=lww, datacenter="dc2")) as running:
+        with Running(build_channel(config, target, conflicts=lww, datacenter="dc2")) as running:
             yield running
     drop_everywhere(SCHEMA, dc1, dc2)
     _forget_channel(dc2)

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.server import ApiServer
-from drc.apply import ApplyChannel, TargetSettings
+from drc.apply import TargetSettings, build_channel
 from drc.apply.errors import TargetTlsError
 from drc.apply.sink import TargetSession
 from drc.cli.main import cli
@@ -162,7 +162,7 @@ def test_capture_https_pull_and_apply_all_over_tls_with_a_private_ca(
             tls_ca=sandbox_ca.cert,
         )  # fmt: skip
         execute(tls_server, f"INSERT INTO {SRC}.t VALUES (1, 'over'), (2, 'tls')")
-        with Running(ApplyChannel(config, target)) as running:
+        with Running(build_channel(config, target)) as running:
             wait_for(
                 lambda: len(query(tls_server, f"SELECT * FROM {DST}.t")) == 2,
                 "rows applied over TLS", running=running,
@@ -267,6 +267,6 @@ def test_a_channel_with_another_ca_stops_with_a_tls_error(
     target = TargetSettings(tls_server.host, tls_server.port, tls_server.user, tls_server.password)
     with _capturing_https(source, api_cert, tmp_path) as url:
         config = channel_config("tls-wrong", url, [f"{SRC}.*"], tls_ca=other_ca.cert)
-        with Running(ApplyChannel(config, target)) as running:
+        with Running(build_channel(config, target)) as running:
             wait_for(lambda: running.error is not None, "the channel to stop")
     assert isinstance(running.error, ApiTlsError), running.error

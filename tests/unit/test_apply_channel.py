@@ -9,7 +9,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.apply import ApplyChannel, TargetSettings
+from drc.apply import ApplyChannel, TargetSettings, build_channel
 from drc.apply.errors import (
     ApplyError,
     CheckpointMismatchError,
@@ -44,7 +44,7 @@ class Harness:
         self.started_after: SCN | None = None
         self.now = 1000.0
         options = {"name": "from-dc1", "origin": "dc1", "remote": ("http://x",), **config}
-        self.channel = ApplyChannel(
+        self.channel = build_channel(
             ChannelConfig(**options),
             SETTINGS,
             subscriber_factory=self._subscribe,
@@ -98,7 +98,7 @@ def test_every_session_is_pinned_and_marked_as_drc() -> None:
         return connections[-1]
 
     harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)))])
-    harness.channel.session._connect = connect
+    harness.channel.target._connect = connect  # type: ignore[attr-defined]
     harness.run()
     assert connections[0].session == [
         "SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION', "

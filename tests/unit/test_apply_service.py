@@ -46,7 +46,7 @@ def test_one_channel_per_entry_writing_into_the_source_without_a_target(tmp_path
     channels = build_channels(config(tmp_path, BASE + CHANNELS))
     assert [c.name for c in channels] == ["from-dc1", "from-dc3"]
     assert all(isinstance(c, ApplyChannel) for c in channels)
-    settings = channels[0].session.settings
+    settings = channels[0].target.settings  # type: ignore[attr-defined]
     assert (settings.host, settings.port, settings.user, settings.password) == (
         "10.0.0.2", 3307, "drc", "source-secret",
     )  # fmt: skip
@@ -58,7 +58,7 @@ def test_a_target_section_and_its_password_file_are_used(tmp_path: Path) -> None
     secret.write_text("target-secret\n")
     target = f'[target]\nhost = "db"\nuser = "drc_apply"\npassword_file = "{secret}"\n'
     (channel,) = build_channels(config(tmp_path, BASE + target + CHANNELS), ["from-dc3"])
-    settings = channel.session.settings
+    settings = channel.target.settings  # type: ignore[attr-defined]
     assert (settings.host, settings.user, settings.password) == ("db", "drc_apply", "target-secret")
 
 

@@ -114,3 +114,13 @@ def test_skip_replication_flag_marks_dml_and_ddl() -> None:
     assert dml is not None and dml.drc_originated
     assert ddl is not None and ddl.drc_originated
     assert plain is not None and not plain.drc_originated
+
+
+def test_drop_database_of_a_captured_database_is_kept_whatever_the_session_database() -> None:
+    asm = _assembler(TableFilter.build(["shop.*"]))
+    dropped = asm.feed(Statement("other", "DROP DATABASE shop", 7, 5, 3, 30))
+    assert dropped is not None and not dropped.empty
+    [txn] = list(dropped.fragments())
+    assert [d.statement for d in txn.ddl] == ["DROP DATABASE shop"]
+    elsewhere = asm.feed(Statement("shop", "DROP DATABASE other", 7, 5, 3, 40))
+    assert elsewhere is not None and elsewhere.empty

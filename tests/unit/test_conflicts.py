@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 
 from drc.apply import tombstones
 from drc.apply.conflict_rules import derived_delete_stamp
-from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import (
     ConflictContext,
     ConflictEngine,
@@ -39,6 +38,7 @@ from drc.apply.conflicts import (
     observe,
     stamp_key,
 )
+from drc.apply.engine import Decision
 from drc.apply.errors import ApplyError
 from drc.apply.plan import TargetTable
 from drc.apply.stages import NameMap
@@ -1117,8 +1117,8 @@ def test_the_resolution_s_writes_are_the_log_rows_and_the_newer_tombstones() -> 
         txn(delete(row(2)), tombstone_row(2, at(30))),
         rows={1: row(v="mine", ts=at(20))},
     )
-    conflict_target = ConflictTarget(None, engine, engine.policies, 3600)
-    log_insert, tombstone_upsert = conflict_target.writes(resolution)
+    decision = Decision(entries=resolution.entries, tombstones=resolution.tombstones)
+    log_insert, tombstone_upsert = decision.log_statements()
     assert log_insert.sql.startswith("INSERT INTO `drc`.`conflicts`")
     assert "update-update" in log_insert.params and "local" in log_insert.params
     assert tombstone_upsert.sql.startswith(
@@ -1126,7 +1126,7 @@ def test_the_resolution_s_writes_are_the_log_rows_and_the_newer_tombstones() -> 
         "`drc$deleted_at`, `drc$origin`)"
     )
     assert tombstone_upsert.params == (2, "db", "t", at(30), "dc2")
-    assert conflict_target.writes(NOTHING) == []
+    assert Decision().log_statements() == []
 
 
 # ------------------------------------------------------------------ convergence (both sides)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from drc.core.ddl import ddl_tables as _ddl_tables
+from drc.core.ddl import dropped_database, parse_table_name
 from drc.core.events import SchemaChange
-from drc.metastore.ddl import ddl_tables as _ddl_tables
-from drc.metastore.ddl import dropped_database, parse_table_name
 
 
 def ddl_tables(statement: str, schema: str = "app") -> list[tuple[str, str, str]]:

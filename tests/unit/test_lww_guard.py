@@ -73,7 +73,7 @@ def tomb(id: int) -> RowChange:
 def test_only_deletes_of_timed_tables_without_their_tombstone_row_are_taken() -> None:
     guard = build_guard(config(LWW))
     assert guard is not None
-    guard.session = Tables()  # type: ignore[assignment]
+    guard.target = Tables()  # type: ignore[assignment]
     update = RowChange("shop", "t", Op.UPDATE, {"id": 9, "v": "a", "ts": T}, {"id": 9})
     changes = [
         delete(1), tomb(1),  # the trigger's tombstone: nothing to do

@@ -11,7 +11,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from drc.apply.channel import default_subscriber, target_settings
+from drc.apply.service import default_subscriber, target_settings
 from drc.config import ChannelConfig, load_config
 from drc.core.errors import ConfigError
 from drc.core.scn import SCN

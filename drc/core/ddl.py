@@ -30,10 +30,10 @@ accepted in name positions (sql_mode ANSI_QUOTES).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from itertools import takewhile
 
 from drc.core.events import SchemaChange
+from drc.core.sqltokens import Token, UnterminatedQuote, tokens
 
 CREATE = "create"
 ALTER = "alter"
@@ -42,8 +42,6 @@ RENAME_FROM = "rename_from"
 RENAME_TO = "rename_to"
 TRUNCATE = "truncate"
 
-_WORD = re.compile(r"[0-9A-Za-z_$\u0080-\U0010ffff]+")
-_VERSION_COMMENT = re.compile(r"/\*M?!\d*")
 _NOT_TABLE_RENAMES = {"COLUMN", "INDEX", "KEY", "CONSTRAINT"}
 _NAME_PART = r"(`(?:[^`]|``)+`|[^.`\s;]+)"
 _QUALIFIED = re.compile(_NAME_PART + r"\." + _NAME_PART)
@@ -53,73 +51,15 @@ class _Unparsable(Exception):
     """The statement is not the table statement it started out looking like."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Token:
-    kind: str  # "word" (unquoted), "quoted" (`x` or "x"), "string" ('x'), "punct"
-    text: str  # the identifier unquoted, or the punctuation character
-
-    def is_word(self, *words: str) -> bool:
-        return self.kind == "word" and self.text.upper() in words
-
-
-def _tokens(sql: str) -> Iterator[_Token]:
-    """Tokens up to the first top-level ``;``; comments and whitespace dropped."""
-    i, n, open_versions = 0, len(sql), 0
-    while i < n:
-        ch = sql[i]
-        if ch.isspace():
-            i += 1
-        elif match := _VERSION_COMMENT.match(sql, i):
-            open_versions += 1
-            i = match.end()
-        elif sql.startswith("*/", i) and open_versions:
-            open_versions -= 1
-            i += 2
-        elif sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        elif ch == "#" or (sql.startswith("--", i) and (i + 2 == n or sql[i + 2].isspace())):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif ch in "`\"'":
-            text, i = _quoted(sql, i)
-            yield _Token("string" if ch == "'" else "quoted", text)
-        elif match := _WORD.match(sql, i):
-            yield _Token("word", match.group())
-            i = match.end()
-        elif ch == ";":
-            return
-        else:
-            yield _Token("punct", ch)
-            i += 1
-
-
-def _quoted(sql: str, start: int) -> tuple[str, int]:
-    """The unquoted text of the quoted token at ``start`` and the index after it."""
-    quote, parts, i = sql[start], [], start + 1
-    while i < len(sql):
-        ch = sql[i]
-        if ch == quote:
-            if sql.startswith(quote * 2, i):
-                parts.append(quote)
-                i += 2
-                continue
-            return "".join(parts), i + 1
-        if ch == "\\" and quote != "`" and i + 1 < len(sql):
-            parts.append(sql[i + 1])
-            i += 2
-            continue
-        parts.append(ch)
-        i += 1
-    raise _Unparsable(f"unterminated {quote}")
-
-
 class _Cursor:
     def __init__(self, sql: str) -> None:
-        self.tokens = list(_tokens(sql))
+        try:  # up to the first top-level ``;``
+            self.tokens = list(takewhile(lambda t: t.kind != "punct" or t.text != ";", tokens(sql)))
+        except UnterminatedQuote as exc:
+            raise _Unparsable(str(exc)) from exc
         self.pos = 0
 
-    def peek(self, ahead: int = 0) -> _Token | None:
+    def peek(self, ahead: int = 0) -> Token | None:
         index = self.pos + ahead
         return self.tokens[index] if index < len(self.tokens) else None
 
@@ -232,9 +172,9 @@ def _alter(cursor: _Cursor, schema: str) -> list[tuple[str, str, str]]:
     return [(*old, ALTER)]
 
 
-def _top_level_clauses(cursor: _Cursor) -> list[list[_Token]]:
+def _top_level_clauses(cursor: _Cursor) -> list[list[Token]]:
     """The rest of the statement split on commas outside parentheses."""
-    clauses: list[list[_Token]] = [[]]
+    clauses: list[list[Token]] = [[]]
     depth = 0
     for token in cursor.tokens[cursor.pos :]:
         if token.kind == "punct" and token.text in "()":
@@ -246,7 +186,7 @@ def _top_level_clauses(cursor: _Cursor) -> list[list[_Token]]:
     return [clause for clause in clauses if clause]
 
 
-def _rename_target(clause: list[_Token], schema: str) -> tuple[str, str] | None:
+def _rename_target(clause: list[Token], schema: str) -> tuple[str, str] | None:
     """The new name if ``clause`` is ``RENAME [TO|AS] name`` (not RENAME COLUMN/INDEX/KEY)."""
     if not clause[0].is_word("RENAME") or len(clause) < 2:
         return None
