@@ -19,7 +19,7 @@ from typing import Any
 
 from drc.apply.channel import ApplyChannel
 from drc.apply.lww_guard import LwwGuard, build_guard
-from drc.apply.service import build_channels
+from drc.apply.service import build_channels, build_desk
 from drc.config import DrcConfig
 from drc.core.errors import RetriableError
 from drc.runtime import ReplicatorService, build_replicator
@@ -71,6 +71,8 @@ class Node:
         if self.service is not None:
             self.service.protection = self.protection
             self.service.channels = self.channel_status
+            if self.channels:
+                self.service.desk = build_desk(self.config, self.channels, self._report)
 
     def _spawn(
         self, name: str, target: Callable[[threading.Event], None], stop: threading.Event
@@ -129,11 +131,16 @@ class Node:
 
     def channel_status(self) -> list[dict[str, Any]]:
         """Each apply channel's counters (drc.apply.stats), for status and metrics."""
-        out = []
-        for channel, component in zip(self.channels, self._channel_components(), strict=True):
-            state = "STOPPED" if component.failure else "running"
-            out.append({"name": channel.name, "state": state, **channel.stats.as_dict()})
-        return out
+        return [self._report(channel) for channel in self.channels]
+
+    def _report(self, channel: ApplyChannel) -> dict[str, Any]:
+        component = next(
+            c for c in self._channel_components() if c.name == f"channel {channel.name}"
+        )
+        state = "STOPPED" if component.failure else channel.control.state
+        if state == "stopped":
+            state = "STOPPED"
+        return {"name": channel.name, "state": state, **channel.stats.as_dict()}
 
     def protection(self) -> dict[str, Any]:
         """lww protection here: tables refused DRC's triggers (and why), guard state."""

@@ -5,6 +5,7 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/events?after=SCN[&tables=db.t,db2.*][&max_events=N][&max_bytes=B][&wait_ms=W]
                    [&epoch=E][&skip_drc=1]        the change stream; see drc.api.wire
     GET /v1/status                                role, buffer, source position, lag, capture
+    GET /v1/position?at_ms=T                      the SCN to read after for changes from time T
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
     GET /v1/segments[?after=S][&to=S]             the buffer's segments: SCN range, size, sha256
     GET /v1/segments/{name}                       one segment's bytes, with Range (resumable)

@@ -22,6 +22,9 @@ from fastapi import APIRouter, Depends
 
 from drc.api import wire
 from drc.api.deps import ApiDeps, Deps, require_token
+from drc.api.errors import ApiError
+from drc.core.errors import ScnTooOldError
+from drc.eventbuffer.position import scn_before
 
 router = APIRouter(dependencies=[Depends(require_token)])
 
@@ -29,6 +32,20 @@ CAPTURE_COUNTERS = (
     "transactions", "rows", "bytes", "commits", "filtered_out", "account_statements_dropped",
     "reconnects", "triggers_guarded", "triggers_unguarded",
 )  # fmt: skip
+
+
+@router.get(wire.PATH_POSITION)
+async def get_position(deps: Deps, at_ms: int) -> dict[str, Any]:
+    """``?at_ms=T``: the SCN to read after for every change committed at or after T (Unix ms),
+    410 when retention deleted what came just before T (drc.eventbuffer.position)."""
+    if not 0 <= at_ms < 1 << 48:
+        raise ApiError(400, f"at_ms must be Unix milliseconds, got {at_ms}")
+    try:
+        after = await anyio.to_thread.run_sync(scn_before, deps.buffer, at_ms)
+    except ScnTooOldError as exc:
+        oldest = None if exc.oldest is None else str(exc.oldest)
+        raise ApiError(410, str(exc), oldest=oldest) from exc
+    return {"after": str(after), "at_ms": at_ms}
 
 
 @router.get(wire.PATH_STATUS)

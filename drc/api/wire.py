@@ -40,6 +40,7 @@ from drc.core.events import Transaction
 
 PATH_EVENTS = "/v1/events"
 PATH_STATUS = "/v1/status"
+PATH_POSITION = "/v1/position"  # ?at_ms=T: the SCN to replay after, from a time
 PATH_SCHEMA = "/v1/schema"  # + /{db}/{table}?scn=S
 PATH_SEGMENTS = "/v1/segments"  # [?after=S][&to=S]; + /{name}: one segment's bytes (Range)
 PATH_METRICS = "/metrics"

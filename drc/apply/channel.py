@@ -61,9 +61,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from drc.apply import checkpoint, ddl_journal, objects, plan
+from drc.apply import audit, checkpoint, ddl_journal, objects, plan
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import Observed
+from drc.apply.control import ChannelControl, ControlError, Request, Stoppage
 from drc.apply.engine import ApplyEngine
 from drc.apply.errors import CheckpointMismatchError
 from drc.apply.group import Group, GroupLimits, worth_saving
@@ -73,7 +74,7 @@ from drc.apply.stats import ApplyStats
 from drc.apply.target import Target
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
-from drc.core.errors import DrcError
+from drc.core.errors import DrcError, FatalError
 from drc.core.events import SchemaChange, Transaction
 from drc.core.scn import SCN
 from drc.core.statements import for_log
@@ -83,6 +84,11 @@ log = logging.getLogger(__name__)
 IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked at again
 DDL_LOCK_POLL_S = 5  # how long one wait for an earlier run's DDL lock lasts
 UNAVAILABLE_LOG_EVERY_S = 30.0
+STOPPAGE_KEYS_SHOWN = 10
+
+
+class _Restart(Exception):
+    """Subscribe again after the checkpoint (a rewind, a skip, a retry moved or kept it)."""
 
 
 class SubscriberLike(Protocol):
@@ -135,20 +141,32 @@ class ApplyChannel:
         self._filters = Chain(parts.filters)
         self.chain = Chain([*parts.filters, self._idempotency])
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
+        # An operator's pause/skip/rewind (drc.apply.control). With ``hold_on_error`` a change
+        # the target rejects leaves the channel stopped but alive, waiting for one of them.
+        self.control = ChannelControl()
+        self.hold_on_error = False
+        self._replays = 0
 
     # ------------------------------------------------------------------ run
 
     def run(self, stop: threading.Event) -> None:
         """Apply until ``stop`` is set. Fatal errors are raised (the channel stops, its
-        checkpoint unmoved); a target that is down or read-only is waited for."""
+        checkpoint unmoved) unless ``hold_on_error``, when the channel waits stopped for an
+        operator's skip, resume or rewind; a target that is down or read-only is waited for."""
         self._stop = stop
         try:
             self._retrying(self._start)
-            subscriber = self._subscribe(self._applied)
-            try:
-                self._loop(subscriber)
-            finally:
-                subscriber.close()
+            while not stop.is_set():
+                try:
+                    self._stream()
+                except _Restart:
+                    continue
+                except FatalError as exc:
+                    self.stats.last_error = str(exc)
+                    log.error("channel %s stopped: %s", self.name, exc)
+                    if not self.hold_on_error:
+                        raise
+                    self._hold(exc)
         except Stopped:
             pass
         except DrcError as exc:
@@ -157,6 +175,13 @@ class ApplyChannel:
             raise
         finally:
             self.target.close()
+
+    def _stream(self) -> None:
+        subscriber = self._subscribe(self._applied)
+        try:
+            self._loop(subscriber)
+        finally:
+            subscriber.close()
 
     def _start(self) -> None:
         self.target.ensure_checkpoint_table()
@@ -176,6 +201,7 @@ class ApplyChannel:
     def _loop(self, subscriber: SubscriberLike) -> None:
         group = Group(checkpoint=self._applied)
         while not self._stop.is_set():
+            self._obey(group)
             batch = self._get(subscriber, group)
             if batch is None:
                 if group.due(self._limits, self._clock()):
@@ -241,7 +267,11 @@ class ApplyChannel:
         self._flush(group, pending_ddl=txn.scn)
         for seq, change in enumerate(txn.ddl):
             apply = partial(self._apply_statement, str(txn.scn), seq, change, txn.timestamp)
-            self._retrying(apply)
+            try:
+                self._retrying(apply)
+            except FatalError as exc:
+                exc.stoppage = _stoppage(txn.scn, exc, [txn])  # type: ignore[attr-defined]
+                raise
         self.target.forget_tables()
         if self.conflicts is not None:  # a new or altered table may need its tombstones
             self._retrying(self.conflicts.refresh_tables)
@@ -295,7 +325,10 @@ class ApplyChannel:
         row = checkpoint.CheckpointRow(
             self.name, position, self.channel.origin, group.epoch, pending_ddl
         )
-        effects = self._retrying(lambda: self._commit(group, row))
+        try:
+            effects = self._retrying(lambda: self._commit(group, row))
+        except FatalError as exc:
+            raise self._isolated(group, exc, pending_ddl) from exc
         self._applied = row.scn
         self._record(group, effects)
         group.clear()
@@ -308,12 +341,19 @@ class ApplyChannel:
         if self.conflicts is not None:  # first: it reads and locks the rows the group touches
             observed = self.conflicts.probe(pending.probes)
         decision = self.engine.decide(pending, observed)
+        replays = [e for e in decision.entries if self.control.is_replay(SCN.parse(e.scn))]
+        if replays:  # a rewound channel meets its own earlier writes: not conflicts
+            decision.entries = [e for e in decision.entries if e not in replays]
+            decision.counts.conflicts -= len(replays)
         effects = self.target.write(decision.writes, decision.log_statements(), row)
+        self._replays = len(replays)
         effects.conflicts = decision.counts.conflicts
         return effects
 
     def _record(self, group: Group, effects: plan.Effects) -> None:
         stats = self.stats
+        stats.replays += self._replays
+        self._replays = 0
         stats.commits += 1
         stats.transactions += group.complete
         stats.add_effects(effects)
@@ -321,6 +361,129 @@ class ApplyChannel:
         stats.ddl_skipped = self._filters.ddl_skipped
         if group.newest_timestamp is not None:
             stats.lag_seconds = max(0.0, self._wall_clock() - group.newest_timestamp)
+
+    # ------------------------------------------------------------------ operator control
+
+    def _obey(self, group: Group) -> None:
+        """Between target transactions: carry out queued requests, then hold while paused."""
+        while not self._stop.is_set():
+            request = self.control.take()
+            if request is not None:
+                self._flush(group)
+                self._carry_out(request, stoppage=None)
+                continue
+            if not self.control.paused(self._applied):
+                self.control.state = "running"
+                return
+            self._flush(group)
+            self.control.state = "paused"
+            self.control.wait(self._stop, IDLE_POLL_S)
+
+    def _hold(self, exc: FatalError) -> None:
+        """Stopped by ``exc``: wait for skip (of the stopped transaction), resume (retry it,
+        after a fix) or rewind; then stream again from the checkpoint."""
+        stoppage = getattr(exc, "stoppage", None)
+        self.control.stoppage = stoppage or Stoppage(None, str(exc), {}, [], [])
+        self.control.state = "stopped"
+        try:
+            while not self._stop.is_set():
+                request = self.control.take()
+                if request is None:
+                    if not self.control.paused(self._applied) and self.control.retry:
+                        self.control.retry = False
+                        return
+                    self.control.wait(self._stop, IDLE_POLL_S)
+                    continue
+                if self._carry_out(request, stoppage=self.control.stoppage):
+                    return
+            raise Stopped()
+        finally:
+            self.control.stoppage = None
+            self.control.state = "running"
+
+    def _carry_out(self, request: Request, stoppage: Stoppage | None) -> bool:
+        """Do ``request``; True when the channel must stream again from its checkpoint."""
+        try:
+            if request.action == "rewind":
+                result = self._rewind(request)
+            elif request.action == "skip":
+                result = self._skip(request, stoppage)
+            else:
+                raise ControlError(f"unknown request {request.action!r}", 400)
+        except ControlError as error:
+            request.refuse(error)
+            return False
+        request.finish(result)
+        if stoppage is None:
+            raise _Restart()
+        return True
+
+    def _rewind(self, request: Request) -> dict[str, Any]:
+        to = request.scn
+        assert to is not None
+        if to >= self._applied:
+            raise ControlError(
+                f"rewind to {to}: the channel has applied only up to {self._applied}; "
+                "a rewind goes back"
+            )
+        before = self._applied
+        detail = {"from": str(before), "to": str(to)}
+        self._control_commit(to, request, detail)
+        self.control.replay_until = max(before, self.control.replay_until or before)
+        log.warning("channel %s rewound from %s to %s by %s", self.name, before, to, request.actor)
+        return {"action": "rewind", "from": str(before), "to": str(to)}
+
+    def _skip(self, request: Request, stoppage: Stoppage | None) -> dict[str, Any]:
+        if stoppage is None:
+            raise ControlError(f"channel {self.name} is running; only a stopped channel skips")
+        if stoppage.scn is None:
+            raise ControlError(
+                f"channel {self.name} stopped on an error that is not one transaction's "
+                f"({stoppage.error}); fix it and resume, or rewind"
+            )
+        if request.scn != stoppage.scn:
+            raise ControlError(
+                f"channel {self.name} is stopped at {stoppage.scn}, not {request.scn}: "
+                "look again (drc channel list) before skipping"
+            )
+        self._control_commit(stoppage.scn, request, {"skipped": stoppage.as_dict()})
+        log.warning("channel %s skipped %s by %s: %s", self.name, stoppage.scn, request.actor,
+                    stoppage.error)  # fmt: skip
+        return {"action": "skip", "skipped": str(stoppage.scn), "applied": str(self._applied)}
+
+    def _control_commit(self, position: SCN, request: Request, detail: dict[str, Any]) -> None:
+        """Move the checkpoint to ``position`` and record the action, in one transaction."""
+        row = checkpoint.CheckpointRow(self.name, position, self.channel.origin, None, None)
+        entry = audit.record(self.name, request.action, request.actor, request.reason, detail)
+        self._retrying(lambda: self.target.write([], [entry], row))
+        self._applied = position
+        self.stats.last_scn = position
+
+    def _isolated(self, group: Group, exc: FatalError, pending_ddl: SCN | None) -> FatalError:
+        """The transaction a failed group stopped at: each of its transactions is written
+        alone (those before it land), so the stoppage names one transaction."""
+        if getattr(exc, "stoppage", None) is not None:
+            return exc
+        scns = list(dict.fromkeys(t.scn for t in group.transactions))
+        if pending_ddl is not None:
+            scns.append(pending_ddl)
+        failing = scns[-1] if len(scns) == 1 or pending_ddl is not None else None
+        if failing is None:
+            for scn in scns:
+                alone = Group(checkpoint=scn, epoch=group.epoch, complete=1)
+                for txn in (t for t in group.transactions if t.scn == scn):
+                    alone.add(txn, self._clock())
+                row = checkpoint.CheckpointRow(self.name, scn, self.channel.origin, group.epoch)
+                try:
+                    effects = self._retrying(partial(self._commit, alone, row))
+                except FatalError as single:
+                    exc, failing = single, scn
+                    break
+                self._applied = scn
+                self._record(alone, effects)
+        txns = [t for t in group.transactions if t.scn == failing]
+        exc.stoppage = _stoppage(failing, exc, txns)  # type: ignore[attr-defined]
+        return exc
 
     # ------------------------------------------------------------------ retries
 
@@ -353,6 +516,21 @@ def _origin_mismatch(name: str, found: str, configured: str) -> DrcError:
         "Delete that row (the channel then starts from the beginning of the remote buffer) "
         "or give the channel a new name"
     )
+
+
+def _stoppage(scn: SCN | None, exc: Exception, txns: Sequence[Transaction]) -> Stoppage:
+    tables: dict[str, int] = {}
+    keys: list[str] = []
+    ddl: list[str] = []
+    for txn in txns:
+        for change in txn.changes:
+            name = f"{change.schema}.{change.table}"
+            tables[name] = tables.get(name, 0) + 1
+            if len(keys) < STOPPAGE_KEYS_SHOWN:
+                image = change.after if change.after is not None else change.before
+                keys.append(f"{name} {dict(list((image or {}).items())[:3])}")
+        ddl.extend(for_log(d.statement) for d in txn.ddl)
+    return Stoppage(scn, str(exc), tables, keys, ddl)
 
 
 def _normalised(create: str | None) -> str | None:

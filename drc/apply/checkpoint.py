@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from drc.apply import ddl_journal
+from drc.apply import audit, ddl_journal
 from drc.apply.sql import Statement, ident, quote
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
 from drc.core.scn import SCN
@@ -62,6 +62,7 @@ def create_statements() -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {TABLE} (\n  {columns},\n  PRIMARY KEY (`channel`)\n)"
         " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
         ddl_journal.create_statement(),
+        audit.create_statement(),
     ]
 
 

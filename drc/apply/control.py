@@ -66,14 +66,15 @@ class Request:
 class Stoppage:
     """The transaction a channel stopped at, and why (shown before a skip)."""
 
-    scn: SCN
+    scn: SCN | None  # None: the error is not one transaction's (skip refused)
     error: str
     tables: dict[str, int]  # "db.table" -> row changes
     keys: list[str]  # the first few primary keys, for the operator to recognise
     ddl: list[str]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"scn": str(self.scn), "error": self.error, "tables": self.tables,
+        scn = None if self.scn is None else str(self.scn)
+        return {"scn": scn, "error": self.error, "tables": self.tables,
                 "keys": self.keys, "ddl": self.ddl}  # fmt: skip
 
 
@@ -86,6 +87,8 @@ class ChannelControl:
         self._paused = False
         self._pause_at: SCN | None = None
         self._requests: list[Request] = []
+        self.state = RUNNING  # as the channel last set it
+        self.retry = False  # resume of a stopped channel: try the stopped transaction again
         self.stoppage: Stoppage | None = None  # set by the channel while it is stopped
         self.replay_until: SCN | None = None  # after a rewind: changes up to here are replays
 
@@ -102,6 +105,7 @@ class ChannelControl:
     def resume(self) -> None:
         with self._wake:
             self._paused, self._pause_at = False, None
+            self.retry = self.stoppage is not None
             self._wake.notify_all()
 
     def submit(self, request: Request) -> Request:

@@ -17,6 +17,7 @@ from typing import Any
 from drc.apply.channel import ApplyChannel, ChannelParts, SubscriberLike
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import ConflictEngine, Policies, Ranks
+from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
 from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.stages import (
@@ -27,7 +28,8 @@ from drc.apply.stages import (
     SkipDrcOriginated,
     Stage,
 )
-from drc.client import Subscriber
+from drc.client import ApiUnavailableError, Subscriber
+from drc.client.status import fetch_position, fetch_status
 from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
 from drc.core.markers import CHECKPOINT_SCHEMA, TOMBSTONE_PREFIX
 from drc.core.scn import SCN
@@ -174,3 +176,39 @@ def run_channels(
         while thread.is_alive():
             thread.join(JOIN_POLL_S)
     return failures
+
+
+def build_desk(
+    config: DrcConfig,
+    channels: Sequence[ApplyChannel],
+    report: Callable[[ApplyChannel], dict[str, Any]],
+) -> ChannelsDesk:
+    """Channel control for ``channels`` (drc.apply.desk): they then wait, stopped, for an
+    operator's skip, resume or rewind instead of ending on a change the target rejects."""
+    settings = target_settings(config.target_or_source())
+    by_name = {c.name: c for c in config.channels}
+    for channel in channels:
+        channel.hold_on_error = True
+
+    def ask(channel: ApplyChannel, question: Callable[[str, Any, Any], Any]) -> Any:
+        wanted = by_name[channel.name]
+        token, verify = wanted.secret(), wanted.https_verify()
+        last: Exception | None = None
+        for url in wanted.remote:  # the first member that answers
+            try:
+                return question(url, token, verify)
+            except ApiUnavailableError as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def position(channel: ApplyChannel, at_ms: int) -> SCN:
+        return ask(channel, lambda u, t, v: fetch_position(u, at_ms, t, verify=v))  # type: ignore[no-any-return]
+
+    def oldest(channel: ApplyChannel) -> SCN:
+        status = ask(channel, lambda u, t, v: fetch_status(u, t, verify=v))
+        return SCN.parse(str(status["buffer"]["oldest_servable"]))
+
+    return ChannelsDesk(
+        channels, lambda: TargetSession(settings), RemoteLookup(position, oldest), report
+    )

@@ -25,6 +25,7 @@ class ApplyStats:
     last_scn: SCN | None = None  # the checkpoint: last SCN applied (durably)
     lag_seconds: float | None = None  # now - commit time of the newest applied transaction
     last_error: str | None = None
+    replays: int = 0  # changes a rewind replayed over rows already newer (not conflicts)
 
     @property
     def idempotent_fixes(self) -> int:

@@ -235,12 +235,15 @@ def test_drc_originated_and_filtered_transactions_move_the_checkpoint_only_rarel
     assert [m[1] for m in far.marks()] == ["1:11:2:5"]
 
 
-def test_a_table_without_primary_key_is_refused_and_nothing_is_committed() -> None:
+def test_a_table_without_primary_key_is_refused_and_the_stop_names_its_transaction() -> None:
     fake = target()
     n = ins("n", a=1)
-    with pytest.raises(NoPrimaryKeyError, match="db.n has no primary key"):
+    with pytest.raises(NoPrimaryKeyError, match="db.n has no primary key") as stopped:
         Harness(fake, [batch(1, txn(10, ins("t", id=1)), txn(20, n))]).run()
-    assert fake.committed == []
+    # The group is retried one transaction at a time: the one before lands, the stop is exact.
+    assert [m[1] for m in fake.marks()] == ["1:11:1:10"]
+    assert str(stopped.value.stoppage.scn) == "1:11:1:20"  # type: ignore[attr-defined]
+    assert stopped.value.stoppage.tables == {"db.n": 1}  # type: ignore[attr-defined]
 
 
 def test_a_table_without_primary_key_is_matched_whole_row_when_configured() -> None:
