@@ -70,17 +70,22 @@ class ReplicatorService:
         self.metastore.close()
 
 
-def source_settings(config: DrcConfig) -> SourceSettings:
+def source_settings(config: DrcConfig) -> list[SourceSettings]:
+    """One SourceSettings per configured source server (``[source] servers``, else host/port)."""
     src = config.source
-    return SourceSettings(
-        host=src.host,
-        port=src.port,
-        user=src.user,
-        password=src.secret(),
-        replica_server_id=src.replica_server_id,
-        heartbeat_s=src.heartbeat_s,
-        tls=src.mysql_tls(),
-    )
+    password = src.secret()
+    return [
+        SourceSettings(
+            host=host,
+            port=port,
+            user=src.user,
+            password=password,
+            replica_server_id=src.replica_server_id,
+            heartbeat_s=src.heartbeat_s,
+            tls=src.mysql_tls(),
+        )
+        for host, port in src.addresses()
+    ]
 
 
 def open_buffer(config: DrcConfig) -> EventBuffer:
@@ -133,7 +138,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         buffer=service.buffer,
         metastore=service.metastore,
         datacenter=config.datacenter.name,
-        source=f"{config.source.host}:{config.source.port}",
+        source=",".join(f"{host}:{port}" for host, port in config.source.addresses()),
         limits=ServerLimits(
             api.max_events, max(1, int(api.max_bytes_mb * (1 << 20))), api.max_wait_ms
         ),

@@ -90,6 +90,9 @@ class CaptureStats:
     triggers_unguarded: int = 0  # ... that could not be
     source_position: tuple[int, int] | None = None
     last_error: str | None = None
+    source_server: str | None = None  # host:port of the server read now
+    change_id: int | None = None
+    source_switches: int = 0  # sessions started on another server than the last SCN's
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,9 @@ class Replicator:
         )
         stream = BinlogStream(start.settings, start.log_file, start.log_pos, gtid=start.gtid)
         self.current = start
+        self.stats.source_server = f"{start.settings.host}:{start.settings.port}"
+        self.stats.change_id = start.change_id
+        self.stats.source_switches += start.gtid is not None
         session_stop = threading.Event()
         events: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
         reader = threading.Thread(

@@ -73,11 +73,17 @@ class Capture:
 
 @contextmanager
 def capturing(
-    server: ServerInfo, buffer_dir: Path, options: CaptureOptions, **buffer_kwargs: object
+    server: ServerInfo,
+    buffer_dir: Path,
+    options: CaptureOptions,
+    also: tuple[ServerInfo, ...] = (),
+    **buffer_kwargs: object,
 ) -> Iterator[Capture]:
+    """Capture from ``server`` (and the other servers of its replication group ``also``)."""
     buffer = EventBuffer.open(buffer_dir, **buffer_kwargs)
     metastore = MetaStore.open(buffer_dir / "metastore.sqlite3")
-    replicator = Replicator(source_settings(server), buffer, metastore, options)
+    sources = [source_settings(s) for s in (server, *also)]
+    replicator = Replicator(sources, buffer, metastore, options)
     stop = threading.Event()
     errors: list[BaseException] = []
 
