@@ -24,6 +24,7 @@ from drc.core.errors import ConfigError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.assembler import FragmentLimits
+from drc.replicator.backfill import BinlogBackfill
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings
 
@@ -148,6 +149,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         capture_failure=lambda: service.failure,
         protection=lambda: None if service.protection is None else service.protection(),
         channels=lambda: [] if service.channels is None else service.channels(),
+        back_to_source=BinlogBackfill(service.replicator),
     )
     return ApiServer(
         create_app(deps),

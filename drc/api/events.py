@@ -91,12 +91,16 @@ async def _serve(
             epoch=exc.current,
         ).response()
     except ScnTooOldError as exc:
-        return ApiError(
-            410,
-            f"SCN {query.after} is older than this buffer holds; it serves reads after "
-            f"{exc.oldest}: resume from a snapshot or the source binlog",
-            oldest=str(exc.oldest),
-        ).response()
+        # With back to source, the backfill's message says why the binlog cannot serve it.
+        message = (
+            str(exc)
+            if deps.back_to_source is not None
+            else (
+                f"SCN {query.after} is older than this buffer holds; it serves reads after "
+                f"{exc.oldest}: resume from a snapshot or the source binlog"
+            )
+        )
+        return ApiError(410, message, oldest=str(exc.oldest)).response()
     if not batch.items:
         return _response(deps, batch, records)
     limiter = deps.limiter if query.wait_ms == wire.WAIT_NONE else deps.long_poll_limiter
@@ -107,7 +111,7 @@ async def _collect(deps: ApiDeps, commits: CommitSignal, caller: str, query: Pul
     """Scan, and while the query allows, wait for commits and scan again."""
     waits = query.wait_ms != wire.WAIT_NONE
     limiter = deps.long_poll_limiter if waits else deps.limiter
-    state = Pull(deps.buffer, query)
+    state = Pull(deps.pull_buffer(), query)
     with ExitStack() as held:
         slot = False
         while True:

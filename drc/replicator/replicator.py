@@ -123,7 +123,8 @@ class Replicator:
         self._sources = (source,) if isinstance(source, SourceSettings) else tuple(source)
         if not self._sources:
             raise ValueError("Replicator needs at least one source server")
-        self.current: SessionStart | None = None  # the running session's start (back-to-source)
+        # The newest session's start: the server capture reads now (drc.replicator.backfill).
+        self.current: SessionStart | None = None
         self._local_ddl = local_ddl  # told of each stored DDL a local (not DRC) session ran
         self._buffer = buffer
         self._metastore = metastore
@@ -132,6 +133,10 @@ class Replicator:
         self._sleep = sleep
         self._known_schemas: dict[tuple[str, str], TableSchema] = {}
         self.stats = CaptureStats()
+
+    @property
+    def options(self) -> CaptureOptions:
+        return self._options
 
     def set_local_ddl(self, hook: Callable[[SchemaChange], None]) -> None:
         """Call ``hook`` with each stored DDL statement a local (not DRC) session ran."""
@@ -190,7 +195,6 @@ class Replicator:
         try:
             self._consume(stop, events, assembler)
         finally:
-            self.current = None
             session_stop.set()
             stream.close()
             reader.join(timeout=10)
