@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pymysql
 
@@ -183,41 +186,39 @@ def identify(host: str, port: int, user: str, password: str) -> str:
 def replicate_from(socket_path: Path, primary_port: int, user: str, password: str) -> None:
     """Make the server at ``socket_path`` a GTID replica of the loopback server on
     ``primary_port`` (from its first binlog on, so it holds the same GTIDs) and start it."""
-    conn = pymysql.connect(unix_socket=str(socket_path), user="root", autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("STOP SLAVE")
-            cur.execute(
-                "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %s, "
-                "MASTER_USER = %s, MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos",
-                (primary_port, user, password),
-            )
-            cur.execute("START SLAVE")
-    finally:
-        conn.close()
+    with _as_root(socket_path) as cur:
+        cur.execute("STOP SLAVE")
+        cur.execute(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %s, "
+            "MASTER_USER = %s, MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos",
+            (primary_port, user, password),
+        )
+        cur.execute("START SLAVE")
 
 
 def start_replication(socket_path: Path) -> None:
     """START SLAVE on a restarted replica (the sandbox runs servers with --skip-slave-start)."""
-    conn = pymysql.connect(unix_socket=str(socket_path), user="root", autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            try:
-                cur.execute("START SLAVE")
-            except pymysql.err.OperationalError as exc:
-                if exc.args[0] != _ER_BAD_SLAVE:  # promoted since: nothing to start
-                    raise
-    finally:
-        conn.close()
+    with _as_root(socket_path) as cur:
+        try:
+            cur.execute("START SLAVE")
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != _ER_BAD_SLAVE:  # promoted since: nothing to start
+                raise
 
 
 def promote(socket_path: Path) -> None:
     """Planned promotion of a replica: stop replicating, forget the primary, accept writes."""
+    with _as_root(socket_path) as cur:
+        cur.execute("STOP SLAVE")
+        cur.execute("RESET SLAVE ALL")
+        cur.execute("SET GLOBAL read_only = 0")
+
+
+@contextmanager
+def _as_root(socket_path: Path) -> Iterator[Any]:
     conn = pymysql.connect(unix_socket=str(socket_path), user="root", autocommit=True)
     try:
         with conn.cursor() as cur:
-            cur.execute("STOP SLAVE")
-            cur.execute("RESET SLAVE ALL")
-            cur.execute("SET GLOBAL read_only = 0")
+            yield cur
     finally:
         conn.close()

@@ -4,7 +4,6 @@ replicator stored, and gets 410 once the binlog is purged (drc.replicator.backfi
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from drc.core.codec import decode_transaction, peek_length
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position
+from tests.integration.capture import master_position, serving, source_section
 from tests.integration.servers import connect
 
 TOKEN = "bts-token"
@@ -30,13 +29,7 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
     return DrcConfig.model_validate(
         {
             "datacenter": {"name": "dc1"},
-            "source": {
-                "host": server.host,
-                "port": server.port,
-                "user": server.user,
-                "password": server.password,
-                "replica_server_id": 93001,
-            },
+            "source": source_section(server, 93001),
             "replicator": {
                 "buffer_dir": str(tmp / "buf"),
                 "start_from": f"{start[0]}:{start[1]}",
@@ -63,16 +56,8 @@ def served(dc1: ServerInfo, tmp_path: Path) -> Iterator[tuple[ReplicatorService,
     service = build_replicator(_config(dc1, tmp_path, master_position(dc1)))
     service.replicator.prepare()
     url = service.start_api().url
-    stop = threading.Event()
-    thread = threading.Thread(target=service.run_capture, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with serving(service):
         yield service, url
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        service.close()
-    assert service.failure is None
 
 
 def _write(server: ServerInfo, first: int, txns: int, rows: int) -> list[int]:
@@ -90,9 +75,13 @@ def _write(server: ServerInfo, first: int, txns: int, rows: int) -> list[int]:
     return ids
 
 
-def _wait_captured(service: ReplicatorService, server: ServerInfo) -> None:
+def _wait_captured(
+    service: ReplicatorService, server: ServerInfo, in_new_file: bool = False
+) -> None:
+    """Until the buffer holds what was written; ``in_new_file``: the one transaction written
+    since a FLUSH BINARY LOGS (the server adds a binlog checkpoint event after it)."""
     file, pos = master_position(server)
-    target = (int(file.rsplit(".", 1)[1]), pos)
+    target = (int(file.rsplit(".", 1)[1]), 0 if in_new_file else pos)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         last = service.buffer.last_scn
@@ -100,7 +89,11 @@ def _wait_captured(service: ReplicatorService, server: ServerInfo) -> None:
             return
         assert service.failure is None, service.failure
         time.sleep(0.05)
-    raise AssertionError(f"capture did not reach {file}:{pos}")
+    stats = service.replicator.stats
+    raise AssertionError(
+        f"capture did not reach {file}:{pos}: buffer at {service.buffer.last_scn}, "
+        f"source at {stats.source_position}, last error {stats.last_error}"
+    )
 
 
 def _pull(url: str, after: SCN, until: SCN) -> list[tuple[SCN, bytes]]:
@@ -160,7 +153,7 @@ def test_a_pull_older_than_the_buffer_is_served_from_the_binlog_then_410_once_pu
     with conn.cursor() as cur:
         cur.execute("FLUSH BINARY LOGS")
         written += _write(dc1, 900_000, txns=1, rows=1)
-        _wait_captured(service, dc1)  # capture left the old file: the server may purge it
+        _wait_captured(service, dc1, in_new_file=True)  # left the old file: it may be purged
         cur.execute("PURGE BINARY LOGS TO %s", (master_position(dc1)[0],))
         cur.execute("SHOW BINARY LOGS")
         assert [row[0] for row in cur.fetchall()] == [master_position(dc1)[0]]

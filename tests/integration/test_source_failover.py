@@ -66,6 +66,14 @@ def _caught_up(replica: ServerInfo, primary: ServerInfo) -> None:
     assert waited == 0, f"replica did not reach {pos}"
 
 
+def _with_table(group: SandboxDescription) -> tuple[ServerInfo, ServerInfo]:
+    """dc1's primary and replica, both holding the empty table fo_db.t."""
+    primary, replica = group.server("dc1"), group.replica("dc1")
+    _sql(primary, "CREATE DATABASE fo_db", "CREATE TABLE fo_db.t (id INT PRIMARY KEY, v TEXT)")
+    _caught_up(replica, primary)
+    return primary, replica
+
+
 def _inserted_ids(stored: list[Transaction]) -> list[int]:
     return [c.after["id"] for t in stored for c in t.changes if c.after is not None]
 
@@ -119,9 +127,7 @@ class _Writer:
 def test_a_promoted_replica_continues_capture_with_change_id_plus_one_nothing_lost_or_repeated(
     group: SandboxDescription, tmp_path: Path
 ) -> None:
-    primary, replica = group.server("dc1"), group.replica("dc1")
-    _sql(primary, "CREATE DATABASE fo_db", "CREATE TABLE fo_db.t (id INT PRIMARY KEY, v TEXT)")
-    _caught_up(replica, primary)
+    primary, replica = _with_table(group)
     writer = _Writer(primary)
     with capturing(primary, tmp_path / "buf", CAPTURE, also=(replica,)) as capture:
         capture.wait_for(master_position(primary))  # the start is fixed before writes begin
@@ -155,9 +161,7 @@ def test_a_promoted_replica_continues_capture_with_change_id_plus_one_nothing_lo
 def test_a_diverged_replica_is_refused_naming_both_positions(
     group: SandboxDescription, tmp_path: Path
 ) -> None:
-    primary, replica = group.server("dc1"), group.replica("dc1")
-    _sql(primary, "CREATE DATABASE fo_db", "CREATE TABLE fo_db.t (id INT PRIMARY KEY, v TEXT)")
-    _caught_up(replica, primary)
+    primary, replica = _with_table(group)
     _sql(replica, "STOP SLAVE")
     _sql(replica, "INSERT INTO fo_db.t VALUES (1000, 'only on the replica')")
     with capturing(primary, tmp_path / "buf", CAPTURE) as capture:
