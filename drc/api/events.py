@@ -29,7 +29,7 @@ from drc.api.pull import (
     render_records,
 )
 from drc.api.query import BadQuery, PullQuery, parse_pull_query
-from drc.core.errors import ScnTooOldError, shown
+from drc.core.errors import RetriableError, ScnTooOldError, shown
 
 router = APIRouter(dependencies=[Depends(require_token)])
 OFFERED = (wire.MEDIA_JSON, wire.MEDIA_RECORDS)  # the first is the default
@@ -101,6 +101,13 @@ async def _serve(
             )
         )
         return ApiError(410, message, oldest=str(exc.oldest)).response()
+    except RetriableError:  # back to source, and the source did not answer: try again soon
+        return ApiError(
+            503,
+            f"SCN {query.after} is older than this buffer holds and the source binlog that has "
+            "it cannot be read right now; retry shortly or ask another replicator",
+            headers={"Retry-After": "1"},
+        ).response()
     if not batch.items:
         return _response(deps, batch, records)
     limiter = deps.limiter if query.wait_ms == wire.WAIT_NONE else deps.long_poll_limiter
