@@ -59,6 +59,9 @@ class _MysqlTlsKeys(_Model):
 class SourceConfig(_MysqlTlsKeys):
     host: str = "127.0.0.1"
     port: int = Field(3306, ge=1, le=65535)
+    # The source's replication group (primary and GTID replicas), "host:port" each; empty: the
+    # one server host/port. drc.replicator.failover says which one is read.
+    servers: list[str] = []
     user: str
     password: SecretStr | None = None
     password_file: Path | None = None
@@ -71,8 +74,28 @@ class SourceConfig(_MysqlTlsKeys):
             raise ValueError("give either password or password_file, not both")
         return self
 
+    @model_validator(mode="after")
+    def _servers(self) -> SourceConfig:
+        addresses = self.addresses()
+        if len(set(addresses)) != len(addresses):
+            raise ValueError(f"servers lists a server twice: {self.servers}")
+        return self
+
+    def addresses(self) -> list[tuple[str, int]]:
+        """(host, port) of every configured source server, in order."""
+        if not self.servers:
+            return [(self.host, self.port)]
+        return [_address(entry) for entry in self.servers]
+
     def secret(self) -> str:
         return _read_secret(self.password, self.password_file, "source.password_file")
+
+
+def _address(entry: str) -> tuple[str, int]:
+    host, sep, port = entry.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"servers entry {entry!r} is not 'host:port' (e.g. '10.0.0.2:3306')")
+    return host.strip("[]"), int(port)
 
 
 class BufferConfig(_Model):

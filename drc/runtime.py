@@ -25,6 +25,7 @@ from drc.core.errors import ConfigError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.assembler import FragmentLimits
+from drc.replicator.backfill import BinlogBackfill
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings
 
@@ -72,17 +73,22 @@ class ReplicatorService:
         self.metastore.close()
 
 
-def source_settings(config: DrcConfig) -> SourceSettings:
+def source_settings(config: DrcConfig) -> list[SourceSettings]:
+    """One SourceSettings per configured source server (``[source] servers``, else host/port)."""
     src = config.source
-    return SourceSettings(
-        host=src.host,
-        port=src.port,
-        user=src.user,
-        password=src.secret(),
-        replica_server_id=src.replica_server_id,
-        heartbeat_s=src.heartbeat_s,
-        tls=src.mysql_tls(),
-    )
+    password = src.secret()
+    return [
+        SourceSettings(
+            host=host,
+            port=port,
+            user=src.user,
+            password=password,
+            replica_server_id=src.replica_server_id,
+            heartbeat_s=src.heartbeat_s,
+            tls=src.mysql_tls(),
+        )
+        for host, port in src.addresses()
+    ]
 
 
 def open_buffer(config: DrcConfig) -> EventBuffer:
@@ -147,7 +153,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         buffer=service.buffer,
         metastore=service.metastore,
         datacenter=config.datacenter.name,
-        source=f"{config.source.host}:{config.source.port}",
+        source=",".join(f"{host}:{port}" for host, port in config.source.addresses()),
         limits=ServerLimits(
             api.max_events, max(1, int(api.max_bytes_mb * (1 << 20))), api.max_wait_ms
         ),
@@ -160,6 +166,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         peers=peer_status(config).snapshot,
         admin_tokens=admins,
         desk=lambda: service.desk,
+        back_to_source=BinlogBackfill(service.replicator),
     )
     return ApiServer(
         create_app(deps),

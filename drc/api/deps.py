@@ -22,6 +22,7 @@ from fastapi import Depends, Request
 from drc.api.errors import ApiError
 from drc.api.longpolls import LongPollGate
 from drc.api.metrics import ApiMetrics
+from drc.api.pull import BackToSource
 from drc.api.query import ServerLimits
 
 # Worker threads for reading the buffer: pulls that do not wait and long polls each have their
@@ -71,6 +72,8 @@ class ApiDeps:
     peers: Callable[[], list[dict[str, Any]]] | None = None  # remote replicators (status page)
     desk: Callable[[], ChannelDesk | None] | None = None  # channel control (node.py)
     admin_tokens: dict[str, str] = field(default_factory=dict)  # name -> token, may act
+    # Reads older than the buffer, from the source binlog (drc.replicator.backfill); None: 410.
+    back_to_source: Callable[[Any, Any, int, int], list[Any]] | None = None
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time
@@ -97,6 +100,12 @@ class ApiDeps:
     def open(self) -> bool:
         """True when no token is required."""
         return not self._token_bytes
+
+    def pull_buffer(self) -> Any:
+        """What pulls read: the buffer, falling back to the source binlog when configured."""
+        if self.back_to_source is None:
+            return self.buffer
+        return BackToSource(self.buffer, self.back_to_source)
 
     def token_ok(self, given: bytes) -> bool:
         return self.token_index(given) is not None

@@ -29,7 +29,7 @@ from drc.api.pull import (
     render_records,
 )
 from drc.api.query import BadQuery, PullQuery, parse_pull_query
-from drc.core.errors import ScnTooOldError, shown
+from drc.core.errors import RetriableError, ScnTooOldError, shown
 
 router = APIRouter(dependencies=[Depends(require_token)])
 OFFERED = (wire.MEDIA_JSON, wire.MEDIA_RECORDS)  # the first is the default
@@ -91,11 +91,22 @@ async def _serve(
             epoch=exc.current,
         ).response()
     except ScnTooOldError as exc:
+        # With back to source, the backfill's message says why the binlog cannot serve it.
+        message = (
+            str(exc)
+            if deps.back_to_source is not None
+            else (
+                f"SCN {query.after} is older than this buffer holds; it serves reads after "
+                f"{exc.oldest}: resume from a snapshot or the source binlog"
+            )
+        )
+        return ApiError(410, message, oldest=str(exc.oldest)).response()
+    except RetriableError:  # back to source, and the source did not answer: try again soon
         return ApiError(
-            410,
-            f"SCN {query.after} is older than this buffer holds; it serves reads after "
-            f"{exc.oldest}: resume from a snapshot or the source binlog",
-            oldest=str(exc.oldest),
+            503,
+            f"SCN {query.after} is older than this buffer holds and the source binlog that has "
+            "it cannot be read right now; retry shortly or ask another replicator",
+            headers={"Retry-After": "1"},
         ).response()
     if not batch.items:
         return _response(deps, batch, records)
@@ -107,7 +118,7 @@ async def _collect(deps: ApiDeps, commits: CommitSignal, caller: str, query: Pul
     """Scan, and while the query allows, wait for commits and scan again."""
     waits = query.wait_ms != wire.WAIT_NONE
     limiter = deps.long_poll_limiter if waits else deps.limiter
-    state = Pull(deps.buffer, query)
+    state = Pull(deps.pull_buffer(), query)
     with ExitStack() as held:
         slot = False
         while True:

@@ -29,6 +29,7 @@ from typing import Protocol
 from drc.api import wire
 from drc.api.batching import BatchBuilder, Item
 from drc.api.query import PullQuery
+from drc.core.errors import ScnTooOldError
 from drc.core.jsonwire import transaction_to_json
 from drc.core.scn import SCN
 from drc.eventbuffer.reader import Record
@@ -51,6 +52,38 @@ class PullBuffer(Protocol):
     def read_after(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]: ...
 
     def wait_for_commit(self, after: SCN, timeout_s: float) -> bool: ...
+
+
+# Back to source (drc.replicator.backfill): records after ``after`` up to ``oldest``.
+Backfill = Callable[[SCN, SCN, int, int], list[Record]]
+
+
+class BackToSource:
+    """A PullBuffer that serves reads older than the buffer from ``backfill`` (the source
+    binlog) instead of answering ScnTooOldError; the backfill raises it when it cannot."""
+
+    def __init__(self, buffer: PullBuffer, backfill: Backfill) -> None:
+        self._buffer = buffer
+        self._backfill = backfill
+
+    @property
+    def epoch(self) -> str:
+        return self._buffer.epoch
+
+    @property
+    def last_scn(self) -> SCN | None:
+        return self._buffer.last_scn
+
+    def read_after(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]:
+        try:
+            return self._buffer.read_after(after, max_records=max_records, max_bytes=max_bytes)
+        except ScnTooOldError as exc:
+            if exc.oldest is None:
+                raise
+            return self._backfill(after, exc.oldest, max_records, max_bytes)
+
+    def wait_for_commit(self, after: SCN, timeout_s: float) -> bool:
+        return self._buffer.wait_for_commit(after, timeout_s)
 
 
 class EpochMismatch(Exception):

@@ -30,7 +30,7 @@ router = APIRouter(dependencies=[Depends(require_token)])
 
 CAPTURE_COUNTERS = (
     "transactions", "rows", "bytes", "commits", "filtered_out", "account_statements_dropped",
-    "reconnects", "triggers_guarded", "triggers_unguarded",
+    "reconnects", "triggers_guarded", "triggers_unguarded", "source_switches",
 )  # fmt: skip
 
 
@@ -106,5 +106,7 @@ def lag(deps: ApiDeps, newest_ms: int | None, position: tuple[int, int] | None) 
 def capture_status(stats: Any, failure: BaseException | None) -> dict[str, Any]:
     out: dict[str, Any] = {name: getattr(stats, name, None) for name in CAPTURE_COUNTERS}
     out["last_error"] = getattr(stats, "last_error", None)
+    out["source_server"] = getattr(stats, "source_server", None)  # the server read now
+    out["change_id"] = getattr(stats, "change_id", None)
     out["failed"] = None if failure is None else f"{type(failure).__name__}: {failure}"
     return out

@@ -87,9 +87,10 @@ def repair(directory: str) -> None:
     Run it only when the replicator refuses to start because committed records are damaged
     and the buffer cannot be restored from a peer. The replicator must be stopped. The
     segments up to the last damaged one are moved to DIRECTORY/discarded-<time>/; the buffer
-    then serves reads only after the newest SCN seen in them, so subscribers at older
-    positions get 410 scn_too_old and must resync (never a silent gap), and capture resumes
-    after that SCN. Does nothing when no committed record is damaged.
+    then serves reads only after the newest SCN seen in them: subscribers at older positions
+    are served from the source binlog while it has them, else get 410 scn_too_old and must
+    resync (never a silent gap), and capture resumes after that SCN. Does nothing when no
+    committed record is damaged.
     """
     report = repair_buffer(directory)
     for damage in report.damage:

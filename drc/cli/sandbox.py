@@ -41,23 +41,31 @@ def sandbox() -> None:
     help="Make a private CA (DIR/tls/ca.crt) and have every MariaDB offer TLS signed by it.",
 )
 @click.option(
+    "--replica",
+    is_flag=True,
+    help="Also give each datacenter a MariaDB GTID replica of its server (server_id 100+N, "
+    "same GTID domain, log_slave_updates): a source failover target.",
+)
+@click.option(
     "--spark",
     "with_spark",
     is_flag=True,
     help="Also run a Spark standalone master and worker (from the pyspark package).",
 )
-def up(directory: str, datacenters: int, tls: bool, with_spark: bool) -> None:
+def up(directory: str, datacenters: int, tls: bool, replica: bool, with_spark: bool) -> None:
     """Start the sandbox (servers already running are kept) and print its description.
 
     The description (also in DIR/sandbox.json, which holds the password) lists each server's
     host, port, socket, server_id and user, the CA of its certificate with --tls, the
-    ZooKeeper connect string, and with --spark the Spark master URL (spark://127.0.0.1:PORT).
+    ZooKeeper connect string, replicas with --replica, and with --spark the Spark master URL
+    (spark://127.0.0.1:PORT).
     """
     description = Sandbox(directory).up(
         datacenters,
         progress=lambda msg: click.echo(msg, err=True),
         tls=tls,
         with_spark=with_spark,
+        replica=replica,
     )
     click.echo(description.to_json(reveal_password=False))
 
@@ -86,12 +94,10 @@ def status(directory: str, logs: bool) -> None:
     description = box.describe()
     assert description is not None
     answers = box.probe()
-    for server in description.servers:
-        running = state[f"mariadb {server.datacenter}"]
-        detail = answers[server.datacenter] if running else "STOPPED"
-        click.echo(
-            f"{server.datacenter:<10} {server.host}:{server.port:<6} pid {server.pid:<8} {detail}"
-        )
+    for name, server in description.all_servers():
+        running = state[f"mariadb {name}"]
+        detail = answers[name] if running else "STOPPED"
+        click.echo(f"{name:<10} {server.host}:{server.port:<6} pid {server.pid:<8} {detail}")
     zk = description.zookeeper
     detail = answers["zookeeper"] if state["zookeeper"] else "STOPPED"
     click.echo(f"{'zookeeper':<10} {zk.connect:<16} pid {zk.pid:<8} {detail}")

@@ -69,6 +69,7 @@ def merge(parts: list[Transaction]) -> Transaction:
         drc_originated=any(part.drc_originated for part in parts),
         fragment=0,
         last_fragment=True,
+        gtid_position=last.gtid_position,
     )
 
 

@@ -16,14 +16,19 @@ magic, version and flags match, the whole payload is present, the CRC matches, a
 has the exact structure below; anything else raises CorruptRecordError(message, offset) naming
 the check that failed. A decoder never returns a partial or guessed Transaction.
 
-Payload (version 1): one msgpack array of 9 items::
+Payload (version 1): one msgpack array of 9 (or 10) items::
 
     [scn: bin(20)  (SCN.to_bytes, order-preserving),
      server_id: uint32, gtid: str | nil, timestamp: uint (unix seconds),
      drc_originated: bool, fragment: uint, last_fragment: bool,
      changes: [[schema: str, table: str, op: "i" | "u" | "d", before: map | nil,
                 after: map | nil], ...],
-     ddl: [[schema: str, statement: str], ...]]
+     ddl: [[schema: str, statement: str], ...]
+     (gtid_position: str)]
+
+``gtid_position`` (the source's GTID position after the transaction, drc.core.gtid) is a 10th
+item present only when it says more than ``gtid`` (a source with several GTID domains), so a
+record of a single-domain source is the same 9 items as before it existed.
 
 A row image is a msgpack map of column name (str) -> value, in table column order; decoding
 keeps that order. Values use msgpack's own types for None, bool, int (-2**63 .. 2**64-1),
@@ -314,6 +319,8 @@ def _txn_to_wire(txn: Transaction) -> list[Any]:
         raise UnsupportedValueError(f"server_id {txn.server_id!r} is not a uint32")
     if txn.gtid is not None and type(txn.gtid) is not str:
         raise UnsupportedValueError(f"gtid {txn.gtid!r} is not a str")
+    if txn.gtid_position is not None and type(txn.gtid_position) is not str:
+        raise UnsupportedValueError(f"gtid_position {txn.gtid_position!r} is not a str")
     if type(txn.timestamp) is not int or type(txn.fragment) is not int:
         raise UnsupportedValueError("timestamp and fragment must be ints")
     changes = [
@@ -334,6 +341,7 @@ def _txn_to_wire(txn: Transaction) -> list[Any]:
         bool(txn.last_fragment),
         changes,
         ddl,
+        *(() if txn.gtid_position is None else (txn.gtid_position,)),
     ]
 
 
@@ -375,9 +383,11 @@ def _ddl_from_wire(item: Any) -> SchemaChange:
     return SchemaChange(item[0], item[1])
 
 
-# The payload's item types, in order; gtid may be str or nil.
+# The payload's item types, in order; gtid may be str or nil; gtid_position (a str) optional.
 _WIRE_TYPES = frozenset(
-    (bytes, int, gtid, int, bool, int, bool, list, list) for gtid in (str, type(None))
+    (bytes, int, gtid, int, bool, int, bool, list, list, *position)
+    for gtid in (str, type(None))
+    for position in ((), (str,))
 )
 _WIRE_NAMES = "scn server_id gtid timestamp drc_originated fragment last_fragment changes ddl"
 
@@ -388,7 +398,7 @@ def _txn_from_wire(wire: Any) -> Transaction:
             f"payload is not a [{', '.join(_WIRE_NAMES.split())}] array; "
             f"item types are {[_kind(v) for v in wire] if type(wire) is list else _kind(wire)}"
         )
-    scn, server_id, gtid, timestamp, drc, fragment, last, changes, ddl = wire
+    scn, server_id, gtid, timestamp, drc, fragment, last, changes, ddl = wire[:9]
     if not 0 <= server_id <= U32_MAX:
         raise _Malformed(f"server_id {server_id} is not a uint32")
     return Transaction(
@@ -401,6 +411,7 @@ def _txn_from_wire(wire: Any) -> Transaction:
         drc_originated=drc,
         fragment=fragment,
         last_fragment=last,
+        gtid_position=wire[9] if len(wire) > 9 else None,
     )
 
 
@@ -494,8 +505,8 @@ def peek_tables(record: bytes | bytearray | memoryview) -> tuple[bool, set[tuple
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=True, timestamp=0)
     try:
         unpacker.feed(memoryview(record)[HEADER_SIZE:])
-        if unpacker.read_array_header() != 9:
-            raise _Malformed("payload is not a 9-item array")
+        if unpacker.read_array_header() not in (9, 10):
+            raise _Malformed("payload is not a 9- or 10-item array")
         for _ in range(4):  # scn, server_id, gtid, timestamp
             unpacker.skip()
         drc_originated = unpacker.unpack()

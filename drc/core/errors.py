@@ -15,6 +15,7 @@
         +-- BufferStateError          an EventBuffer directory that cannot be used as it is
         +-- SourceConfigError         the source's binlog settings cannot be replicated exactly
         +-- BinlogPurgedError         the binlog needed to resume is gone (never skip ahead)
+        +-- SourceDivergedError       a source lacks what the buffer holds, or is another DC's
         +-- UnsupportedColumnError    a column type the replicator cannot decode exactly
         +-- ConfigError               a config file that is missing, unreadable or invalid
         +-- MetaStoreError            the schema history file cannot be used
@@ -86,6 +87,13 @@ class SourceConfigError(FatalError):
 
 class BinlogPurgedError(FatalError):
     """The binlog needed to resume was purged from the source: continuing would skip changes."""
+
+
+class SourceDivergedError(FatalError):
+    """A source server (after a failover, or misconfigured) does not contain the transactions
+    the buffer already holds: it diverged, lags behind, or belongs to another replication
+    group. Capturing from it would silently lose or mix changes; the message names the buffer's
+    GTID position and the server's."""
 
 
 class UnsupportedColumnError(FatalError):

@@ -117,7 +117,9 @@ class Transaction:
     """One committed source transaction: the unit of replication.
 
     ``scn`` is where the binlog resumes after it; ``server_id`` is the server id from the binlog
-    event header; ``gtid`` is the source GTID where it has one; ``timestamp`` is the commit time
+    event header; ``gtid`` is the source GTID where it has one; ``gtid_position`` is the source's
+    GTID position after it (one GTID per domain, drc.core.gtid) when that is more than ``gtid``
+    alone, i.e. the source has several domains; ``timestamp`` is the commit time
     in unix seconds from the binlog header. ``drc_originated`` marks a transaction that carries
     the loop marker (DRC applied it), so it is never sent back to its origin.
 
@@ -138,6 +140,7 @@ class Transaction:
     drc_originated: bool = False
     fragment: int = 0
     last_fragment: bool = True
+    gtid_position: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.scn, SCN):

@@ -135,6 +135,7 @@ def transaction_to_json(txn: Transaction) -> dict[str, Any]:
             for c in txn.changes
         ],
         "ddl": [{"schema": d.schema, "statement": d.statement} for d in txn.ddl],
+        **({} if txn.gtid_position is None else {"gtid_position": txn.gtid_position}),
     }
 
 
@@ -159,6 +160,7 @@ def transaction_from_json(data: dict[str, Any]) -> Transaction:
             drc_originated=bool(data["drc_originated"]),
             fragment=int(data["fragment"]),
             last_fragment=bool(data["last_fragment"]),
+            gtid_position=data.get("gtid_position"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise JsonWireError(f"not a DRC transaction: {exc}") from exc

@@ -22,13 +22,23 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from drc.core import gtid as gtids
 from drc.core.events import Op, RowChange, SchemaChange, TableSchema, Transaction
+from drc.core.gtid import Gtid, GtidPosition
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
 from drc.core.scn import SCN
 from drc.core.selection import selects_ddl
 from drc.core.statements import is_account_statement
 from drc.core.tablefilter import TableFilter
-from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, SourceEvent, Statement
+from drc.replicator.source_events import (
+    Begin,
+    Commit,
+    GtidList,
+    Heartbeat,
+    Rows,
+    SourceEvent,
+    Statement,
+)
 
 _PLACEHOLDER_POS = 0
 
@@ -75,6 +85,8 @@ class Committed:
     drc_originated: bool
     empty: bool
     _fragments: Callable[[], Iterator[Transaction]]
+    gtid: str | None = None  # the stored GTID fields (drc.core.gtid.record_fields)
+    gtid_position: str | None = None
 
     def fragments(self) -> Iterator[Transaction]:
         return self._fragments()
@@ -102,7 +114,11 @@ class TransactionAssembler:
         capture: TableFilter,
         limits: FragmentLimits = FragmentLimits(),
         spill_factory: Callable[[], Spill] = MemorySpill,
+        gtid_position: GtidPosition | None = None,
     ) -> None:
+        """``gtid_position``: the source's GTID position before the first event fed; None
+        takes it from the first GTID list event (a binlog read from a file's start)."""
+        self._position = None if gtid_position is None else dict(gtid_position)
         self._server_id = source_server_id
         self._change_id = change_id
         self._capture = capture
@@ -128,6 +144,9 @@ class TransactionAssembler:
             return self._commit(event.log_index, event.log_pos, event.timestamp)
         elif isinstance(event, Statement):
             return self._statement(event)
+        elif isinstance(event, GtidList):
+            if self._position is None:
+                self._position = gtids.position(map(Gtid.parse, event.gtids))
         elif not isinstance(event, Heartbeat):
             raise TypeError(f"unexpected source event {event!r}")
         return None
@@ -182,17 +201,26 @@ class TransactionAssembler:
             return None  # a COMMIT with no open group (e.g. after a reset): nothing to emit
         scn = SCN(self._change_id, self._server_id, log_index, log_pos)
         empty = not (txn.changes or txn.spilled or txn.ddl)
+        gtid = None if txn.gtid is None else Gtid.parse(txn.gtid)
+        self._position = position = self._position or {}
+        if gtid is not None:
+            self._position = position = gtids.advance(position, gtid)
+        gtid_position = gtids.record_fields(position, gtid)[1]
         return Committed(
             scn=scn,
             tables=txn.tables,
             ddl=tuple(txn.ddl),
             drc_originated=txn.drc_originated,
             empty=empty,
-            _fragments=lambda: _replay(txn, scn, timestamp),
+            _fragments=lambda: _replay(txn, scn, timestamp, gtid_position),
+            gtid=txn.gtid,
+            gtid_position=gtid_position,
         )
 
 
-def _replay(txn: _Open, scn: SCN, timestamp: int) -> Iterator[Transaction]:
+def _replay(
+    txn: _Open, scn: SCN, timestamp: int, gtid_position: str | None
+) -> Iterator[Transaction]:
     """Every fragment with the final SCN; the in-memory remainder (and the DDL) comes last."""
     try:
         if txn.spill is not None:
@@ -203,6 +231,7 @@ def _replay(txn: _Open, scn: SCN, timestamp: int) -> Iterator[Transaction]:
                     timestamp=timestamp,
                     drc_originated=txn.drc_originated,
                     last_fragment=False,
+                    gtid_position=gtid_position,
                 )
         yield Transaction(
             scn,
@@ -214,6 +243,7 @@ def _replay(txn: _Open, scn: SCN, timestamp: int) -> Iterator[Transaction]:
             drc_originated=txn.drc_originated,
             fragment=txn.spilled,
             last_fragment=True,
+            gtid_position=gtid_position,
         )
     finally:
         if txn.spill is not None:

@@ -8,9 +8,12 @@ Restart position: the buffer's ``resume_scn``: its last SCN, or the oldest serva
 it stores no record (e.g. after ``drc buffer repair``), so a lost tail is never skipped. It is a
 transaction boundary by construction (the SCN is the position after the commit event), so
 after any crash or dropped connection reading resumes exactly after the last transaction the
-buffer holds: no gap, no duplicate. Transactions the capture filter empties are not stored,
-but before each group commit an empty marker is appended for the newest one, so the restart
-position keeps up with a filtered-out workload.
+buffer holds: no gap, no duplicate. On another server of the source's replication group (a
+failover, drc.replicator.failover) it resumes by the GTID position stored with that SCN, with
+change_id + 1. Every record keeps the source's GTID position (drc.core.gtid), markers too.
+Transactions the capture filter empties are not stored, but before each group commit an empty
+marker is appended for the newest one, so the restart position keeps up with a filtered-out
+workload.
 
 The metastore is written before the buffer commits; after a crash those transactions are read
 again and their schema recorded again, which the metastore treats as a no-op.
@@ -22,22 +25,31 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drc.core.codec import encode_transaction
+from drc.core import gtid as gtids
+from drc.core.codec import decode_transaction, encode_transaction
 from drc.core.ddl import ddl_tables
-from drc.core.errors import RetriableError, SourceConfigError
+from drc.core.errors import (
+    RetriableError,
+    ScnTooOldError,
+    SourceConfigError,
+    SourceUnavailableError,
+)
 from drc.core.events import SchemaChange, TableSchema, Transaction
+from drc.core.gtid import Gtid
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import Committed, FragmentLimits, TransactionAssembler
+from drc.replicator.failover import Candidate, choose
 from drc.replicator.source import (
     BinlogStream,
     SourceInfo,
     SourceSettings,
+    binlog_gtid_pos,
     check_not_purged,
     inspect_source,
     split_binlog_name,
@@ -78,12 +90,29 @@ class CaptureStats:
     triggers_unguarded: int = 0  # ... that could not be
     source_position: tuple[int, int] | None = None
     last_error: str | None = None
+    source_server: str | None = None  # host:port of the server read now
+    change_id: int | None = None
+    source_switches: int = 0  # sessions started on another server than the last SCN's
+
+
+@dataclass(frozen=True)
+class SessionStart:
+    """Where a capture session reads: the server, its change_id, and the start (a binlog
+    coordinate, or ``gtid`` the @slave_connect_state), with the GTID position before it."""
+
+    settings: SourceSettings
+    info: SourceInfo
+    change_id: int
+    log_file: str | None
+    log_pos: int | None
+    gtid: str | None
+    position: dict[int, Gtid]
 
 
 class Replicator:
     def __init__(
         self,
-        source: SourceSettings,
+        source: SourceSettings | Sequence[SourceSettings],
         buffer: Any,
         metastore: Any,
         options: CaptureOptions = CaptureOptions(),
@@ -91,7 +120,11 @@ class Replicator:
         sleep: Callable[[float], None] = time.sleep,
         local_ddl: Callable[[SchemaChange], None] | None = None,
     ) -> None:
-        self._source = source
+        self._sources = (source,) if isinstance(source, SourceSettings) else tuple(source)
+        if not self._sources:
+            raise ValueError("Replicator needs at least one source server")
+        # The newest session's start: the server capture reads now (drc.replicator.backfill).
+        self.current: SessionStart | None = None
         self._local_ddl = local_ddl  # told of each stored DDL a local (not DRC) session ran
         self._buffer = buffer
         self._metastore = metastore
@@ -100,6 +133,10 @@ class Replicator:
         self._sleep = sleep
         self._known_schemas: dict[tuple[str, str], TableSchema] = {}
         self.stats = CaptureStats()
+
+    @property
+    def options(self) -> CaptureOptions:
+        return self._options
 
     def set_local_ddl(self, hook: Callable[[SchemaChange], None]) -> None:
         """Call ``hook`` with each stored DDL statement a local (not DRC) session ran."""
@@ -123,23 +160,32 @@ class Replicator:
         """On an empty buffer, fix and store the start position now, so that every write made
         after this call is captured even if capture itself starts a moment later."""
         if self._buffer.resume_scn is None:
-            self._start_position(inspect_source(self._source))
+            self._start()
 
     def run_session(self, stop: threading.Event) -> None:
         """One connection: from the buffer's restart position until ``stop`` or an error."""
-        info = inspect_source(self._source)
-        log_file, log_pos, change_id = self._start_position(info)
+        start = self._start()
+        where = start.gtid and f"GTID {start.gtid}" or f"{start.log_file}:{start.log_pos}"
         log.info(
-            "capturing %r from %s:%d (change_id %d)", self._source, log_file, log_pos, change_id
+            "capturing %r (server_id %d) from %s (change_id %d)",
+            start.settings,
+            start.info.server_id,
+            where,
+            start.change_id,
         )
         assembler = TransactionAssembler(
-            info.server_id,
-            change_id,
+            start.info.server_id,
+            start.change_id,
             self._options.capture,
             self._options.fragments,
             spill_factory=lambda: FileSpill(self._options.spill_dir),
+            gtid_position=start.position,
         )
-        stream = BinlogStream(self._source, log_file, log_pos)
+        stream = BinlogStream(start.settings, start.log_file, start.log_pos, gtid=start.gtid)
+        self.current = start
+        self.stats.source_server = f"{start.settings.host}:{start.settings.port}"
+        self.stats.change_id = start.change_id
+        self.stats.source_switches += start.gtid is not None
         session_stop = threading.Event()
         events: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
         reader = threading.Thread(
@@ -154,30 +200,66 @@ class Replicator:
             reader.join(timeout=10)
             assembler.reset()
 
-    def _start_position(self, info: SourceInfo) -> tuple[str, int, int]:
+    def _start(self) -> SessionStart:
+        """Inspect the configured servers, choose one (drc.replicator.failover) and fix where
+        reading starts on it; an empty buffer gets its start stored first."""
         last: SCN | None = self._buffer.resume_scn
+        reachable: dict[Candidate, tuple[SourceSettings, SourceInfo]] = {}
+        failures: list[SourceUnavailableError] = []
+        for settings in self._sources:
+            try:
+                info = inspect_source(settings)
+            except SourceUnavailableError as exc:
+                failures.append(exc)
+                continue
+            reachable[_candidate(settings, info)] = (settings, info)
+        if not reachable:
+            raise (
+                failures[0]
+                if len(failures) == 1
+                else SourceUnavailableError(
+                    "no source server reachable: " + "; ".join(map(str, failures))
+                )
+            )
+        plan = choose(list(reachable), last, stored_position(self._buffer, last))
+        settings, info = reachable[plan.candidate]
         if last is None:
             log_file, log_pos = self._initial_position(info)
             check_not_purged(info, log_file, "the configured start")
-            self._persist_start(info, log_file, log_pos)
-            return log_file, log_pos, 1
-        if last.server_id != info.server_id:
-            raise SourceConfigError(
-                f"the buffer was captured from server_id {last.server_id} but the source now "
-                f"has server_id {info.server_id}: a different server. Point the replicator at the "
-                "original source, or start a new buffer for the new one"
+            position = _parse_position(binlog_gtid_pos(settings, log_file, log_pos))
+            self._persist_start(info, log_file, log_pos, position)
+            return SessionStart(settings, info, 1, log_file, log_pos, None, position)
+        if plan.gtid is not None:
+            log.warning(
+                "source failover: buffer ends at %s (server_id %d); continuing on %r "
+                "(server_id %d) from GTID position %s with change_id %d",
+                last,
+                last.server_id,
+                settings,
+                info.server_id,
+                plan.gtid,
+                plan.change_id,
+            )
+            assert plan.position is not None
+            return SessionStart(
+                settings, info, plan.change_id, None, None, plan.gtid, plan.position
             )
         log_file = info.file_name(last.log_index)
         check_not_purged(info, log_file, f"SCN {last}")
-        return log_file, last.log_pos, last.change_id
+        known = plan.position
+        if known is None:  # a buffer from before positions were kept: its server knows
+            known = _parse_position(binlog_gtid_pos(settings, log_file, last.log_pos))
+        return SessionStart(settings, info, plan.change_id, log_file, last.log_pos, None, known)
 
-    def _persist_start(self, info: SourceInfo, log_file: str, log_pos: int) -> None:
+    def _persist_start(
+        self, info: SourceInfo, log_file: str, log_pos: int, position: dict[int, Gtid]
+    ) -> None:
         """Store the chosen start as an empty marker, so a restart before the first transaction
         resumes there instead of at a newer "current" position (which would skip changes)."""
         scn = SCN(1, info.server_id, split_binlog_name(log_file)[1], log_pos)
-        self._buffer.append(
-            scn, encode_transaction(Transaction(scn, info.server_id, None, 0, ())), 0
-        )
+        gtid, gtid_position = gtids.record_fields(position, None)
+        start = Transaction(scn, info.server_id, gtid, 0, (), gtid_position=gtid_position)
+        self._buffer.append(scn, encode_transaction(start), 0)
         self._buffer.commit()
 
     def _initial_position(self, info: SourceInfo) -> tuple[str, int]:
@@ -234,7 +316,7 @@ class Replicator:
 
     def _append(self, committed: Committed, batch: _Batch) -> None:
         batch.note(self._clock())
-        batch.newest = committed.scn
+        batch.newest = committed
         self.stats.source_position = (committed.scn.log_index, committed.scn.log_pos)
         if committed.empty:
             self.stats.filtered_out += 1
@@ -269,12 +351,20 @@ class Replicator:
                 self._known_schemas.pop((db, table), None)
 
     def _commit(self, batch: _Batch) -> None:
-        if batch.newest is not None and batch.newest != batch.stored:
+        if batch.newest is not None and batch.newest.scn != batch.stored:
             # Everything since the last stored transaction was filtered out: store a marker so
-            # the restart position (the buffer's last SCN) keeps up.
-            marker = Transaction(batch.newest, batch.newest.server_id, None, 0, ())
+            # the restart position (the buffer's last SCN) and its GTID position keep up.
+            newest = batch.newest
+            marker = Transaction(
+                newest.scn,
+                newest.scn.server_id,
+                newest.gtid,
+                0,
+                (),
+                gtid_position=newest.gtid_position,
+            )
             self._write(marker, batch)
-            batch.stored = batch.newest
+            batch.stored = newest.scn
         if batch.transactions or batch.stored is not None:
             self._buffer.commit()
             self.stats.commits += 1
@@ -289,7 +379,7 @@ class _Batch:
         self.transactions = 0
         self.bytes = 0
         self.started = 0.0
-        self.newest: SCN | None = None
+        self.newest: Committed | None = None
         self.stored: SCN | None = None
 
     @property
@@ -300,6 +390,36 @@ class _Batch:
         if self.transactions == 0:
             self.started = now
         self.transactions += 1
+
+
+def _candidate(settings: SourceSettings, info: SourceInfo) -> Candidate:
+    return Candidate(
+        f"{settings.host}:{settings.port}",
+        info.server_id,
+        info.read_only,
+        gtids.parse_gtids(info.gtid_binlog_state),
+        info.gtid_binlog_pos,
+    )
+
+
+def _parse_position(text: str) -> dict[int, Gtid]:
+    return gtids.position(gtids.parse_gtids(text))
+
+
+def stored_position(buffer: Any, last: SCN | None) -> dict[int, Gtid] | None:
+    """The GTID position stored with the buffer's record at ``last`` (None: no such record,
+    or one written before DRC kept positions)."""
+    if last is None or last.log_pos == 0:
+        return None
+    before = SCN(last.change_id, last.server_id, last.log_index, last.log_pos - 1)
+    try:
+        records = buffer.read_after(before, max_records=1, max_bytes=1)
+    except ScnTooOldError:
+        return None
+    if not records or records[-1].scn != last:
+        return None
+    txn, _ = decode_transaction(records[-1].payload)
+    return gtids.stored_position(txn.gtid, txn.gtid_position)
 
 
 def _pump(stream: BinlogStream, stop: threading.Event, events: queue.Queue[Any]) -> None:

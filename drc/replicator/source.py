@@ -20,6 +20,7 @@ from pymysqlreplication import BinLogStreamReader, binlogstream
 from pymysqlreplication.event import (
     HeartbeatLogEvent,
     MariadbGtidEvent,
+    MariadbGtidListEvent,
     QueryEvent,
     RotateEvent,
     XidEvent,
@@ -31,11 +32,24 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from drc.core.errors import BinlogPurgedError, SourceConfigError, SourceUnavailableError
+from drc.core.errors import (
+    BinlogPurgedError,
+    SourceConfigError,
+    SourceDivergedError,
+    SourceUnavailableError,
+)
 from drc.core.events import Op
 from drc.replicator import decoding, tablemap_cache
 from drc.replicator.schema_types import table_schema_from_map
-from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, SourceEvent, Statement
+from drc.replicator.source_events import (
+    Begin,
+    Commit,
+    GtidList,
+    Heartbeat,
+    Rows,
+    SourceEvent,
+    Statement,
+)
 from drc.tls import MysqlTls, tls_failure
 
 log = logging.getLogger(__name__)
@@ -47,6 +61,7 @@ decoding.install()
 tablemap_cache.install()
 
 _GTID_STANDALONE = 0x01
+_ER_MASTER_FATAL_READING_BINLOG = 1236
 # Header flag MariaDB sets on every event of a session with skip_replication=1. Apply sessions set
 # it, so DDL (which has no transaction to carry the checkpoint write) is recognised as DRC's too.
 SKIP_REPLICATION_FLAG = 0x8000
@@ -87,6 +102,9 @@ class SourceInfo:
     binlogs: tuple[str, ...]
     current_file: str
     current_pos: int
+    read_only: bool = False
+    gtid_binlog_pos: str = ""
+    gtid_binlog_state: str = ""
 
     def file_name(self, log_index: int) -> str:
         return f"{self.basename}.{log_index:06d}"
@@ -140,6 +158,8 @@ def inspect_source(settings: SourceSettings) -> SourceInfo:
                     raise SourceConfigError(
                         f"source {settings!r} has {name}={found}; DRC needs {name}={wanted}: {fix}"
                     )
+            cur.execute("SELECT @@read_only, @@gtid_binlog_pos, @@gtid_binlog_state")
+            read_only, gtid_pos, gtid_state = cur.fetchone()
             cur.execute("SHOW BINARY LOGS")
             binlogs = tuple(row[0] for row in cur.fetchall())
             cur.execute("SHOW MASTER STATUS")
@@ -149,7 +169,33 @@ def inspect_source(settings: SourceSettings) -> SourceInfo:
     finally:
         conn.close()
     basename, _ = split_binlog_name(current_file)
-    return SourceInfo(int(server_id), basename, binlogs, current_file, int(current_pos))
+    return SourceInfo(
+        int(server_id),
+        basename,
+        binlogs,
+        current_file,
+        int(current_pos),
+        bool(int(read_only)),
+        gtid_pos or "",
+        gtid_state or "",
+    )
+
+
+def binlog_gtid_pos(settings: SourceSettings, log_file: str, log_pos: int) -> str:
+    """The GTID position at a binlog coordinate (only the server that wrote it can answer)."""
+    try:
+        conn = pymysql.connect(**settings.pymysql_kwargs())
+    except pymysql.MySQLError as exc:
+        raise unavailable(settings, f"cannot connect to source {settings!r}", exc) from exc
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (log_file, log_pos))
+            (found,) = cur.fetchone()
+    except pymysql.MySQLError as exc:
+        raise SourceUnavailableError(f"cannot read GTID position from {settings!r}: {exc}") from exc
+    finally:
+        conn.close()
+    return found or ""
 
 
 def check_not_purged(info: SourceInfo, log_file: str, after: str) -> None:
@@ -165,25 +211,41 @@ def check_not_purged(info: SourceInfo, log_file: str, after: str) -> None:
 class BinlogStream:
     """One connection's events from (log_file, log_pos) on, until ``stop`` is set."""
 
-    def __init__(self, settings: SourceSettings, log_file: str, log_pos: int) -> None:
+    def __init__(
+        self,
+        settings: SourceSettings,
+        log_file: str | None,
+        log_pos: int | None,
+        gtid: str | None = None,
+        blocking: bool = True,
+        server_id: int | None = None,
+    ) -> None:
+        """From (log_file, log_pos), or with ``gtid`` from that ``@slave_connect_state`` (the
+        server then checks, strictly, that its binlog holds that position). ``blocking=False``
+        ends at the binlog's current end; ``server_id`` overrides the replica id presented."""
         self._settings = settings
+        self._gtid = gtid
+        self._blocking = blocking
         self._reader = BinLogStreamReader(
             connection_settings={
                 **settings.pymysql_kwargs(),
                 "read_timeout": max(10.0, settings.heartbeat_s * 10),
             },
-            server_id=settings.replica_server_id,
-            log_file=log_file,
-            log_pos=log_pos,
+            server_id=server_id or settings.replica_server_id,
+            log_file=None if gtid else log_file,
+            log_pos=None if gtid else log_pos,
             resume_stream=True,
-            blocking=True,
+            blocking=blocking,
             # is_mariadb=True would make the library ignore log_file/log_pos without a GTID
             # (it sends position 4 and an empty file name: the server starts at its oldest
             # binlog). The plain COM_BINLOG_DUMP honours them, and MariaDB still sends its GTID
-            # events because the library announces slave capability 4.
-            is_mariadb=False,
+            # events because the library announces slave capability 4. With a GTID it sends
+            # @slave_connect_state and @slave_gtid_strict_mode=1.
+            is_mariadb=gtid is not None,
+            auto_position=gtid,
             slave_heartbeat=settings.heartbeat_s,
             only_events=[
+                MariadbGtidListEvent,
                 MariadbGtidEvent,
                 TableMapEvent,
                 WriteRowsEvent,
@@ -205,6 +267,8 @@ class BinlogStream:
             while not stop.is_set():
                 event = self._reader.fetchone()
                 if event is None:
+                    if not self._blocking:
+                        return  # a non-blocking read reached the end of the binlog
                     raise SourceUnavailableError(
                         f"source {self._settings!r} ended the binlog stream"
                     )
@@ -212,6 +276,12 @@ class BinlogStream:
                 if converted is not None:
                     yield converted
         except (pymysql.MySQLError, OSError, EOFError) as exc:
+            if self._gtid is not None and _error_code(exc) == _ER_MASTER_FATAL_READING_BINLOG:
+                raise SourceDivergedError(
+                    f"source {self._settings!r} refused to send its binlog from GTID position "
+                    f"{self._gtid}: {exc}. It does not hold the transactions the buffer has "
+                    "(diverged or purged); DRC will not continue from it"
+                ) from exc
             failed = f"binlog stream from {self._settings!r} failed"
             raise unavailable(self._settings, failed, exc) from exc
 
@@ -229,6 +299,8 @@ class BinlogStream:
                 schema = table.__dict__["_drc_schema"] = table_schema_from_map(event)
             self._schemas[event.table_id] = schema
             return None
+        if isinstance(event, MariadbGtidListEvent):
+            return GtidList(tuple(g.gtid for g in event.gtid_list))
         if isinstance(event, MariadbGtidEvent):
             standalone = bool(event.flags & _GTID_STANDALONE)
             marked = bool(event.packet.flags & SKIP_REPLICATION_FLAG)
@@ -264,3 +336,8 @@ class BinlogStream:
             op = Op.UPDATE
             images = tuple((row["before_values"], row["after_values"]) for row in event.rows)
         return Rows(table, op, images, int(event.event_size))
+
+
+def _error_code(exc: BaseException) -> int | None:
+    code = exc.args[0] if isinstance(exc, pymysql.MySQLError) and exc.args else None
+    return code if isinstance(code, int) else None

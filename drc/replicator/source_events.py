@@ -55,6 +55,14 @@ class Commit:
 
 
 @dataclass(frozen=True, slots=True)
+class GtidList:
+    """MariaDB's GTID list at the start of a binlog file: the binlog state before its first
+    event group (``domain-server_id-seq_no`` texts, one per domain and server id)."""
+
+    gtids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Heartbeat:
     """The source is idle at this position (or the adapter's read timed out)."""
 
@@ -62,4 +70,4 @@ class Heartbeat:
     log_pos: int
 
 
-SourceEvent = Begin | Rows | Statement | Commit | Heartbeat
+SourceEvent = Begin | Rows | Statement | Commit | Heartbeat | GtidList

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pymysql
 
@@ -14,6 +17,7 @@ from drc.sandbox.certs import CertFiles
 from drc.sandbox.procs import pid_alive, start_detached, tail, wait_for
 
 START_TIMEOUT_S = 60.0
+_ER_BAD_SLAVE = 1200  # "The server is not configured as slave"
 
 
 def _binary(name: str) -> str:
@@ -49,9 +53,17 @@ def bootstrap(base: Path) -> None:
         )
 
 
-def server_argv(base: Path, port: int, server_id: int, tls: CertFiles | None = None) -> list[str]:
+def server_argv(
+    base: Path,
+    port: int,
+    server_id: int,
+    tls: CertFiles | None = None,
+    domain_id: int | None = None,
+    read_only: bool = False,
+) -> list[str]:
     """``--no-defaults`` keeps Debian's my.cnf (socket in /run, latin1) out of the sandbox.
-    With ``tls`` the server offers TLS with that certificate (clients may still use plaintext)."""
+    With ``tls`` the server offers TLS with that certificate (clients may still use plaintext).
+    ``domain_id`` defaults to the server id; a replica shares its primary's domain."""
     return [
         _binary("mariadbd"),
         "--no-defaults",
@@ -65,7 +77,8 @@ def server_argv(base: Path, port: int, server_id: int, tls: CertFiles | None = N
         "--skip-name-resolve",
         f"--log-error={base / 'error.log'}",
         f"--server-id={server_id}",
-        f"--gtid-domain-id={server_id}",
+        f"--gtid-domain-id={server_id if domain_id is None else domain_id}",
+        *(["--read-only"] if read_only else []),
         "--log-bin=mysql-bin",
         "--binlog-format=ROW",
         "--binlog-row-image=FULL",
@@ -89,10 +102,18 @@ def _tls_argv(tls: CertFiles | None) -> list[str]:
     return [f"--ssl-ca={tls.ca}", f"--ssl-cert={tls.cert}", f"--ssl-key={tls.key}"]
 
 
-def start(base: Path, port: int, server_id: int, tls: CertFiles | None = None) -> int:
+def start(
+    base: Path,
+    port: int,
+    server_id: int,
+    tls: CertFiles | None = None,
+    domain_id: int | None = None,
+    read_only: bool = False,
+) -> int:
     """Start the server and return its PID once it accepts connections on its socket."""
     (base / "tmp").mkdir(exist_ok=True)
-    pid = start_detached(server_argv(base, port, server_id, tls), base / "stdout.log")
+    argv = server_argv(base, port, server_id, tls, domain_id, read_only)
+    pid = start_detached(argv, base / "stdout.log")
     socket_path = base / "mysqld.sock"
 
     def ready() -> bool:
@@ -160,3 +181,44 @@ def identify(host: str, port: int, user: str, password: str) -> str:
         f"MariaDB {version} server_id={server_id} gtid_domain_id={domain} "
         f"binlog={fmt}/{image}/{metadata} charset={charset}"
     )
+
+
+def replicate_from(socket_path: Path, primary_port: int, user: str, password: str) -> None:
+    """Make the server at ``socket_path`` a GTID replica of the loopback server on
+    ``primary_port`` (from its first binlog on, so it holds the same GTIDs) and start it."""
+    with _as_root(socket_path) as cur:
+        cur.execute("STOP SLAVE")
+        cur.execute(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %s, "
+            "MASTER_USER = %s, MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos",
+            (primary_port, user, password),
+        )
+        cur.execute("START SLAVE")
+
+
+def start_replication(socket_path: Path) -> None:
+    """START SLAVE on a restarted replica (the sandbox runs servers with --skip-slave-start)."""
+    with _as_root(socket_path) as cur:
+        try:
+            cur.execute("START SLAVE")
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] != _ER_BAD_SLAVE:  # promoted since: nothing to start
+                raise
+
+
+def promote(socket_path: Path) -> None:
+    """Planned promotion of a replica: stop replicating, forget the primary, accept writes."""
+    with _as_root(socket_path) as cur:
+        cur.execute("STOP SLAVE")
+        cur.execute("RESET SLAVE ALL")
+        cur.execute("SET GLOBAL read_only = 0")
+
+
+@contextmanager
+def _as_root(socket_path: Path) -> Iterator[Any]:
+    conn = pymysql.connect(unix_socket=str(socket_path), user="root", autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            yield cur
+    finally:
+        conn.close()

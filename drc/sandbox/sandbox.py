@@ -5,6 +5,9 @@ Layout under the sandbox directory::
     DIR/sandbox.json        the machine-readable description (mode 0600: it holds the password)
     DIR/dc1/                MariaDB of datacenter 1: data/, mysqld.sock, error.log
     DIR/dc2/ ...
+    DIR/dc1r/               with ``up(replica=True)``: a MariaDB GTID replica of dc1's server
+                            (server_id 100 + N, dc N's GTID domain, log_slave_updates, read_only),
+                            whose binlog holds the same GTIDs: a failover target for tests
     DIR/zookeeper/          zoo.cfg, data/, zookeeper.log
     DIR/tls/                with ``up(tls=True)``: the sandbox's own CA (drc.sandbox.certs);
                             each dcN/ then holds server.crt/.key and its MariaDB offers TLS
@@ -34,6 +37,7 @@ DESCRIPTION_FILE = "sandbox.json"
 SANDBOX_USER = "drc"
 # sun_path is 108 bytes on Linux; keep a margin for the NUL.
 MAX_SOCKET_PATH = 100
+REPLICA_SERVER_ID_BASE = 100  # dc N's replica has server_id 100 + N
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class SandboxDescription:
     dir: str
     servers: tuple[ServerInfo, ...]
     zookeeper: ZooKeeperInfo
+    replicas: tuple[ServerInfo, ...] = ()  # one per datacenter with ``up(replica=True)``
     spark: SparkInfo | None = None
 
     def server(self, datacenter: str) -> ServerInfo:
@@ -82,10 +87,18 @@ class SandboxDescription:
                 return info
         raise SandboxError(f"no datacenter {datacenter!r} in sandbox {self.dir}")
 
+    def replica(self, datacenter: str) -> ServerInfo:
+        for info in self.replicas:
+            if info.datacenter == datacenter:
+                return info
+        raise SandboxError(
+            f"no replica of {datacenter!r} in sandbox {self.dir}; bring it up with --replica"
+        )
+
     def to_json(self, reveal_password: bool = True) -> str:
         data = asdict(self)
         if not reveal_password:
-            for server in data["servers"]:
+            for server in (*data["servers"], *data["replicas"]):
                 server["password"] = f"(in {Path(self.dir) / DESCRIPTION_FILE})"
         return json.dumps(data, indent=2)
 
@@ -97,10 +110,18 @@ class SandboxDescription:
             servers=tuple(ServerInfo(**s) for s in data["servers"]),
             zookeeper=ZooKeeperInfo(**data["zookeeper"]),
             spark=SparkInfo(**data["spark"]) if data.get("spark") else None,
+            replicas=tuple(ServerInfo(**s) for s in data.get("replicas", ())),
+        )
+
+    def all_servers(self) -> tuple[tuple[str, ServerInfo], ...]:
+        """(name, server) of every MariaDB: ``dc1``, ..., then ``dc1 replica``, ..."""
+        return (
+            *((s.datacenter, s) for s in self.servers),
+            *((f"{s.datacenter} replica", s) for s in self.replicas),
         )
 
     def logs(self) -> dict[str, Path]:
-        logs = {f"mariadb {s.datacenter}": Path(s.error_log) for s in self.servers}
+        logs = {f"mariadb {name}": Path(s.error_log) for name, s in self.all_servers()}
         logs["zookeeper"] = Path(self.zookeeper.log)
         if self.spark is not None:
             logs["spark master"] = Path(self.spark.master_log)
@@ -133,10 +154,12 @@ class Sandbox:
         progress: Callable[[str], None] = lambda _msg: None,
         tls: bool = False,
         with_spark: bool = False,
+        replica: bool = False,
     ) -> SandboxDescription:
         """Start whatever of the N-datacenter sandbox is not running; return its description.
         With ``tls`` every MariaDB offers TLS with a certificate of the sandbox's own CA; with
-        ``with_spark`` a Spark standalone master and worker run too (kept once started)."""
+        ``replica`` each datacenter also gets a GTID replica of its server; with ``with_spark``
+        a Spark standalone master and worker run too (kept once started)."""
         if datacenters < 1:
             raise SandboxError(f"--datacenters must be at least 1, got {datacenters}")
         previous = self.describe()
@@ -154,14 +177,21 @@ class Sandbox:
             progress(f"mariadb dc{number}: starting (or already running)")
             servers.append(self._server_up(number, known, password, ca))
             self._write(SandboxDescription(str(self.dir), tuple(servers), zk))
+        replicas: list[ServerInfo] = []
+        known_replicas = {r.datacenter: r for r in (previous.replicas if previous else ())}
+        for primary in servers if replica or known_replicas else ():
+            progress(f"mariadb {primary.datacenter} replica: starting (or already running)")
+            known = known_replicas.get(primary.datacenter)
+            replicas.append(self._replica_up(primary, known, ca))
+            self._write(SandboxDescription(str(self.dir), tuple(servers), zk, tuple(replicas)))
         known_spark = previous.spark if previous else None
+        described = SandboxDescription(str(self.dir), tuple(servers), zk, tuple(replicas))
         if with_spark or known_spark is not None:
             progress("spark master and worker: starting (or already running)")
-            described = SandboxDescription(str(self.dir), tuple(servers), zk, known_spark)
+            self._write(replace(described, spark=known_spark))  # down finds it if start fails
             described = replace(described, spark=self._spark_up(known_spark))
             self._write(described)
-            return described
-        return SandboxDescription(str(self.dir), tuple(servers), zk)
+        return described
 
     def _spark_up(self, known: SparkInfo | None) -> SparkInfo:
         if known is not None and all(spark.running(known).values()):
@@ -187,7 +217,44 @@ class Sandbox:
     ) -> ServerInfo:
         if known is not None and pid_alive(known.pid, known.marker):
             return known
-        base = self.dir / f"dc{number}"
+        return self._mariadb_up(f"dc{number}", f"dc{number}", number, number, known, password, ca)
+
+    def _replica_up(
+        self, primary: ServerInfo, known: ServerInfo | None, ca: certs.CertFiles | None
+    ) -> ServerInfo:
+        if known is not None and pid_alive(known.pid, known.marker):
+            return known
+        dirname = f"{primary.datacenter}r"
+        fresh = not (self.dir / dirname / "data" / "mysql").is_dir()
+        server_id = REPLICA_SERVER_ID_BASE + primary.server_id
+        info = self._mariadb_up(
+            dirname,
+            primary.datacenter,
+            server_id,
+            primary.gtid_domain_id,
+            known,
+            primary.password,
+            ca,
+            read_only=True,
+        )
+        if fresh:  # a restarted replica keeps its own replication settings (--skip-slave-start)
+            mariadb.replicate_from(Path(info.socket), primary.port, primary.user, primary.password)
+        else:
+            mariadb.start_replication(Path(info.socket))
+        return info
+
+    def _mariadb_up(
+        self,
+        dirname: str,
+        datacenter: str,
+        server_id: int,
+        domain_id: int,
+        known: ServerInfo | None,
+        password: str,
+        ca: certs.CertFiles | None,
+        read_only: bool = False,
+    ) -> ServerInfo:
+        base = self.dir / dirname
         if len(str(base / "mysqld.sock")) > MAX_SOCKET_PATH:
             raise SandboxError(
                 f"sandbox directory {self.dir} is too deep for a unix socket path "
@@ -196,16 +263,16 @@ class Sandbox:
         port = known.port if known is not None else free_port()
         mariadb.bootstrap(base)
         tls = _server_cert(ca, base)
-        pid = mariadb.start(base, port, server_id=number, tls=tls)
+        pid = mariadb.start(base, port, server_id, tls, domain_id, read_only)
         socket_path = base / "mysqld.sock"
         mariadb.ensure_user(socket_path, SANDBOX_USER, password)
         return ServerInfo(
-            datacenter=f"dc{number}",
+            datacenter=datacenter,
             host="127.0.0.1",
             port=port,
             socket=str(socket_path),
-            server_id=number,
-            gtid_domain_id=number,
+            server_id=server_id,
+            gtid_domain_id=domain_id,
             user=SANDBOX_USER,
             password=password,
             pid=pid,
@@ -236,7 +303,7 @@ class Sandbox:
         stopped = []
         if description.spark is not None:
             stopped.extend(spark.stop(description.spark))
-        targets = [(s.pid, s.marker) for s in description.servers]
+        targets = [(s.pid, s.marker) for _name, s in description.all_servers()]
         targets.append((description.zookeeper.pid, description.zookeeper.marker))
         for pid, marker in targets:
             if pid_alive(pid, marker):
@@ -249,7 +316,9 @@ class Sandbox:
         description = self.describe()
         if description is None:
             return {}
-        state = {f"mariadb {s.datacenter}": pid_alive(s.pid, s.marker) for s in description.servers}
+        state = {
+            f"mariadb {name}": pid_alive(s.pid, s.marker) for name, s in description.all_servers()
+        }
         zk = description.zookeeper
         state["zookeeper"] = pid_alive(zk.pid, zk.marker)
         if description.spark is not None:
@@ -262,8 +331,8 @@ class Sandbox:
         if description is None:
             return {}
         answers = {
-            s.datacenter: mariadb.identify(s.host, s.port, s.user, s.password)
-            for s in description.servers
+            name: mariadb.identify(s.host, s.port, s.user, s.password)
+            for name, s in description.all_servers()
         }
         srvr = zookeeper.four_letter(description.zookeeper.port, "srvr")
         answers["zookeeper"] = srvr.splitlines()[0] if srvr else "no answer"

@@ -21,6 +21,7 @@ from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, split_binlog_name
+from drc.runtime import ReplicatorService
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 
@@ -35,6 +36,32 @@ def source_settings(server: ServerInfo, replica_server_id: int = 77001) -> Sourc
         password=server.password,
         replica_server_id=replica_server_id,
     )
+
+
+def source_section(server: ServerInfo, replica_server_id: int) -> dict[str, Any]:
+    """The ``[source]`` config section for ``server``."""
+    return {
+        "host": server.host,
+        "port": server.port,
+        "user": server.user,
+        "password": server.password,
+        "replica_server_id": replica_server_id,
+    }
+
+
+@contextmanager
+def serving(service: ReplicatorService) -> Iterator[ReplicatorService]:
+    """Capture in a thread while the block runs (its API already started); then close."""
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run_capture, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield service
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        service.close()
+    assert service.failure is None, service.failure
 
 
 def master_position(server: ServerInfo) -> tuple[str, int]:
@@ -73,11 +100,17 @@ class Capture:
 
 @contextmanager
 def capturing(
-    server: ServerInfo, buffer_dir: Path, options: CaptureOptions, **buffer_kwargs: object
+    server: ServerInfo,
+    buffer_dir: Path,
+    options: CaptureOptions,
+    also: tuple[ServerInfo, ...] = (),
+    **buffer_kwargs: object,
 ) -> Iterator[Capture]:
+    """Capture from ``server`` (and the other servers of its replication group ``also``)."""
     buffer = EventBuffer.open(buffer_dir, **buffer_kwargs)
     metastore = MetaStore.open(buffer_dir / "metastore.sqlite3")
-    replicator = Replicator(source_settings(server), buffer, metastore, options)
+    sources = [source_settings(s) for s in (server, *also)]
+    replicator = Replicator(sources, buffer, metastore, options)
     stop = threading.Event()
     errors: list[BaseException] = []
 

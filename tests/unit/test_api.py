@@ -430,3 +430,31 @@ def test_requests_against_a_closed_buffer_never_leak_a_trace(deps: ApiDeps) -> N
     for response in (events(client), client.get(wire.PATH_STATUS, headers=AUTH)):
         assert response.status_code >= 500 and "Traceback" not in response.text
         json.loads(response.text)
+
+
+def test_an_older_scn_is_served_from_the_source_and_a_silent_source_is_a_503(
+    tmp_path: Path,
+) -> None:
+    from drc.core.errors import SourceUnavailableError
+    from drc.eventbuffer.reader import Record
+
+    # The source's transactions up to the buffer's start, which ends with a marker.
+    source = [txn(5, ins("orders", 9)), txn(10)]
+    answers: list[Any] = [[Record(t.scn, encode_transaction(t), 0, False, -1, 0) for t in source]]
+
+    def backfill(after: Any, oldest: Any, *_limits: int) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    with EventBuffer.open(tmp_path / "b", base_scn=scn(10)) as buffer:
+        store(buffer, txn(11, ins("orders", 1)))
+        client = TestClient(create_app(ApiDeps(buffer=buffer, back_to_source=backfill)))
+        served = events(client, {}, after=str(scn(2)), wait_ms=-1)
+        assert served.status_code == 200
+        got = [t["scn"] for t in served.json()["transactions"]]
+        assert got == [str(scn(5)), str(scn(10)), str(scn(11))]  # then the buffer's
+        answers.append(SourceUnavailableError("db1 down"))
+        busy = assert_error(events(client, {}, after=str(scn(2))), 503, wire.ERROR_UNAVAILABLE)
+        assert "db1" not in busy["message"]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from drc.core.events import Column, Op, TableSchema
+from drc.core.gtid import Gtid
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import FragmentLimits, TransactionAssembler
-from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, Statement
+from drc.replicator.source_events import Begin, Commit, GtidList, Heartbeat, Rows, Statement
 
 
 def _table(db: str, name: str) -> TableSchema:
@@ -124,3 +125,39 @@ def test_drop_database_of_a_captured_database_is_kept_whatever_the_session_datab
     assert [d.statement for d in txn.ddl] == ["DROP DATABASE shop"]
     elsewhere = asm.feed(Statement("shop", "DROP DATABASE other", 7, 5, 3, 40))
     assert elsewhere is not None and elsewhere.empty
+
+
+def test_the_gtid_position_follows_every_domain_and_markers_carry_it() -> None:
+    asm = TransactionAssembler(
+        7, 2, TableFilter.build(["shop.*"]), gtid_position={1: Gtid(1, 7, 4), 2: Gtid(2, 9, 1)}
+    )
+    asm.feed(Begin("1-7-5", 7, standalone=False))
+    asm.feed(_rows("other", "t", 1))  # filtered out: an empty transaction
+    empty = asm.feed(Commit(7, 1, 3, 100))
+    assert empty is not None and empty.empty
+    assert (empty.gtid, empty.gtid_position) == ("1-7-5", "1-7-5,2-9-1")
+    asm.feed(Begin("2-9-2", 9, standalone=False))
+    asm.feed(_rows("shop", "t", 1))
+    kept = asm.feed(Commit(9, 1, 3, 200))
+    assert kept is not None
+    [txn] = list(kept.fragments())
+    assert (txn.gtid, txn.gtid_position) == ("2-9-2", "1-7-5,2-9-2")
+
+
+def test_a_single_domain_source_stores_no_separate_position() -> None:
+    asm = _assembler()
+    asm.feed(Begin("1-7-5", 7, standalone=False))
+    asm.feed(_rows("shop", "t", 1))
+    committed = asm.feed(Commit(7, 1, 3, 100))
+    assert committed is not None
+    [txn] = list(committed.fragments())
+    assert (txn.gtid, txn.gtid_position) == ("1-7-5", None)
+
+
+def test_a_read_from_a_files_start_takes_its_position_from_the_gtid_list() -> None:
+    asm = TransactionAssembler(7, 2, TableFilter())  # position unknown
+    asm.feed(GtidList(("1-7-4", "1-3-2", "2-9-1")))
+    asm.feed(Begin("1-7-5", 7, standalone=False))
+    asm.feed(_rows("shop", "t", 1))
+    committed = asm.feed(Commit(7, 1, 3, 100))
+    assert committed is not None and committed.gtid_position == "1-7-5,2-9-1"

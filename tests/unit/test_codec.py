@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import struct
 import zlib
@@ -571,3 +572,15 @@ def test_a_peek_sees_what_decoding_sees(txn: Transaction) -> None:
 def test_a_peek_at_a_malformed_record_raises(payload: list[Any]) -> None:
     with pytest.raises(CorruptRecordError):
         peek_tables(frame(msgpack.packb(payload)))
+
+
+def test_a_gtid_position_is_a_tenth_item_only_when_present() -> None:
+    plain = sample_txn()
+    with_position = dataclasses.replace(plain, gtid_position="1-1-9,2-2-3")
+    assert msgpack.unpackb(encode_transaction(plain)[HEADER_SIZE:], raw=False).__len__() == 9
+    data = encode_transaction(with_position)
+    assert msgpack.unpackb(data[HEADER_SIZE:], raw=False)[9] == "1-1-9,2-2-3"
+    back, _ = decode_transaction(data)
+    assert back.gtid_position == "1-1-9,2-2-3"
+    assert decode_transaction(encode_transaction(plain))[0].gtid_position is None
+    assert peek_tables(data)[1] == peek_tables(encode_transaction(plain))[1]

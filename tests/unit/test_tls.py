@@ -58,9 +58,9 @@ def test_source_tls_reaches_the_replicator_and_a_target_defaulting_to_it(
     keys += f'tls_cert = "{pem.cert}"\ntls_key = "{pem.key}"'
     config = load_config(_config(tmp_path, keys))
     wanted = MysqlTls("verify_identity", pem.ca, pem.cert, pem.key, "source")
-    assert source_settings(config).tls == wanted
+    assert source_settings(config)[0].tls == wanted
     assert target_settings(config.target_or_source()).tls == wanted  # errors name source.*
-    context = source_settings(config).pymysql_kwargs()["ssl"]
+    context = source_settings(config)[0].pymysql_kwargs()["ssl"]
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
 
 

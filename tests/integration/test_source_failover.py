@@ -1,0 +1,200 @@
+"""Source failover on real MariaDB: a GTID replica promoted while writes go on, a diverged
+replica, and another datacenter's server (drc.replicator.failover).
+
+Each test gets its own sandbox of one datacenter with a replica (``drc sandbox up --replica``),
+since promoting a replica changes which server is the primary.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from drc.core.errors import SandboxError, SourceDivergedError
+from drc.core.events import Transaction
+from drc.core.tablefilter import TableFilter
+from drc.eventbuffer import EventBuffer
+from drc.replicator.replicator import CaptureOptions
+from drc.sandbox import mariadb
+from drc.sandbox.procs import stop_pid
+from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo, log_tails
+from tests.integration.capture import Capture, capturing, master_position, read_all
+from tests.integration.servers import connect
+
+CAPTURE = CaptureOptions(capture=TableFilter.build(["fo_db.*"]), retry_max_s=1.0)
+
+
+@pytest.fixture
+def group() -> Iterator[SandboxDescription]:
+    directory = Path(tempfile.mkdtemp(prefix="drc-fo-"))
+    box = Sandbox(directory)
+    try:
+        description = box.up(datacenters=1, replica=True)
+    except SandboxError as exc:
+        box.down()
+        pytest.fail(f"sandbox with a replica did not start: {exc}", pytrace=False)
+    try:
+        yield description
+    except BaseException:
+        print(log_tails(description))
+        raise
+    finally:
+        box.down()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _sql(server: ServerInfo, *statements: str) -> list[tuple[object, ...]]:
+    conn = connect(server)
+    try:
+        with conn.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def _caught_up(replica: ServerInfo, primary: ServerInfo) -> None:
+    [(pos,)] = _sql(primary, "SELECT @@gtid_binlog_pos")
+    [(waited,)] = _sql(replica, f"SELECT MASTER_GTID_WAIT('{pos}', 60)")
+    assert waited == 0, f"replica did not reach {pos}"
+
+
+def _with_table(group: SandboxDescription) -> tuple[ServerInfo, ServerInfo]:
+    """dc1's primary and replica, both holding the empty table fo_db.t."""
+    primary, replica = group.server("dc1"), group.replica("dc1")
+    _sql(primary, "CREATE DATABASE fo_db", "CREATE TABLE fo_db.t (id INT PRIMARY KEY, v TEXT)")
+    _caught_up(replica, primary)
+    return primary, replica
+
+
+def _inserted_ids(stored: list[Transaction]) -> list[int]:
+    return [c.after["id"] for t in stored for c in t.changes if c.after is not None]
+
+
+def _wait_for_ids(capture: Capture, count: int, timeout: float = 120.0) -> list[Transaction]:
+    deadline = time.monotonic() + timeout
+    while True:
+        if capture.errors:
+            raise capture.errors[0]
+        stored = read_all(capture.buffer)
+        if len(_inserted_ids(stored)) >= count or time.monotonic() > deadline:
+            return stored
+        time.sleep(0.3)
+
+
+class _Writer:
+    """Single-row insert transactions into whichever server is the primary, until stopped;
+    ``pause``/``resume`` bracket a planned switchover."""
+
+    def __init__(self, primary: ServerInfo) -> None:
+        self.primary = primary
+        self.written: list[int] = []
+        self.running = threading.Event()
+        self.running.set()
+        self.idle = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        next_id = 1
+        while not self.stop.is_set():
+            if not self.running.is_set():
+                self.idle.set()
+                self.running.wait(0.1)
+                continue
+            self.idle.clear()
+            _sql(self.primary, f"INSERT INTO fo_db.t VALUES ({next_id}, 'v{next_id}')")
+            self.written.append(next_id)
+            next_id += 1
+            time.sleep(0.002)
+
+    def pause(self) -> None:
+        self.running.clear()
+        self.idle.wait(30)
+
+    def resume_on(self, primary: ServerInfo) -> None:
+        self.primary = primary
+        self.running.set()
+
+
+def test_a_promoted_replica_continues_capture_with_change_id_plus_one_nothing_lost_or_repeated(
+    group: SandboxDescription, tmp_path: Path
+) -> None:
+    primary, replica = _with_table(group)
+    writer = _Writer(primary)
+    with capturing(primary, tmp_path / "buf", CAPTURE, also=(replica,)) as capture:
+        capture.wait_for(master_position(primary))  # the start is fixed before writes begin
+        writer.thread.start()
+        before = _wait_for_ids(capture, 200)
+        # Planned switchover: writes stop on the old primary, the replica catches up and is
+        # promoted, writes go on there, and the old primary goes away.
+        writer.pause()
+        _caught_up(replica, primary)
+        mariadb.promote(Path(replica.socket))
+        _sql(primary, "SET GLOBAL read_only = 1")
+        writer.resume_on(replica)
+        stop_pid(primary.pid, primary.marker)
+        time.sleep(2)
+        writer.stop.set()
+        writer.thread.join(30)
+        stored = _wait_for_ids(capture, len(writer.written))
+        stats = capture.replicator.stats
+
+    first_change_id = before[0].scn.change_id
+    assert _inserted_ids(stored) == writer.written  # each row once, in commit order
+    scns = [t.scn for t in stored if t.last_fragment]
+    assert all(a < b for a, b in zip(scns, scns[1:], strict=False)), "SCNs strictly increase"
+    assert {s.change_id for s in scns} == {first_change_id, first_change_id + 1}
+    after = [t for t in stored if t.scn.change_id == first_change_id + 1]
+    assert after and all(t.scn.server_id == replica.server_id for t in after)
+    assert any(t.server_id == replica.server_id for t in after), "rows written on the new primary"
+    assert stats.source_switches >= 1 and stats.change_id == first_change_id + 1
+
+
+def test_a_diverged_replica_is_refused_naming_both_positions(
+    group: SandboxDescription, tmp_path: Path
+) -> None:
+    primary, replica = _with_table(group)
+    _sql(replica, "STOP SLAVE")
+    _sql(replica, "INSERT INTO fo_db.t VALUES (1000, 'only on the replica')")
+    with capturing(primary, tmp_path / "buf", CAPTURE) as capture:
+        capture.wait_for(master_position(primary))
+        for n in range(1, 21):
+            _sql(primary, f"INSERT INTO fo_db.t VALUES ({n}, 'v')")
+        _wait_for_ids(capture, 20)
+    [(buffer_pos,)] = _sql(primary, "SELECT @@gtid_binlog_pos")
+    [(replica_pos,)] = _sql(replica, "SELECT @@gtid_binlog_pos")
+    stop_pid(primary.pid, primary.marker)  # the old primary is gone: only the replica is left
+
+    with pytest.raises(SourceDivergedError) as refused:  # noqa: PT012
+        with capturing(primary, tmp_path / "buf", CAPTURE, also=(replica,)) as capture:
+            _wait_for_ids(capture, 21, timeout=30)
+    message = str(refused.value)
+    assert buffer_pos in message and replica_pos in message
+    assert len(_inserted_ids(read_all_closed(tmp_path / "buf"))) == 20  # nothing appended
+
+
+def test_another_datacenters_server_is_refused(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    _sql(dc1, "CREATE DATABASE IF NOT EXISTS fo_db")
+    _sql(dc1, "CREATE TABLE IF NOT EXISTS fo_db.t (id INT PRIMARY KEY, v TEXT)")
+    with capturing(dc1, tmp_path / "buf", CAPTURE) as capture:
+        capture.wait_for(master_position(dc1))
+        _sql(dc1, "REPLACE INTO fo_db.t VALUES (1, 'dc1')")
+        _wait_for_ids(capture, 1)
+    with pytest.raises(SourceDivergedError, match="another datacenter"):  # noqa: PT012
+        with capturing(dc2, tmp_path / "buf", CAPTURE) as capture:
+            _wait_for_ids(capture, 2, timeout=30)
+
+
+def read_all_closed(buffer_dir: Path) -> list[Transaction]:
+    with EventBuffer.open_read_only(buffer_dir) as buffer:
+        return read_all(buffer)

@@ -1,0 +1,55 @@
+"""The pull API's fallback to the source binlog for reads older than the buffer."""
+
+from __future__ import annotations
+
+import pytest
+
+from drc.api.pull import BackToSource
+from drc.core.errors import ScnTooOldError
+from drc.core.scn import SCN
+from drc.eventbuffer.reader import Record
+
+OLDEST = SCN(1, 1, 3, 500)
+
+
+class _Buffer:
+    epoch = "e"
+    last_scn = SCN(1, 1, 3, 900)
+
+    def read_after(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]:
+        if after < OLDEST:
+            raise ScnTooOldError("too old", OLDEST)
+        return [Record(SCN(1, 1, 3, 900), b"buffer", 0, False, 1, 64)]
+
+    def wait_for_commit(self, after: SCN, timeout_s: float) -> bool:
+        return False
+
+
+def test_a_read_the_buffer_can_serve_never_reaches_the_source() -> None:
+    def backfill(*_args: object) -> list[Record]:
+        raise AssertionError("the source must not be read")
+
+    records = BackToSource(_Buffer(), backfill).read_after(OLDEST, 10, 100)
+    assert [r.payload for r in records] == [b"buffer"]
+
+
+def test_an_older_read_goes_to_the_source_up_to_the_buffers_start() -> None:
+    calls = []
+
+    def backfill(after: SCN, oldest: SCN, count: int, size: int) -> list[Record]:
+        calls.append((after, oldest, count, size))
+        return [Record(oldest, b"source", 0, False, -1, 0)]
+
+    wrapped = BackToSource(_Buffer(), backfill)
+    records = wrapped.read_after(SCN(1, 1, 2, 4), 10, 100)
+    assert [r.payload for r in records] == [b"source"]
+    assert calls == [(SCN(1, 1, 2, 4), OLDEST, 10, 100)]
+    assert (wrapped.epoch, wrapped.last_scn) == ("e", _Buffer.last_scn)
+
+
+def test_the_source_saying_gone_is_a_410() -> None:
+    def backfill(after: SCN, oldest: SCN, *_limits: int) -> list[Record]:
+        raise ScnTooOldError("binlog purged", oldest)
+
+    with pytest.raises(ScnTooOldError, match="purged"):
+        BackToSource(_Buffer(), backfill).read_after(SCN(1, 1, 2, 4), 10, 100)
