@@ -247,6 +247,24 @@ class ApiConfig(_Model):
         return tuple(tokens)
 
 
+class GroupConfig(_Model):
+    """This replicator's place in its datacenter's replicator group (drc.replicator.group).
+
+    Without a [group] section the process is the datacenter's only replicator and always leads.
+    """
+
+    zookeeper: str = Field(min_length=1)  # "host:port,host:port" of this datacenter's ensemble
+    path: str = Field("/drc", pattern=r"^/[A-Za-z0-9_./-]*$")  # + "/<datacenter>" is the group
+    member_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    session_timeout_s: float = Field(6.0, ge=1.0, le=60.0)
+    # The pull API URL the other members and readers use to reach this one.
+    advertise_url: str = Field(min_length=1, pattern=r"^https?://")
+    connect_retry_s: float = Field(2.0, gt=0, le=60.0)  # ZooKeeper unreachable: wait, try again
+
+    def group_path(self, datacenter: str) -> str:
+        return f"{self.path.rstrip('/')}/{datacenter}"
+
+
 ConflictPolicyName = Literal["lww", "resolver", "overwrite", "keep", "off"]
 
 
@@ -305,6 +323,7 @@ class DrcConfig(_Model):
     target: TargetConfig | None = None
     channels: tuple[ChannelConfig, ...] = ()
     conflicts: ConflictsConfig = ConflictsConfig()
+    group: GroupConfig | None = None
 
     @model_validator(mode="after")
     def _unique_channels(self) -> DrcConfig:

@@ -24,8 +24,11 @@ from drc.core.errors import ConfigError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.assembler import FragmentLimits
+from drc.replicator.fencing import GroupBuffer
+from drc.replicator.group import GroupSettings
+from drc.replicator.member import GroupMemberRunner
 from drc.replicator.replicator import CaptureOptions, Replicator
-from drc.replicator.source import SourceSettings
+from drc.replicator.source import SourceSettings, inspect_source
 
 METASTORE_FILE = "metastore.sqlite3"
 
@@ -35,7 +38,7 @@ class ReplicatorService:
     """A replicator, its buffer and metastore, and the pull API serving that buffer."""
 
     replicator: Replicator
-    buffer: EventBuffer
+    buffer: EventBuffer | GroupBuffer
     metastore: MetaStore
     config: DrcConfig | None = None
     api: ApiServer | None = None
@@ -45,11 +48,16 @@ class ReplicatorService:
     # the apply channels this process runs, for status and metrics (set by the node)
     channels: Callable[[], list[dict[str, Any]]] | None = None
     trigger_guard: LocalTriggerGuard | None = None  # guards triggers created here
+    group: GroupMemberRunner | None = None  # with [group]: follows or leads (and captures)
 
     def run_capture(self, stop: threading.Event) -> None:
-        """Capture until ``stop``; a fatal error is kept (the API reports it) and re-raised."""
+        """Capture (or, in a group, follow or lead) until ``stop``; a fatal error is kept (the
+        API reports it) and re-raised."""
         try:
-            self.replicator.run(stop)
+            if self.group is not None:
+                self.group.run(stop)
+            else:
+                self.replicator.run(stop)
         except BaseException as exc:
             self.failure = exc
             raise
@@ -98,7 +106,10 @@ def open_buffer(config: DrcConfig) -> EventBuffer:
 def build_replicator(config: DrcConfig) -> ReplicatorService:
     rep = config.replicator
     Path(rep.buffer_dir).mkdir(parents=True, exist_ok=True)
-    buffer = open_buffer(config)
+    buffer: EventBuffer | GroupBuffer
+    buffer = (
+        open_buffer(config) if config.group is None else GroupBuffer(lambda: open_buffer(config))
+    )
     metastore = MetaStore.open(Path(rep.buffer_dir) / METASTORE_FILE)
     options = CaptureOptions(
         capture=rep.capture_filter(),
@@ -109,11 +120,39 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
     )
     replicator = Replicator(source_settings(config), buffer, metastore, options)
     service = ReplicatorService(replicator, buffer, metastore, config)
+    if isinstance(buffer, GroupBuffer):
+        service.group = build_member(config, replicator, buffer, metastore)
     if guards_local_triggers(config):
         settings = target_settings(config.target_or_source())
         service.trigger_guard = LocalTriggerGuard(lambda: TargetSession(settings), replicator.stats)
         replicator.set_local_ddl(service.trigger_guard.submit)
     return service
+
+
+def build_member(
+    config: DrcConfig, replicator: Replicator, buffer: GroupBuffer, metastore: MetaStore
+) -> GroupMemberRunner:
+    group = config.group
+    assert group is not None
+    settings = GroupSettings(
+        hosts=group.zookeeper,
+        path=group.group_path(config.datacenter.name),
+        member_id=group.member_id,
+        datacenter=config.datacenter.name,
+        advertise_url=group.advertise_url.rstrip("/"),
+        session_timeout_s=group.session_timeout_s,
+        connect_retry_s=group.connect_retry_s,
+    )
+    tokens = config.api.secrets()
+    source = source_settings(config)
+    return GroupMemberRunner(
+        settings,
+        replicator,
+        buffer,
+        metastore,
+        tokens[0] if tokens else None,
+        lambda: inspect_source(source).server_id,
+    )
 
 
 def guards_local_triggers(config: DrcConfig) -> bool:
@@ -143,6 +182,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         capture_failure=lambda: service.failure,
         protection=lambda: None if service.protection is None else service.protection(),
         channels=lambda: [] if service.channels is None else service.channels(),
+        group=None if service.group is None else service.group.status,
     )
     return ApiServer(
         create_app(deps),

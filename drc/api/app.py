@@ -6,6 +6,7 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
                    [&epoch=E][&skip_drc=1]        the change stream; see drc.api.wire
     GET /v1/status                                role, buffer, source position, lag, capture
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
+    GET /v1/history?after=S&upto=U                schema history entries (group followers)
     GET /metrics                                  Prometheus text format
     GET /healthz                                  200 ok, 503 buffer closed or capture failed
                                                   (the failure's detail only with a token)
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from drc.api import errors, events, health, schema, status
+from drc.api import errors, events, health, history, schema, status
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 
@@ -36,7 +37,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     app.state.deps = deps
     app.state.commits = CommitSignal(deps.buffer, deps.stop)
     errors.install(app)
-    for module in (events, status, schema, health):
+    for module in (events, status, schema, history, health):
         app.include_router(module.router)
     app.include_router(health.open_router)
     app.add_middleware(errors.Guard, metrics=deps.metrics)

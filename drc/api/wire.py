@@ -41,6 +41,7 @@ from drc.core.events import Transaction
 PATH_EVENTS = "/v1/events"
 PATH_STATUS = "/v1/status"
 PATH_SCHEMA = "/v1/schema"  # + /{db}/{table}?scn=S
+PATH_HISTORY = "/v1/history"  # ?after=S&upto=U: metastore entries, for group followers
 PATH_METRICS = "/metrics"
 PATH_HEALTH = "/healthz"
 
@@ -51,6 +52,9 @@ HEADER_EPOCH = "X-DRC-Epoch"
 HEADER_NEXT = "X-DRC-Next"
 HEADER_NEWEST = "X-DRC-Newest"
 HEADER_COUNT = "X-DRC-Count"
+# The leadership term of the replicator group under which the serving member's buffer was
+# last written (drc.core.term); absent when the replicator runs without a group.
+HEADER_TERM = "X-DRC-Term"
 
 # Query parameters of GET /v1/events.
 PARAM_AFTER = "after"
