@@ -134,6 +134,15 @@ class Group:
             time.sleep(0.1)
         raise AssertionError(f"no single leader after {timeout}s: {self.roles()}\n{self.logs()}")
 
+    def wait_started(self, leader: Member, timeout: float = 30.0) -> None:
+        """Until the leader has fixed its start position (capture is under way)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if last_scn(leader.buffer_dir) is not None:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"the leader did not start capture\n{self.logs()}")
+
     def wait_caught_up(self, target: SCN | None, timeout: float = 90.0) -> None:
         """Until every live member's buffer reaches ``target`` (the source position)."""
         deadline = time.monotonic() + timeout

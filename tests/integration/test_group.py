@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from drc.core.codec import decode_transaction
+from drc.core.events import Op
 from drc.core.scn import SCN
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.capture import master_position
-from tests.integration.group import Group, assert_identical_on_common_range
+from tests.integration.group import Group, assert_identical_on_common_range, records
 from tests.integration.servers import connect
 
 SESSION_S = 2.0
@@ -60,6 +62,7 @@ def group(sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path) -> Itera
 
 def test_one_leader_and_followers_hold_the_same_bytes(group: Group, dc1: ServerInfo) -> None:
     leader = group.wait_leader(30)
+    group.wait_started(leader)
     roles = group.roles()
     assert sorted(r or "" for r in roles.values()) == ["follower", "follower", "leader"], roles
     stop = threading.Event()
@@ -70,3 +73,56 @@ def test_one_leader_and_followers_hold_the_same_bytes(group: Group, dc1: ServerI
     status = leader.status()
     assert status is not None and status["group"]["term"] >= 1
     assert assert_identical_on_common_range([m.buffer_dir for m in group.members]) > 100
+
+
+def _inserted_ids(buffer_dir: Path, db: str) -> list[int]:
+    ids = []
+    for _scn, payload, _ts, _more in records(buffer_dir):
+        txn, _ = decode_transaction(payload)
+        ids.extend(
+            int(c.after["id"])
+            for c in txn.changes
+            if c.schema == db and c.op == Op.INSERT and c.after is not None
+        )
+    return ids
+
+
+def _kill_leaders(group: Group, server: ServerInfo, kills: int) -> tuple[list[int], list[float]]:
+    """kill -9 the leader ``kills`` times under writes, restarting each killed member; the
+    ids committed and each failover's time (kill to a new leader's status)."""
+    leader = group.wait_leader(30)
+    group.wait_started(leader)
+    stop = threading.Event()
+    committed: list[int] = []
+    writer = threading.Thread(
+        target=lambda: committed.extend(_writes(server, "grp_db", stop)), daemon=True
+    )
+    writer.start()
+    failovers = []
+    try:
+        for _ in range(kills):
+            time.sleep(1.5)
+            killed_at = time.monotonic()
+            leader.kill()
+            leader = group.wait_leader(60, exclude=leader)
+            failovers.append(time.monotonic() - killed_at)
+            for member in group.members:
+                if not member.alive():
+                    member.start()
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    group.wait_leader(30)
+    group.wait_caught_up(_position(server))
+    return committed, failovers
+
+
+def test_kill_9_of_the_leader_a_follower_takes_over_without_gap_or_duplicate(
+    group: Group, dc1: ServerInfo
+) -> None:
+    committed, failovers = _kill_leaders(group, dc1, 3)
+    assert len(failovers) == 3
+    assert_identical_on_common_range([m.buffer_dir for m in group.members])
+    for member in group.members:
+        assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
