@@ -24,7 +24,7 @@ from drc.core.errors import ConfigError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.assembler import FragmentLimits
-from drc.replicator.fencing import GroupBuffer
+from drc.replicator.fencing import FencedMetaStore, GroupBuffer
 from drc.replicator.group import GroupSettings
 from drc.replicator.member import GroupMemberRunner
 from drc.replicator.replicator import CaptureOptions, Replicator
@@ -118,10 +118,13 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
         commit_max_ms=rep.commit_max_ms,
         spill_dir=Path(rep.buffer_dir),
     )
-    replicator = Replicator(source_settings(config), buffer, metastore, options)
+    writes = (
+        metastore if not isinstance(buffer, GroupBuffer) else FencedMetaStore(metastore, buffer)
+    )
+    replicator = Replicator(source_settings(config), buffer, writes, options)
     service = ReplicatorService(replicator, buffer, metastore, config)
     if isinstance(buffer, GroupBuffer):
-        service.group = build_member(config, replicator, buffer, metastore)
+        service.group = build_member(config, replicator, buffer, writes)
     if guards_local_triggers(config):
         settings = target_settings(config.target_or_source())
         service.trigger_guard = LocalTriggerGuard(lambda: TargetSession(settings), replicator.stats)
@@ -130,7 +133,7 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
 
 
 def build_member(
-    config: DrcConfig, replicator: Replicator, buffer: GroupBuffer, metastore: MetaStore
+    config: DrcConfig, replicator: Replicator, buffer: GroupBuffer, metastore: Any
 ) -> GroupMemberRunner:
     group = config.group
     assert group is not None

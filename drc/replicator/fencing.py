@@ -106,3 +106,27 @@ class GroupBuffer:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class FencedMetaStore:
+    """The metastore as capture and the copier write it: behind the same fence as the buffer
+    (capture records a schema before it appends the transaction that needs it)."""
+
+    def __init__(self, inner: Any, buffer: GroupBuffer) -> None:
+        self._inner = inner
+        self._buffer = buffer
+
+    def record_schema(self, *args: Any, **kwargs: Any) -> bool:
+        self._buffer.fence()
+        return bool(self._inner.record_schema(*args, **kwargs))
+
+    def record_ddl(self, *args: Any, **kwargs: Any) -> None:
+        self._buffer.fence()
+        self._inner.record_ddl(*args, **kwargs)
+
+    def import_entries(self, *args: Any, **kwargs: Any) -> int:
+        self._buffer.fence()
+        return int(self._inner.import_entries(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

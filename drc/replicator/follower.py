@@ -23,7 +23,7 @@ from drc.client.records import pull_history, pull_raw
 from drc.core.errors import FatalError
 from drc.core.scn import SCN
 from drc.core.term import check_records
-from drc.metastore.store import MetaStore, RawEntry
+from drc.metastore.store import RawEntry
 from drc.replicator.fencing import GroupBuffer
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,7 @@ class Copied:
 
 
 class Copier:
-    def __init__(
-        self, buffer: GroupBuffer, metastore: MetaStore, client: Any, token: str | None
-    ) -> None:
+    def __init__(self, buffer: GroupBuffer, metastore: Any, client: Any, token: str | None) -> None:
         self._buffer = buffer
         self._metastore = metastore
         self._client = client

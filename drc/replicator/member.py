@@ -27,7 +27,6 @@ from drc.client import http
 from drc.client.errors import ProtocolError
 from drc.core.errors import FencedError, RetriableError
 from drc.core.term import check_append
-from drc.metastore.store import MetaStore
 from drc.replicator.fencing import GroupBuffer
 from drc.replicator.follower import Copier
 from drc.replicator.group import GroupSettings, LeaderInfo, ZkGroup
@@ -45,7 +44,7 @@ class GroupMemberRunner:
         settings: GroupSettings,
         replicator: Replicator,
         buffer: GroupBuffer,
-        metastore: MetaStore,
+        metastore: Any,
         token: str | None,
         source_server_id: Callable[[], int | None],
         clock: Callable[[], float] = time.monotonic,

@@ -126,8 +126,14 @@ def start_members(
         pid = start_member(config, log)
         members.append(
             MemberInfo(
-                datacenter, member_id, f"http://127.0.0.1:{port}", port, pid, str(base),
-                str(config), str(log),
+                datacenter,
+                member_id,
+                f"http://127.0.0.1:{port}",
+                port,
+                pid,
+                str(base),
+                str(config),
+                str(log),
             )  # fmt: skip
         )
     return members

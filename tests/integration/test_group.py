@@ -4,6 +4,7 @@ a paused leader, and a ZooKeeper outage."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from drc.core.events import Op
 from drc.core.scn import SCN
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.capture import master_position
-from tests.integration.group import Group, assert_identical_on_common_range, records
+from tests.integration.group import Group, assert_identical_on_common_range, last_scn, records
 from tests.integration.servers import connect
 
 SESSION_S = 2.0
@@ -125,4 +126,52 @@ def test_kill_9_of_the_leader_a_follower_takes_over_without_gap_or_duplicate(
     assert len(failovers) == 3
     assert_identical_on_common_range([m.buffer_dir for m in group.members])
     for member in group.members:
+        assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    """The buffer's own files (segments, buffer.json, term.json), by name."""
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(directory.iterdir())
+        if p.suffix in (".seg", ".json") and p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_a_paused_leader_woken_after_a_new_election_never_appends_again(
+    group: Group, dc1: ServerInfo
+) -> None:
+    leader = group.wait_leader(30)
+    group.wait_started(leader)
+    stop = threading.Event()
+    committed: list[int] = []
+    writer = threading.Thread(
+        target=lambda: committed.extend(_writes(dc1, "grp_db", stop)), daemon=True
+    )
+    writer.start()
+    try:
+        time.sleep(1.0)
+        leader.signal(signal.SIGSTOP)
+        frozen = _files(leader.buffer_dir)
+        successor = group.wait_leader(60, exclude=leader)
+        before = last_scn(successor.buffer_dir)
+        deadline = time.monotonic() + 30
+        while last_scn(successor.buffer_dir) == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert last_scn(successor.buffer_dir) != before, "the new leader writes"
+        leader.signal(signal.SIGCONT)
+        assert leader.proc is not None
+        leader.proc.wait(timeout=30 + 3 * SESSION_S)  # it stops by itself
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    assert leader.proc.returncode != 0
+    assert _files(leader.buffer_dir) == frozen, "the old leader's buffer files are unchanged"
+    assert "never appends again" in leader.log.read_text()
+    group.wait_caught_up(_position(dc1))
+    survivors = [m for m in group.members if m is not leader]
+    assert_identical_on_common_range([m.buffer_dir for m in group.members])
+    for member in survivors:
         assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
