@@ -89,3 +89,18 @@ def status(directory: str, logs: bool) -> None:
         click.echo(log_tails(description))
     if not all(state.values()):
         sys.exit(1)
+
+
+@sandbox.command()
+@dir_option
+@click.argument("action", type=click.Choice(["stop", "start"]))
+def zookeeper(directory: str, action: str) -> None:
+    """Stop or start the sandbox's ZooKeeper (data kept), e.g. to watch a group ride out an
+    outage: the leader stops appending, readers keep reading, the group recovers."""
+    box = Sandbox(directory)
+    if action == "stop":
+        box.zookeeper_stop()
+        click.echo("zookeeper stopped")
+    else:
+        zk = box.zookeeper_start()
+        click.echo(f"zookeeper running on {zk.connect} (pid {zk.pid})")

@@ -169,7 +169,8 @@ class GroupMemberRunner:
                     "confirms its session",
                     self._me,
                     term,
-                    group.lease.why_not(self._clock()),
+                    group.lease.why_not(self._clock())
+                    or "ZooKeeper has not confirmed its session lately and the lease is ending",
                 )
                 self.role = "leader (paused)"
             while not (stop.is_set() or group.lease.revoked or self._lease_left(group) > 0):

@@ -204,6 +204,25 @@ class Sandbox:
             log=str(base / "zookeeper.log"),
         )
 
+    def zookeeper_stop(self) -> None:
+        """Stop the sandbox ZooKeeper (its data is kept): for outage tests."""
+        description = self._require()
+        zk = description.zookeeper
+        stop_pid(zk.pid, zk.marker)
+
+    def zookeeper_start(self) -> ZooKeeperInfo:
+        """Start the sandbox ZooKeeper again on its port with its data (no-op if it runs)."""
+        description = self._require()
+        zk = self._zookeeper_up(description.zookeeper)
+        self._write(SandboxDescription(description.dir, description.servers, zk))
+        return zk
+
+    def _require(self) -> SandboxDescription:
+        description = self.describe()
+        if description is None:
+            raise SandboxError(f"no sandbox in {self.dir}; start one with `drc sandbox up`")
+        return description
+
     def down(self) -> list[int]:
         """Stop every recorded process of this sandbox; return the PIDs that were stopped."""
         description = self.describe()

@@ -10,12 +10,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from drc.core.codec import decode_transaction
 from drc.core.events import Op
 from drc.core.scn import SCN
-from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from tests.integration.capture import master_position
 from tests.integration.group import Group, assert_identical_on_common_range, last_scn, records
 from tests.integration.servers import connect
@@ -174,4 +175,42 @@ def test_a_paused_leader_woken_after_a_new_election_never_appends_again(
     survivors = [m for m in group.members if m is not leader]
     assert_identical_on_common_range([m.buffer_dir for m in group.members])
     for member in survivors:
+        assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
+
+
+@pytest.mark.slow
+def test_zookeeper_down_for_twice_the_session_timeout_loses_and_repeats_nothing(
+    sandbox: SandboxDescription, group: Group, dc1: ServerInfo
+) -> None:
+    leader = group.wait_leader(30)
+    group.wait_started(leader)
+    box = Sandbox(sandbox.dir)
+    stop = threading.Event()
+    committed: list[int] = []
+    writer = threading.Thread(
+        target=lambda: committed.extend(_writes(dc1, "grp_db", stop)), daemon=True
+    )
+    writer.start()
+    try:
+        time.sleep(1.0)
+        box.zookeeper_stop()
+        try:
+            time.sleep(SESSION_S)
+            for member in group.members:  # readers keep reading what the members hold
+                response = httpx.get(f"{member.url}/v1/events?after=0:0:0:0&wait_ms=-1", timeout=5)
+                assert response.status_code == 200, response.text
+            time.sleep(SESSION_S)
+        finally:
+            box.zookeeper_start()
+        group.wait_leader(60)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    group.wait_caught_up(_position(dc1))
+    leaders = [r for r in group.roles().values() if r == "leader"]
+    assert len(leaders) == 1, group.roles()
+    live = [m for m in group.members if m.alive()]
+    assert_identical_on_common_range([m.buffer_dir for m in group.members])
+    for member in live:
         assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
