@@ -214,3 +214,21 @@ def test_zookeeper_down_for_twice_the_session_timeout_loses_and_repeats_nothing(
     assert_identical_on_common_range([m.buffer_dir for m in group.members])
     for member in live:
         assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
+
+
+def test_a_second_member_with_the_same_id_or_another_datacenters_source_is_refused(
+    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    group.wait_started(group.wait_leader(30))
+    twin = Group.create(sandbox, group.server, tmp_path / "twin", 1, SESSION_S, group.datacenter)
+    stranger = Group.create(sandbox, dc2, tmp_path / "other", 4, SESSION_S, group.datacenter)
+    stranger.members = stranger.members[3:]  # member r4 of this group, reading dc2's server
+    for extra, says in ((twin, "give each member its own"), (stranger, "another datacenter")):
+        member = extra.members[0]
+        member.start()
+        assert member.proc is not None
+        assert member.proc.wait(timeout=60) != 0
+        text = member.log.read_text()
+        assert says in text, text[-2000:]
+        assert "Traceback" not in text
+    assert sorted(r or "" for r in group.roles().values()) == ["follower", "follower", "leader"]
