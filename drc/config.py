@@ -126,7 +126,8 @@ class ChannelConfig(_Model):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     origin: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")  # the remote datacenter
-    remote: tuple[str, ...] = Field(min_length=1)  # API URLs of the remote replicator group
+    # API URLs of the remote replicator group, or zk://HOSTS/PATH/DC (drc.client.discovery)
+    remote: tuple[str, ...] = Field(min_length=1)
     token: SecretStr | None = None
     token_file: Path | None = None
     tables: tuple[str, ...] = ()
@@ -164,7 +165,7 @@ class ChannelConfig(_Model):
     def _usable_tls(self) -> ChannelConfig:
         given = [k for k in ("tls_ca", "tls_cert", "tls_key") if getattr(self, k) is not None]
         given += [] if self.tls_verify else ["tls_verify"]
-        if given and not any(url.lower().startswith("https://") for url in self.remote):
+        if given and not any(url.lower().startswith(("https://", "zk://")) for url in self.remote):
             raise ValueError(f"{', '.join(given)} only apply to https:// remote URLs")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("give both tls_cert and tls_key (a client certificate needs its key)")

@@ -29,6 +29,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
+from drc.client import discovery
 from drc.core.errors import GroupConfigError, RetriableError
 from drc.core.term import Lease, next_term
 
@@ -68,12 +69,7 @@ def _dump(data: dict[str, Any]) -> bytes:
     return json.dumps(data, sort_keys=True).encode()
 
 
-def _load(raw: bytes | None) -> dict[str, Any]:
-    try:
-        data = json.loads(raw or b"{}")
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+_load = discovery.load
 
 
 class ZkGroup:
@@ -231,24 +227,13 @@ class ZkGroup:
             time.sleep(0.5)
 
     def members(self) -> list[MemberInfo]:
-        base = f"{self.settings.path}/members"
-        found = []
-        for child in sorted(self._client.get_children(base)):
-            try:
-                raw, _ = self._client.get(f"{base}/{child}")
-            except NoNodeError:
-                continue
-            url = _load(raw).get("url")
-            if isinstance(url, str):
-                found.append(MemberInfo(child, url))
-        return found
+        found = discovery.read_members(self._client, self.settings.path)
+        return [MemberInfo(member, url) for member, url in found.items()]
 
     def leader(self) -> LeaderInfo | None:
-        try:
-            raw, _ = self._client.get(f"{self.settings.path}/leader")
-        except NoNodeError:
+        data = discovery.read_leader(self._client, self.settings.path)
+        if data is None:
             return None
-        data = _load(raw)
         member, url, term = data.get("member"), data.get("url"), data.get("term")
         if isinstance(member, str) and isinstance(url, str) and isinstance(term, int):
             return LeaderInfo(member, url, term)

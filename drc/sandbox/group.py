@@ -8,6 +8,7 @@ sandbox.json and ``drc sandbox down`` stops them with the servers.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,19 +59,20 @@ def member_config(
     secret.write_text(password)
     secret.chmod(0o600)
     config = base / "drc.toml"
+    q = json.dumps  # a JSON string is a valid TOML basic string, escapes included
     config.write_text(
         f"""[datacenter]
-name = "{datacenter}"
+name = {q(datacenter)}
 
 [source]
-host = "{source_host}"
+host = {q(source_host)}
 port = {source_port}
-user = "{user}"
-password_file = "{secret}"
+user = {q(user)}
+password_file = {q(str(secret))}
 replica_server_id = {_replica_server_id(datacenter, member_id)}
 
 [replicator]
-buffer_dir = "{base / "buffer"}"
+buffer_dir = {q(str(base / "buffer"))}
 start_from = "current"
 commit_max_ms = 20
 
@@ -78,11 +80,11 @@ commit_max_ms = 20
 port = {port}
 
 [group]
-zookeeper = "{zookeeper}"
+zookeeper = {q(zookeeper)}
 path = "/drc-sandbox"
-member_id = "{member_id}"
+member_id = {q(member_id)}
 session_timeout_s = {session_timeout_s}
-advertise_url = "http://127.0.0.1:{port}"
+advertise_url = {q(f"http://127.0.0.1:{port}")}
 connect_retry_s = 0.5
 {extra}"""
     )
