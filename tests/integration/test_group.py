@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from drc.client import Subscriber
 from drc.core.codec import decode_transaction
 from drc.core.events import Op
 from drc.core.scn import SCN
@@ -120,14 +121,48 @@ def _kill_leaders(group: Group, server: ServerInfo, kills: int) -> tuple[list[in
     return committed, failovers
 
 
+class _Reader:
+    """A subscriber of the group through its ZooKeeper, collecting inserted ids."""
+
+    def __init__(self, url: str) -> None:
+        self.ids: list[int] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._sub = Subscriber([url], tables="grp_db.t", wait_ms=300, skip_drc=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                batch = self._sub.get()
+                for txn in batch.transactions:
+                    self.ids.extend(int(c.after["id"]) for c in txn.changes if c.op == Op.INSERT)
+                self._sub.ack(batch)
+        except BaseException as exc:  # the caller must see none
+            self.error = exc
+
+    def wait_for(self, count: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.ids) < count and time.monotonic() < deadline and self.error is None:
+            time.sleep(0.1)
+        self.stop.set()
+        self._thread.join(timeout=30)
+        self._sub.close()
+
+
 def test_kill_9_of_the_leader_a_follower_takes_over_without_gap_or_duplicate(
-    group: Group, dc1: ServerInfo
+    sandbox: SandboxDescription, group: Group, dc1: ServerInfo
 ) -> None:
+    reader = _Reader(f"zk://{sandbox.zookeeper.connect}/drc-sandbox/{group.datacenter}")
     committed, failovers = _kill_leaders(group, dc1, 3)
+    reader.wait_for(len(committed))
     assert len(failovers) == 3
     assert_identical_on_common_range([m.buffer_dir for m in group.members])
     for member in group.members:
         assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
+    assert reader.error is None
+    assert reader.ids == committed, "the reader failed over without an error, gap or repeat"
 
 
 def _files(directory: Path) -> dict[str, bytes]:
