@@ -20,9 +20,17 @@ from drc.client import Subscriber
 from drc.core.codec import decode_transaction
 from drc.core.events import Op
 from drc.core.scn import SCN
+from drc.sandbox.group import member_config
+from drc.sandbox.procs import free_port
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from tests.integration.capture import master_position
-from tests.integration.group import Group, assert_identical_on_common_range, last_scn, records
+from tests.integration.group import (
+    Group,
+    Member,
+    assert_identical_on_common_range,
+    last_scn,
+    records,
+)
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import apply_process_config, apply_user
 
@@ -321,3 +329,29 @@ def _rows(server: ServerInfo) -> list[tuple[object, ...]]:
             return [tuple(row) for row in cur.fetchall()]
     finally:
         conn.close()
+
+
+def test_zookeeper_unreachable_at_start_is_a_clear_error_and_a_retry(
+    dc1: ServerInfo, tmp_path: Path
+) -> None:
+    port = free_port()  # nothing listens there
+    config = member_config(
+        tmp_path, datacenter="nozk", member_id="r1", source_host=dc1.host, source_port=dc1.port,
+        user=dc1.user, password=dc1.password, zookeeper=f"127.0.0.1:{free_port()}", port=port,
+    )  # fmt: skip
+    log = tmp_path / "replicator.log"
+    member = Member("r1", tmp_path, config, f"http://127.0.0.1:{port}", log)
+    member.start()
+    try:
+        deadline = time.monotonic() + 30
+        while log.read_text().count("unreachable") < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert member.alive(), log.read_text()[-2000:]
+        status = member.status()
+        assert status is not None and status["role"] == "joining"
+    finally:
+        member.stop()
+    text = log.read_text()
+    assert "ZooKeeper 127.0.0.1:" in text and "retries in" in text, text[-2000:]
+    assert "Traceback" not in text
+    assert member.proc is not None and member.proc.returncode == 0
