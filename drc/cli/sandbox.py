@@ -39,7 +39,15 @@ def sandbox() -> None:
     is_flag=True,
     help="Make a private CA (DIR/tls/ca.crt) and have every MariaDB offer TLS signed by it.",
 )
-def up(directory: str, datacenters: int, tls: bool) -> None:
+@click.option(
+    "--replicators",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 9),
+    help="Also start this many replicator group members per datacenter (one leads, elected "
+    "in the sandbox ZooKeeper; the others follow). 0: none.",
+)
+def up(directory: str, datacenters: int, tls: bool, replicators: int) -> None:
     """Start the sandbox (servers already running are kept) and print its description.
 
     The description (also in DIR/sandbox.json, which holds the password) lists each server's
@@ -47,8 +55,9 @@ def up(directory: str, datacenters: int, tls: bool) -> None:
     ZooKeeper connect string.
     """
     description = Sandbox(directory).up(
-        datacenters, progress=lambda msg: click.echo(msg, err=True), tls=tls
-    )
+        datacenters, progress=lambda msg: click.echo(msg, err=True), tls=tls,
+        replicators=replicators,
+    )  # fmt: skip
     click.echo(description.to_json(reveal_password=False))
 
 
@@ -85,6 +94,10 @@ def status(directory: str, logs: bool) -> None:
     zk = description.zookeeper
     detail = answers["zookeeper"] if state["zookeeper"] else "STOPPED"
     click.echo(f"{'zookeeper':<10} {zk.connect:<16} pid {zk.pid:<8} {detail}")
+    for member in description.replicators:
+        name = f"{member.datacenter}/{member.member_id}"
+        alive = state[f"replicator {name}"]
+        click.echo(f"{name:<10} {member.url:<16} pid {member.pid:<8} {'' if alive else 'STOPPED'}")
     if logs:
         click.echo(log_tails(description))
     if not all(state.values()):

@@ -59,25 +59,34 @@ def load(raw: bytes | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def read_leader(client: KazooClient, path: str) -> dict[str, Any] | None:
+def _get(client: KazooClient, path: str, timeout_s: float) -> bytes:
+    """A node's data, waiting at most ``timeout_s`` (a plain get waits for a reconnect)."""
+    raw, _ = client.get_async(path).get(timeout=timeout_s)
+    return bytes(raw or b"")
+
+
+def read_leader(
+    client: KazooClient, path: str, timeout_s: float = RESOLVE_TIMEOUT_S
+) -> dict[str, Any] | None:
     try:
-        raw, _ = client.get(f"{path}/{LEADER}")
+        return load(_get(client, f"{path}/{LEADER}", timeout_s))
     except NoNodeError:
         return None
-    return load(raw)
 
 
-def read_members(client: KazooClient, path: str) -> dict[str, str]:
+def read_members(
+    client: KazooClient, path: str, timeout_s: float = RESOLVE_TIMEOUT_S
+) -> dict[str, str]:
     """Member id -> advertised URL, of the members registered now."""
     base = f"{path}/{MEMBERS}"
     try:
-        children = sorted(client.get_children(base))
+        children = sorted(client.get_children_async(base).get(timeout=timeout_s))
     except NoNodeError:
         return {}
     found = {}
     for child in children:
         try:
-            raw, _ = client.get(f"{base}/{child}")
+            raw = _get(client, f"{base}/{child}", timeout_s)
         except NoNodeError:
             continue
         url = load(raw).get("url")

@@ -118,6 +118,7 @@ class ZkGroup:
     def _state_changed(self, state: str) -> None:
         # Called on kazoo's thread: flags only, never a blocking call.
         if state == KazooState.LOST:
+            log.warning("ZooKeeper session of member %s ended", self.settings.member_id)
             self.lost.set()
             self.lease.revoke("its ZooKeeper session expired (or was closed)")
             self._release.set()
@@ -139,6 +140,11 @@ class ZkGroup:
         for thread in (self._election_thread, self._keepalive):
             if thread is not None:
                 thread.join(timeout=5)
+
+    @property
+    def _wait_s(self) -> float:
+        """How long a read waits for ZooKeeper before giving up (and being tried again)."""
+        return self.settings.session_timeout_s / 2
 
     @property
     def session_id(self) -> int | None:
@@ -227,11 +233,11 @@ class ZkGroup:
             time.sleep(0.5)
 
     def members(self) -> list[MemberInfo]:
-        found = discovery.read_members(self._client, self.settings.path)
+        found = discovery.read_members(self._client, self.settings.path, self._wait_s)
         return [MemberInfo(member, url) for member, url in found.items()]
 
     def leader(self) -> LeaderInfo | None:
-        data = discovery.read_leader(self._client, self.settings.path)
+        data = discovery.read_leader(self._client, self.settings.path, self._wait_s)
         if data is None:
             return None
         member, url, term = data.get("member"), data.get("url"), data.get("term")

@@ -6,6 +6,8 @@ Layout under the sandbox directory::
     DIR/dc1/                MariaDB of datacenter 1: data/, mysqld.sock, error.log
     DIR/dc2/ ...
     DIR/zookeeper/          zoo.cfg, data/, zookeeper.log
+    DIR/replicators/dcN/rK/ with ``up(replicators=N)``: member K of dcN's replicator group
+                            (drc.toml, buffer/, replicator.log; drc.sandbox.group)
     DIR/tls/                with ``up(tls=True)``: the sandbox's own CA (drc.sandbox.certs);
                             each dcN/ then holds server.crt/.key and its MariaDB offers TLS
 
@@ -16,6 +18,7 @@ line still names this sandbox, then waits for them to exit.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -24,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from drc.core.errors import SandboxError
-from drc.sandbox import certs, mariadb, zookeeper
+from drc.sandbox import certs, group, mariadb, zookeeper
+from drc.sandbox.group import MemberInfo
 from drc.sandbox.procs import free_port, pid_alive, stop_pid, tail
 
 DESCRIPTION_FILE = "sandbox.json"
@@ -71,6 +75,7 @@ class SandboxDescription:
     dir: str
     servers: tuple[ServerInfo, ...]
     zookeeper: ZooKeeperInfo
+    replicators: tuple[MemberInfo, ...] = ()  # `up --replicators N`: group members per DC
 
     def server(self, datacenter: str) -> ServerInfo:
         for info in self.servers:
@@ -92,11 +97,14 @@ class SandboxDescription:
             dir=data["dir"],
             servers=tuple(ServerInfo(**s) for s in data["servers"]),
             zookeeper=ZooKeeperInfo(**data["zookeeper"]),
+            replicators=tuple(MemberInfo(**m) for m in data.get("replicators", ())),
         )
 
     def logs(self) -> dict[str, Path]:
         logs = {f"mariadb {s.datacenter}": Path(s.error_log) for s in self.servers}
         logs["zookeeper"] = Path(self.zookeeper.log)
+        for member in self.replicators:
+            logs[f"replicator {member.datacenter}/{member.member_id}"] = Path(member.log)
         return logs
 
 
@@ -124,9 +132,12 @@ class Sandbox:
         datacenters: int = 2,
         progress: Callable[[str], None] = lambda _msg: None,
         tls: bool = False,
+        replicators: int = 0,
     ) -> SandboxDescription:
         """Start whatever of the N-datacenter sandbox is not running; return its description.
-        With ``tls`` every MariaDB offers TLS with a certificate of the sandbox's own CA."""
+        With ``tls`` every MariaDB offers TLS with a certificate of the sandbox's own CA.
+        ``replicators``: that many replicator group members per datacenter (drc.sandbox.group),
+        electing their leader in the sandbox ZooKeeper."""
         if datacenters < 1:
             raise SandboxError(f"--datacenters must be at least 1, got {datacenters}")
         previous = self.describe()
@@ -144,7 +155,35 @@ class Sandbox:
             progress(f"mariadb dc{number}: starting (or already running)")
             servers.append(self._server_up(number, known, password, ca))
             self._write(SandboxDescription(str(self.dir), tuple(servers), zk))
-        return SandboxDescription(str(self.dir), tuple(servers), zk)
+        members = self._replicators_up(
+            servers, zk, replicators, previous.replicators if previous else (), progress
+        )
+        description = SandboxDescription(str(self.dir), tuple(servers), zk, members)
+        self._write(description)
+        return description
+
+    def _replicators_up(
+        self,
+        servers: list[ServerInfo],
+        zk: ZooKeeperInfo,
+        count: int,
+        known: tuple[MemberInfo, ...],
+        progress: Callable[[str], None],
+    ) -> tuple[MemberInfo, ...]:
+        running = tuple(m for m in known if pid_alive(m.pid, m.marker))
+        if count == 0 or len(running) == count * len(servers):
+            return running
+        for member in running:  # a different shape: start the set again
+            stop_pid(member.pid, member.marker)
+        members: list[MemberInfo] = []
+        for server in servers:
+            progress(f"replicators {server.datacenter}: starting {count}")
+            members += group.start_members(
+                self.dir / "replicators", datacenter=server.datacenter, count=count,
+                source_host=server.host, source_port=server.port, user=server.user,
+                password=server.password, zookeeper=zk.connect,
+            )  # fmt: skip
+        return tuple(members)
 
     def _check_same_shape(self, previous: SandboxDescription, datacenters: int, tls: bool) -> None:
         if len(previous.servers) != datacenters:
@@ -214,7 +253,7 @@ class Sandbox:
         """Start the sandbox ZooKeeper again on its port with its data (no-op if it runs)."""
         description = self._require()
         zk = self._zookeeper_up(description.zookeeper)
-        self._write(SandboxDescription(description.dir, description.servers, zk))
+        self._write(dataclasses.replace(description, zookeeper=zk))
         return zk
 
     def _require(self) -> SandboxDescription:
@@ -229,7 +268,8 @@ class Sandbox:
         if description is None:
             return []
         stopped = []
-        targets = [(s.pid, s.marker) for s in description.servers]
+        targets = [(m.pid, m.marker) for m in description.replicators]  # first: they use the rest
+        targets += [(s.pid, s.marker) for s in description.servers]
         targets.append((description.zookeeper.pid, description.zookeeper.marker))
         for pid, marker in targets:
             if pid_alive(pid, marker):
@@ -245,6 +285,8 @@ class Sandbox:
         state = {f"mariadb {s.datacenter}": pid_alive(s.pid, s.marker) for s in description.servers}
         zk = description.zookeeper
         state["zookeeper"] = pid_alive(zk.pid, zk.marker)
+        for m in description.replicators:
+            state[f"replicator {m.datacenter}/{m.member_id}"] = pid_alive(m.pid, m.marker)
         return state
 
     def probe(self) -> dict[str, str]:
@@ -289,4 +331,6 @@ def log_tails(description: SandboxDescription, lines: int = 40) -> str:
     return "\n".join(parts)
 
 
-__all__ = ["Sandbox", "SandboxDescription", "ServerInfo", "ZooKeeperInfo", "log_tails"]
+__all__ = [
+    "MemberInfo", "Sandbox", "SandboxDescription", "ServerInfo", "ZooKeeperInfo", "log_tails",
+]  # fmt: skip
