@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -31,10 +32,11 @@ from tests.integration.group import (
     last_scn,
     records,
 )
-from tests.integration.servers import connect
+from tests.integration.servers import connect, fresh_database
 from tests.integration.test_apply_support import apply_process_config, apply_user
 
 SESSION_S = 2.0
+TABLE = "CREATE TABLE grp_db.t (id INT PRIMARY KEY, v VARCHAR(20))"
 
 
 def _position(server: ServerInfo) -> SCN:
@@ -59,14 +61,28 @@ def _writes(server: ServerInfo, db: str, stop: threading.Event, first: int = 1) 
     return done
 
 
+@contextmanager
+def _writing(group: Group, server: ServerInfo) -> Iterator[tuple[Member, list[int]]]:
+    """Once the group's leader captures, insert rows until the block ends; yields the leader
+    and the ids committed (complete after the block)."""
+    leader = group.wait_leader(30)
+    group.wait_started(leader)
+    stop = threading.Event()
+    committed: list[int] = []
+    writer = threading.Thread(
+        target=lambda: committed.extend(_writes(server, "grp_db", stop)), daemon=True
+    )
+    writer.start()
+    try:
+        yield leader, committed
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+
+
 @pytest.fixture
 def group(sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path) -> Iterator[Group]:
-    conn = connect(dc1)
-    with conn.cursor() as cur:
-        cur.execute("DROP DATABASE IF EXISTS grp_db")
-        cur.execute("CREATE DATABASE grp_db")
-        cur.execute("CREATE TABLE grp_db.t (id INT PRIMARY KEY, v VARCHAR(20))")
-    conn.close()
+    fresh_database(dc1, "grp_db", TABLE)
     made = Group.create(sandbox, dc1, tmp_path, 3, SESSION_S, name=f"grp{time.time_ns() % 10**9}")
     made.start()
     try:
@@ -105,16 +121,8 @@ def _inserted_ids(buffer_dir: Path, db: str) -> list[int]:
 def _kill_leaders(group: Group, server: ServerInfo, kills: int) -> tuple[list[int], list[float]]:
     """kill -9 the leader ``kills`` times under writes, restarting each killed member; the
     ids committed and each failover's time (kill to a new leader's status)."""
-    leader = group.wait_leader(30)
-    group.wait_started(leader)
-    stop = threading.Event()
-    committed: list[int] = []
-    writer = threading.Thread(
-        target=lambda: committed.extend(_writes(server, "grp_db", stop)), daemon=True
-    )
-    writer.start()
     failovers = []
-    try:
+    with _writing(group, server) as (leader, committed):
         for _ in range(kills):
             time.sleep(1.5)
             killed_at = time.monotonic()
@@ -125,9 +133,6 @@ def _kill_leaders(group: Group, server: ServerInfo, kills: int) -> tuple[list[in
                 if not member.alive():
                     member.start()
         time.sleep(1.0)
-    finally:
-        stop.set()
-        writer.join(timeout=30)
     group.wait_leader(30)
     group.wait_caught_up(_position(server))
     return committed, failovers
@@ -190,15 +195,7 @@ def _files(directory: Path) -> dict[str, bytes]:
 def test_a_paused_leader_woken_after_a_new_election_never_appends_again(
     group: Group, dc1: ServerInfo
 ) -> None:
-    leader = group.wait_leader(30)
-    group.wait_started(leader)
-    stop = threading.Event()
-    committed: list[int] = []
-    writer = threading.Thread(
-        target=lambda: committed.extend(_writes(dc1, "grp_db", stop)), daemon=True
-    )
-    writer.start()
-    try:
+    with _writing(group, dc1) as (leader, committed):
         time.sleep(1.0)
         leader.signal(signal.SIGSTOP)
         frozen = _files(leader.buffer_dir)
@@ -212,9 +209,6 @@ def test_a_paused_leader_woken_after_a_new_election_never_appends_again(
         assert leader.proc is not None
         leader.proc.wait(timeout=30 + 3 * SESSION_S)  # it stops by itself
         time.sleep(1.0)
-    finally:
-        stop.set()
-        writer.join(timeout=30)
     assert leader.proc.returncode != 0
     assert _files(leader.buffer_dir) == frozen, "the old leader's buffer files are unchanged"
     assert "never appends again" in leader.log.read_text()
@@ -229,16 +223,8 @@ def test_a_paused_leader_woken_after_a_new_election_never_appends_again(
 def test_zookeeper_down_for_twice_the_session_timeout_loses_and_repeats_nothing(
     sandbox: SandboxDescription, group: Group, dc1: ServerInfo
 ) -> None:
-    leader = group.wait_leader(30)
-    group.wait_started(leader)
     box = Sandbox(sandbox.dir)
-    stop = threading.Event()
-    committed: list[int] = []
-    writer = threading.Thread(
-        target=lambda: committed.extend(_writes(dc1, "grp_db", stop)), daemon=True
-    )
-    writer.start()
-    try:
+    with _writing(group, dc1) as (_leader, committed):
         time.sleep(1.0)
         box.zookeeper_stop()
         try:
@@ -251,9 +237,6 @@ def test_zookeeper_down_for_twice_the_session_timeout_loses_and_repeats_nothing(
             box.zookeeper_start()
         group.wait_leader(60)
         time.sleep(1.0)
-    finally:
-        stop.set()
-        writer.join(timeout=30)
     group.wait_caught_up(_position(dc1))
     leaders = [r for r in group.roles().values() if r == "leader"]
     assert len(leaders) == 1, group.roles()
@@ -286,12 +269,7 @@ def test_ten_leader_kills_under_writes_the_other_datacenter_ends_equal(
     sandbox: SandboxDescription, group: Group, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
 ) -> None:
     apply_user(dc2)
-    conn = connect(dc2)
-    with conn.cursor() as cur:
-        cur.execute("DROP DATABASE IF EXISTS grp_db")
-        cur.execute("CREATE DATABASE grp_db")
-        cur.execute("CREATE TABLE grp_db.t (id INT PRIMARY KEY, v VARCHAR(20))")
-    conn.close()
+    fresh_database(dc2, "grp_db", TABLE)
     url = f"zk://{sandbox.zookeeper.connect}/drc-sandbox/{group.datacenter}"
     config = apply_process_config(tmp_path, dc2, url, "grp", ["grp_db.*"], max_commit_delay_ms=20)
     log = tmp_path / "apply.log"
