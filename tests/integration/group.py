@@ -134,6 +134,16 @@ class Group:
             time.sleep(0.1)
         raise AssertionError(f"no single leader after {timeout}s: {self.roles()}\n{self.logs()}")
 
+    def wait_roles(self, expected: list[str], timeout: float = 30.0) -> None:
+        """Until the live members' roles, sorted, are ``expected``."""
+        deadline = time.monotonic() + timeout
+        roles = self.roles()
+        while sorted(r or "" for r in roles.values()) != expected:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"roles {roles}, expected {expected}\n{self.logs()}")
+            time.sleep(0.2)
+            roles = self.roles()
+
     def wait_started(self, leader: Member, timeout: float = 30.0) -> None:
         """Until the leader has fixed its start position (capture is under way)."""
         deadline = time.monotonic() + timeout

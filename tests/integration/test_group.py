@@ -94,8 +94,7 @@ def group(sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path) -> Itera
 def test_one_leader_and_followers_hold_the_same_bytes(group: Group, dc1: ServerInfo) -> None:
     leader = group.wait_leader(30)
     group.wait_started(leader)
-    roles = group.roles()
-    assert sorted(r or "" for r in roles.values()) == ["follower", "follower", "leader"], roles
+    group.wait_roles(["follower", "follower", "leader"])
     stop = threading.Event()
     timer = threading.Timer(2.0, stop.set)
     timer.start()
@@ -261,7 +260,7 @@ def test_a_second_member_with_the_same_id_or_another_datacenters_source_is_refus
         text = member.log.read_text()
         assert says in text, text[-2000:]
         assert "Traceback" not in text
-    assert sorted(r or "" for r in group.roles().values()) == ["follower", "follower", "leader"]
+    group.wait_roles(["follower", "follower", "leader"])
 
 
 @pytest.mark.slow
