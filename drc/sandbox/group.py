@@ -51,6 +51,7 @@ def member_config(
     zookeeper: str,
     port: int,
     session_timeout_s: float = SESSION_TIMEOUT_S,
+    start_from: str = "current",
     extra: str = "",
 ) -> Path:
     """Write a member's config (and its password file) under ``base``; returns its path."""
@@ -73,7 +74,7 @@ replica_server_id = {_replica_server_id(datacenter, member_id)}
 
 [replicator]
 buffer_dir = {q(str(base / "buffer"))}
-start_from = "current"
+start_from = {q(start_from)}
 commit_max_ms = 20
 
 [api]
