@@ -261,6 +261,7 @@ class GroupConfig(_Model):
     # The pull API URL the other members and readers use to reach this one.
     advertise_url: str = Field(min_length=1, pattern=r"^https?://")
     connect_retry_s: float = Field(2.0, gt=0, le=60.0)  # ZooKeeper unreachable: wait, try again
+    tls_ca: Path | None = None  # CA of the members' https:// API certificates (else the system's)
 
     def group_path(self, datacenter: str) -> str:
         return f"{self.path.rstrip('/')}/{datacenter}"

@@ -29,6 +29,7 @@ from drc.replicator.group import GroupSettings
 from drc.replicator.member import GroupMemberRunner
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, inspect_source
+from drc.tls import https_context
 
 METASTORE_FILE = "metastore.sqlite3"
 
@@ -148,6 +149,9 @@ def build_member(
     )
     tokens = config.api.secrets()
     source = source_settings(config)
+    verify: Any = True
+    if group.tls_ca is not None:
+        verify = https_context(group.tls_ca, names=("group.tls_ca", "", ""))
     return GroupMemberRunner(
         settings,
         replicator,
@@ -155,6 +159,7 @@ def build_member(
         metastore,
         tokens[0] if tokens else None,
         lambda: inspect_source(source).server_id,
+        verify=verify,
     )
 
 

@@ -48,13 +48,14 @@ class GroupMemberRunner:
         token: str | None,
         source_server_id: Callable[[], int | None],
         clock: Callable[[], float] = time.monotonic,
+        verify: Any = True,
     ) -> None:
         self.settings = settings
         self._replicator = replicator
         self._buffer = buffer
         self._source_server_id = source_server_id
         self._clock = clock
-        self._client = http.make_client(token)
+        self._client = http.make_client(token, verify=verify)
         self._copier = Copier(buffer, metastore, self._client, token)
         self.role = "joining"
         self.leader: LeaderInfo | None = None
@@ -65,11 +66,13 @@ class GroupMemberRunner:
         """The group part of /v1/status (and the term header of pulls)."""
         group = self._group
         lease_ok = None
-        if group is not None and self.role == "leader":
+        role = self.role
+        if group is not None and role == "leader":
             lease_ok = group.lease.valid(self._clock())
+            role = role if lease_ok else "leader (paused)"  # never shown as leader unfenced
         leader = self.leader
         return {
-            "role": self.role,
+            "role": role,
             "member_id": self.settings.member_id,
             "term": self._buffer.term_file.term,
             "leader": None if leader is None else {"member": leader.member_id, "url": leader.url},
