@@ -172,6 +172,8 @@ class ZkGroup:
     def check_source(self, server_id: int | None) -> None:
         """GroupConfigError if this member's source is not the group's (another datacenter's
         server, say). ``None``: the source could not be asked; checked again at election."""
+        # TODO(srcfail): with source failover the group's server_id changes on a switch; the
+        # leader must record the new one (record_source) when capture moves there.
         recorded = self.source_server_id()
         if server_id is None or recorded is None or recorded == server_id:
             return
@@ -180,8 +182,6 @@ class ZkGroup:
             f"{self.settings.path} reads server_id {recorded}: is this member pointed at another "
             "datacenter's source? Every member of a group must read the same source"
         )
-        # TODO(srcfail): a planned source switch changes the group's server_id; the leader
-        # records the new one when capture moves there.
 
     def source_server_id(self) -> int | None:
         try:
