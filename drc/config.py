@@ -151,7 +151,8 @@ class ChannelConfig(_Model):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     origin: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")  # the remote datacenter
-    remote: tuple[str, ...] = Field(min_length=1)  # API URLs of the remote replicator group
+    # API URLs of the remote replicator group, or zk://HOSTS/PATH/DC (drc.client.discovery)
+    remote: tuple[str, ...] = Field(min_length=1)
     token: SecretStr | None = None
     token_file: Path | None = None
     tables: tuple[str, ...] = ()
@@ -189,7 +190,7 @@ class ChannelConfig(_Model):
     def _usable_tls(self) -> ChannelConfig:
         given = [k for k in ("tls_ca", "tls_cert", "tls_key") if getattr(self, k) is not None]
         given += [] if self.tls_verify else ["tls_verify"]
-        if given and not any(url.lower().startswith("https://") for url in self.remote):
+        if given and not any(url.lower().startswith(("https://", "zk://")) for url in self.remote):
             raise ValueError(f"{', '.join(given)} only apply to https:// remote URLs")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("give both tls_cert and tls_key (a client certificate needs its key)")
@@ -304,6 +305,25 @@ class ApiConfig(_Model):
         return found
 
 
+class GroupConfig(_Model):
+    """This replicator's place in its datacenter's replicator group (drc.replicator.group).
+
+    Without a [group] section the process is the datacenter's only replicator and always leads.
+    """
+
+    zookeeper: str = Field(min_length=1)  # "host:port,host:port" of this datacenter's ensemble
+    path: str = Field("/drc", pattern=r"^/[A-Za-z0-9_./-]*$")  # + "/<datacenter>" is the group
+    member_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    session_timeout_s: float = Field(6.0, ge=1.0, le=60.0)
+    # The pull API URL the other members and readers use to reach this one.
+    advertise_url: str = Field(min_length=1, pattern=r"^https?://")
+    connect_retry_s: float = Field(2.0, gt=0, le=60.0)  # ZooKeeper unreachable: wait, try again
+    tls_ca: Path | None = None  # CA of the members' https:// API certificates (else the system's)
+
+    def group_path(self, datacenter: str) -> str:
+        return f"{self.path.rstrip('/')}/{datacenter}"
+
+
 ConflictPolicyName = Literal["lww", "resolver", "overwrite", "keep", "off"]
 
 
@@ -362,6 +382,7 @@ class DrcConfig(_Model):
     target: TargetConfig | None = None
     channels: tuple[ChannelConfig, ...] = ()
     conflicts: ConflictsConfig = ConflictsConfig()
+    group: GroupConfig | None = None
 
     @model_validator(mode="after")
     def _unique_channels(self) -> DrcConfig:

@@ -56,7 +56,8 @@ class Node:
         if self.role in ("all", "replicator"):
             self.service = build_replicator(self.config)
             try:
-                self.service.replicator.prepare()
+                if self.service.group is None:  # a group's leader fixes the start when elected
+                    self.service.replicator.prepare()
             except RetriableError as exc:  # source down: capture retries and starts later
                 log.warning("source not reachable yet: %s", exc)
             self.service.start_api()

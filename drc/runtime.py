@@ -21,13 +21,17 @@ from drc.apply.sink import TargetSession
 from drc.apply.trigger_guard import LocalTriggerGuard
 from drc.client.peers import Peer, PeerStatus
 from drc.config import DrcConfig
-from drc.core.errors import ConfigError
+from drc.core.errors import ConfigError, RetriableError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.assembler import FragmentLimits
 from drc.replicator.backfill import BinlogBackfill
+from drc.replicator.fencing import FencedMetaStore, GroupBuffer
+from drc.replicator.group import GroupSettings
+from drc.replicator.member import GroupMemberRunner
 from drc.replicator.replicator import CaptureOptions, Replicator
-from drc.replicator.source import SourceSettings
+from drc.replicator.source import SourceSettings, inspect_source
+from drc.tls import https_context
 
 METASTORE_FILE = "metastore.sqlite3"
 
@@ -37,7 +41,7 @@ class ReplicatorService:
     """A replicator, its buffer and metastore, and the pull API serving that buffer."""
 
     replicator: Replicator
-    buffer: EventBuffer
+    buffer: EventBuffer | GroupBuffer
     metastore: MetaStore
     config: DrcConfig | None = None
     api: ApiServer | None = None
@@ -48,11 +52,16 @@ class ReplicatorService:
     channels: Callable[[], list[dict[str, Any]]] | None = None
     trigger_guard: LocalTriggerGuard | None = None  # guards triggers created here
     desk: ChannelDesk | None = None  # channel control (set by the node when it runs channels)
+    group: GroupMemberRunner | None = None  # with [group]: follows or leads (and captures)
 
     def run_capture(self, stop: threading.Event) -> None:
-        """Capture until ``stop``; a fatal error is kept (the API reports it) and re-raised."""
+        """Capture (or, in a group, follow or lead) until ``stop``; a fatal error is kept (the
+        API reports it) and re-raised."""
         try:
-            self.replicator.run(stop)
+            if self.group is not None:
+                self.group.run(stop)
+            else:
+                self.replicator.run(stop)
         except BaseException as exc:
             self.failure = exc
             raise
@@ -106,7 +115,10 @@ def open_buffer(config: DrcConfig) -> EventBuffer:
 def build_replicator(config: DrcConfig) -> ReplicatorService:
     rep = config.replicator
     Path(rep.buffer_dir).mkdir(parents=True, exist_ok=True)
-    buffer = open_buffer(config)
+    buffer: EventBuffer | GroupBuffer
+    buffer = (
+        open_buffer(config) if config.group is None else GroupBuffer(lambda: open_buffer(config))
+    )
     metastore = MetaStore.open(Path(rep.buffer_dir) / METASTORE_FILE)
     options = CaptureOptions(
         capture=rep.capture_filter(),
@@ -115,13 +127,61 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
         commit_max_ms=rep.commit_max_ms,
         spill_dir=Path(rep.buffer_dir),
     )
-    replicator = Replicator(source_settings(config), buffer, metastore, options)
+    writes = (
+        metastore if not isinstance(buffer, GroupBuffer) else FencedMetaStore(metastore, buffer)
+    )
+    replicator = Replicator(source_settings(config), buffer, writes, options)
     service = ReplicatorService(replicator, buffer, metastore, config)
+    if isinstance(buffer, GroupBuffer):
+        service.group = build_member(config, replicator, buffer, writes)
     if guards_local_triggers(config):
         settings = target_settings(config.target_or_source())
         service.trigger_guard = LocalTriggerGuard(lambda: TargetSession(settings), replicator.stats)
         replicator.set_local_ddl(service.trigger_guard.submit)
     return service
+
+
+def build_member(
+    config: DrcConfig, replicator: Replicator, buffer: GroupBuffer, metastore: Any
+) -> GroupMemberRunner:
+    group = config.group
+    assert group is not None
+    settings = GroupSettings(
+        hosts=group.zookeeper,
+        path=group.group_path(config.datacenter.name),
+        member_id=group.member_id,
+        datacenter=config.datacenter.name,
+        advertise_url=group.advertise_url.rstrip("/"),
+        session_timeout_s=group.session_timeout_s,
+        connect_retry_s=group.connect_retry_s,
+    )
+    tokens = config.api.secrets()
+    source = source_settings(config)
+    verify: Any = True
+    if group.tls_ca is not None:
+        verify = https_context(group.tls_ca, names=("group.tls_ca", "", ""))
+    return GroupMemberRunner(
+        settings,
+        replicator,
+        buffer,
+        metastore,
+        tokens[0] if tokens else None,
+        lambda: _first_source_server_id(source),
+        verify=verify,
+    )
+
+
+def _first_source_server_id(sources: list[SourceSettings]) -> int:
+    """The server_id of the first listed source that answers (the group's identity check).
+    TODO: after a source failover the group's recorded server_id is not updated yet."""
+    failure: Exception | None = None
+    for settings in sources:
+        try:
+            return inspect_source(settings).server_id
+        except RetriableError as exc:
+            failure = exc
+    assert failure is not None
+    raise failure
 
 
 def guards_local_triggers(config: DrcConfig) -> bool:
@@ -167,6 +227,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         admin_tokens=admins,
         desk=lambda: service.desk,
         back_to_source=BinlogBackfill(service.replicator),
+        group=None if service.group is None else service.group.status,
     )
     return ApiServer(
         create_app(deps),

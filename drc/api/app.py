@@ -9,6 +9,7 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
     GET /v1/segments[?after=S][&to=S]             the buffer's segments: SCN range, size, sha256
     GET /v1/segments/{name}                       one segment's bytes, with Range (resumable)
+    GET /v1/history?after=S&upto=U                schema history entries (group followers)
     GET /metrics                                  Prometheus text format
     GET /v1/peers                                 the remote replicators the channels pull from
     GET /ui                                       the status page (open; its data needs a token)
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from drc.api import control, errors, events, health, schema, segments, status, ui
+from drc.api import control, errors, events, health, history, schema, segments, status, ui
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 from drc.eventbuffer.export import Checksums
@@ -43,7 +44,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     app.state.commits = CommitSignal(deps.buffer, deps.stop)
     app.state.segment_sums = Checksums()
     errors.install(app)
-    for module in (events, status, schema, segments, health, ui, control):
+    for module in (events, status, schema, history, segments, health, ui, control):
         app.include_router(module.router)
     app.include_router(health.open_router)
     app.include_router(ui.open_router)

@@ -63,6 +63,8 @@ class ApiDeps:
     datacenter: str = ""
     source: str = ""  # host:port, never credentials
     role: str = "leader"
+    # In a replicator group (drc.replicator.member): the live role and group state.
+    group: Callable[[], dict[str, Any]] | None = None
     limits: ServerLimits = field(default_factory=ServerLimits)
     tokens: tuple[str, ...] = ()
     capture_stats: Callable[[], Any] | None = None

@@ -138,4 +138,7 @@ def _response(deps: ApiDeps, batch: Batch, records: bool) -> Response:
     body = render_records(batch) if records else render_json(batch)
     deps.metrics.served(len(batch.items), sum(len(item.record()) for item in batch.items))
     media = wire.MEDIA_RECORDS if records else wire.MEDIA_JSON
-    return Response(body, media_type=media, headers=batch_headers(batch))
+    headers = batch_headers(batch)
+    if deps.group is not None:
+        headers[wire.HEADER_TERM] = str(deps.group()["term"])
+    return Response(body, media_type=media, headers=headers)

@@ -58,8 +58,10 @@ def status(deps: ApiDeps) -> dict[str, Any]:
     buffer = buffer_status(deps.buffer)
     position = getattr(stats, "source_position", None)
     failure = deps.capture_failure() if deps.capture_failure is not None else None
+    group = deps.group() if deps.group is not None else None
     return {
-        "role": deps.role,
+        "role": deps.role if group is None else group["role"],
+        "group": group,
         "datacenter": deps.datacenter,
         "source": deps.source,
         "buffer": buffer,

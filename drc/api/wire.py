@@ -43,6 +43,7 @@ PATH_STATUS = "/v1/status"
 PATH_POSITION = "/v1/position"  # ?at_ms=T: the SCN to replay after, from a time
 PATH_SCHEMA = "/v1/schema"  # + /{db}/{table}?scn=S
 PATH_SEGMENTS = "/v1/segments"  # [?after=S][&to=S]; + /{name}: one segment's bytes (Range)
+PATH_HISTORY = "/v1/history"  # ?after=S&upto=U: metastore entries, for group followers
 PATH_METRICS = "/metrics"
 PATH_HEALTH = "/healthz"
 PATH_PEERS = "/v1/peers"
@@ -56,6 +57,9 @@ HEADER_EPOCH = "X-DRC-Epoch"
 HEADER_NEXT = "X-DRC-Next"
 HEADER_NEWEST = "X-DRC-Newest"
 HEADER_COUNT = "X-DRC-Count"
+# The leadership term of the replicator group under which the serving member's buffer was
+# last written (drc.core.term); absent when the replicator runs without a group.
+HEADER_TERM = "X-DRC-Term"
 
 # Query parameters of GET /v1/events.
 PARAM_AFTER = "after"

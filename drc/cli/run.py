@@ -32,6 +32,8 @@ def setup_logging() -> None:
     # Per-request and per-connection chatter: every long poll would log a line.
     for noisy in ("pymysqlreplication", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # kazoo warns at every reconnect attempt; drc.replicator.group says what matters once.
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
 def run_node(config_path: str, role: str, progress_every: float) -> None:

@@ -52,7 +52,17 @@ def sandbox() -> None:
     is_flag=True,
     help="Also run a Spark standalone master and worker (from the pyspark package).",
 )
-def up(directory: str, datacenters: int, tls: bool, replica: bool, with_spark: bool) -> None:
+@click.option(
+    "--replicators",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 9),
+    help="Also start this many replicator group members per datacenter (one leads, elected "
+    "in the sandbox ZooKeeper; the others follow). 0: none.",
+)
+def up(
+    directory: str, datacenters: int, tls: bool, replica: bool, with_spark: bool, replicators: int
+) -> None:
     """Start the sandbox (servers already running are kept) and print its description.
 
     The description (also in DIR/sandbox.json, which holds the password) lists each server's
@@ -66,6 +76,7 @@ def up(directory: str, datacenters: int, tls: bool, replica: bool, with_spark: b
         tls=tls,
         with_spark=with_spark,
         replica=replica,
+        replicators=replicators,
     )
     click.echo(description.to_json(reveal_password=False))
 
@@ -107,7 +118,26 @@ def status(directory: str, logs: bool) -> None:
         if not state["spark worker"]:
             detail += " (worker STOPPED)"
         click.echo(f"{'spark':<10} {sp.master_url:<16} pid {sp.master_pid:<8} {detail}")
+    for member in description.replicators:
+        name = f"{member.datacenter}/{member.member_id}"
+        alive = state[f"replicator {name}"]
+        click.echo(f"{name:<10} {member.url:<16} pid {member.pid:<8} {'' if alive else 'STOPPED'}")
     if logs:
         click.echo(log_tails(description))
     if not all(state.values()):
         sys.exit(1)
+
+
+@sandbox.command()
+@dir_option
+@click.argument("action", type=click.Choice(["stop", "start"]))
+def zookeeper(directory: str, action: str) -> None:
+    """Stop or start the sandbox's ZooKeeper (data kept), e.g. to watch a group ride out an
+    outage: the leader stops appending, readers keep reading, the group recovers."""
+    box = Sandbox(directory)
+    if action == "stop":
+        box.zookeeper_stop()
+        click.echo("zookeeper stopped")
+    else:
+        zk = box.zookeeper_start()
+        click.echo(f"zookeeper running on {zk.connect} (pid {zk.pid})")

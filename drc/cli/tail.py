@@ -28,7 +28,8 @@ _api = click.option(
     multiple=True,
     required=True,
     metavar="URL",
-    help="Replicator API base URL, e.g. http://dc1:8640; repeat for failover across a group.",
+    help="Replicator API base URL, e.g. http://dc1:8640, or a group's zk://HOST:PORT/PATH/DC; "
+    "repeat for failover across a group.",
 )
 _token = click.option(
     "--token",
@@ -167,9 +168,12 @@ def status(
 ) -> None:
     """Show each replicator's role, datacenter, source, buffer SCN range and lag."""
     from drc.client import fetch_status
+    from drc.client.discovery import expand, is_group
 
-    for url in urls:
+    for url in expand(urls):
         with _client_errors():
+            if is_group(url):
+                raise ValueError(f"{url}: its ZooKeeper names no replicator (or does not answer)")
             doc = fetch_status(url, token, transport=TRANSPORT, ca=ca, cert=cert, key=key)
         if fmt == "json":
             click.echo(json.dumps(doc, indent=2, sort_keys=True))

@@ -20,6 +20,9 @@ Failover and backoff (kazoo's KazooRetry shape, with injected sleep)::
                        passes, pausing backoff_initial after each empty answer; so a channel
                        keeps up (lag about backoff_initial) while long polls are refused
 
+``zk://`` entries (drc.client.discovery) are resolved to the group's members, leader first,
+at the start and again after every round in which no URL answered.
+
 Pages are checked against the contract before they are returned: transactions after the
 requested SCN, in SCN order, fragments of one SCN in order and complete within the page, and
 ``next`` not behind them. A page that breaks it raises ProtocolError rather than risking a gap.
@@ -35,7 +38,7 @@ from collections.abc import Callable, Sequence
 import httpx
 
 from drc.api import wire
-from drc.client import http
+from drc.client import discovery, http
 from drc.client.errors import BufferRebuiltError, PositionTooOldError, ProtocolError
 from drc.core.scn import SCN
 
@@ -64,7 +67,8 @@ class Fetcher:
         sleep: Callable[[float], None] | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.urls = tuple(urls)
+        self._specs = tuple(urls)
+        self.urls = discovery.expand(urls) if self._groups else self._specs
         self._client = client
         self._params = params
         self._token = token
@@ -106,6 +110,21 @@ class Fetcher:
                     raise _too_old_error(after, too_old)
                 self._pause(delay, cancelled)
                 delay, failed_in_round, too_old = min(delay * 2, self._backoff[1]), 0, {}
+                self._rediscover()
+
+    @property
+    def _groups(self) -> bool:
+        return any(discovery.is_group(url) for url in self._specs)
+
+    def _rediscover(self) -> None:
+        """Ask the groups' ZooKeeper again who the members are (leader first)."""
+        if not self._groups:
+            return
+        urls = discovery.expand(self._specs)
+        with self._lock:
+            if urls != self.urls:
+                log.info("replicator group now: %s", ", ".join(urls))
+                self.urls, self._current = urls, 0
 
     def forget_epochs(self) -> None:
         with self._lock:
@@ -116,6 +135,8 @@ class Fetcher:
             return self._epochs.get(url)
 
     def _try(self, url: str, after: SCN, cancelled: threading.Event) -> http.Page:
+        if discovery.is_group(url):
+            raise http.Transient(f"no member of the group {url} found in its ZooKeeper yet")
         for _ in range(2):  # a second pass only after forgetting a rebuilt buffer's epoch
             expected = self.epoch(url)
             params = dict(self._params, **{wire.PARAM_AFTER: str(after)})

@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 
 from drc.api import wire
-from drc.client import http
+from drc.client import discovery, http
 from drc.client.checkpoint import CheckpointStore
 from drc.client.errors import AckError, ApiUnavailableError
 from drc.client.fetcher import ON_REBUILD, Cancelled, Fetcher
@@ -308,9 +308,16 @@ def _check_args(
 ) -> tuple[str, ...]:
     listed = (urls,) if isinstance(urls, str) else tuple(urls)
     if not listed or not all(
-        isinstance(u, str) and u.startswith(("http://", "https://")) for u in listed
+        isinstance(u, str) and u.startswith(("http://", "https://", discovery.SCHEME))
+        for u in listed
     ):
-        raise ValueError(f"urls must be one or more http(s):// URLs, got {listed!r}")
+        raise ValueError(
+            f"urls must be one or more http(s):// URLs or zk://HOSTS/PATH group URLs, "
+            f"got {listed!r}"
+        )
+    for url in listed:
+        if discovery.is_group(url):
+            discovery.split(url)  # a malformed group URL fails here
     if tables is not None:
         TableFilter.parse_list(tables)  # a bad pattern fails here, not at the first request
     if max_events < 1 or max_bytes < 1 or wait_ms < wire.WAIT_NONE:

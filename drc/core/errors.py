@@ -167,3 +167,13 @@ def shown(text: str, limit: int = SHOWN_CHARS) -> str:
     if len(text) > limit:
         return repr(text[:limit]) + f"... ({len(text)} chars)"
     return repr(text)
+
+
+class FencedError(FatalError):
+    """An append refused by replicator-group fencing: this member may no longer lead (its
+    lease ran out or a newer term exists), or records came from a deposed leader's term."""
+
+
+class GroupConfigError(FatalError):
+    """A replicator group member that must not join: its identity is taken, or it belongs to
+    another datacenter or source; the message says which and what to change."""

@@ -322,6 +322,12 @@ class EventBuffer:
         return None if view.oldest_servable == SCN.ZERO else view.oldest_servable
 
     @property
+    def uncommitted(self) -> bool:
+        """Writer: records were appended since the last commit (close drops them)."""
+        writer = self._require_writer()
+        return writer.records != writer.committed.records
+
+    @property
     def oldest_servable(self) -> SCN:
         """The oldest SCN a reader may read after (prev_scn of the oldest segment)."""
         return self._current().oldest_servable

@@ -97,6 +97,18 @@ class HistoryEntry:
     statement: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class RawEntry:
+    """One stored history row, for copying between group members (columns as stored JSON)."""
+
+    db: str
+    tbl: str
+    scn: SCN
+    kind: str
+    columns: str | None
+    statement: str | None
+
+
 class MetaStore:
     """Schema history by SCN in one SQLite file; create with :meth:`open`."""
 
@@ -260,7 +272,41 @@ class MetaStore:
             if kind == ddl.RENAME_TO and carried is not None:
                 self._insert(conn, db, tbl, scn, "schema", carried, None)
 
+    def import_entries(self, entries: Sequence[RawEntry]) -> int:
+        """Add another member's entries (from :meth:`entries_between`) exactly as they are,
+        skipping any already held; returns how many were added. Followers copy the leader's
+        history this way, so every member answers every schema question alike."""
+        added = 0
+        with self._writing("copy history") as conn:
+            for e in entries:
+                found = conn.execute(
+                    "SELECT 1 FROM history WHERE db = ? AND tbl = ? AND scn = ? AND kind = ?"
+                    " AND columns IS ? AND statement IS ?",
+                    (e.db, e.tbl, e.scn.to_bytes(), e.kind, e.columns, e.statement),
+                ).fetchone()
+                if found is None:
+                    conn.execute(
+                        "INSERT INTO history (db, tbl, scn, kind, columns, statement)"
+                        " VALUES (?,?,?,?,?,?)",
+                        (e.db, e.tbl, e.scn.to_bytes(), e.kind, e.columns, e.statement),
+                    )
+                    added += 1
+        return added
+
     # -- reads -------------------------------------------------------------------------------
+
+    def entries_between(self, after: SCN, upto: SCN) -> list[RawEntry]:
+        """Every entry at an SCN in (``after``, ``upto``], as stored, in recording order."""
+        with self._reading("read history") as conn:
+            rows = conn.execute(
+                "SELECT db, tbl, scn, kind, columns, statement FROM history"
+                " WHERE scn > ? AND scn <= ? ORDER BY id",
+                (_high(after), _high(upto)),
+            ).fetchall()
+        return [
+            RawEntry(db, tbl, SCN.from_bytes(scn), kind, c, st)
+            for db, tbl, scn, kind, c, st in rows
+        ]
 
     def schema_at(self, schema: str, table: str, scn: SCN) -> TableSchema | None:
         """The schema in force at ``scn``: newest recorded at an SCN <= scn; None if unknown

@@ -9,6 +9,8 @@ Layout under the sandbox directory::
                             (server_id 100 + N, dc N's GTID domain, log_slave_updates, read_only),
                             whose binlog holds the same GTIDs: a failover target for tests
     DIR/zookeeper/          zoo.cfg, data/, zookeeper.log
+    DIR/replicators/dcN/rK/ with ``up(replicators=N)``: member K of dcN's replicator group
+                            (drc.toml, buffer/, replicator.log; drc.sandbox.group)
     DIR/tls/                with ``up(tls=True)``: the sandbox's own CA (drc.sandbox.certs);
                             each dcN/ then holds server.crt/.key and its MariaDB offers TLS
     DIR/spark/              with ``up(spark=True)``: a Spark standalone master and worker
@@ -21,6 +23,7 @@ line still names this sandbox, then waits for them to exit.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -29,7 +32,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from drc.core.errors import SandboxError
-from drc.sandbox import certs, mariadb, spark, zookeeper
+from drc.sandbox import certs, group, mariadb, spark, zookeeper
+from drc.sandbox.group import MemberInfo
 from drc.sandbox.procs import free_port, pid_alive, stop_pid, tail
 from drc.sandbox.spark import SparkInfo
 
@@ -80,6 +84,7 @@ class SandboxDescription:
     zookeeper: ZooKeeperInfo
     replicas: tuple[ServerInfo, ...] = ()  # one per datacenter with ``up(replica=True)``
     spark: SparkInfo | None = None
+    replicators: tuple[MemberInfo, ...] = ()  # `up --replicators N`: group members per DC
 
     def server(self, datacenter: str) -> ServerInfo:
         for info in self.servers:
@@ -111,6 +116,7 @@ class SandboxDescription:
             zookeeper=ZooKeeperInfo(**data["zookeeper"]),
             spark=SparkInfo(**data["spark"]) if data.get("spark") else None,
             replicas=tuple(ServerInfo(**s) for s in data.get("replicas", ())),
+            replicators=tuple(MemberInfo(**m) for m in data.get("replicators", ())),
         )
 
     def all_servers(self) -> tuple[tuple[str, ServerInfo], ...]:
@@ -126,6 +132,8 @@ class SandboxDescription:
         if self.spark is not None:
             logs["spark master"] = Path(self.spark.master_log)
             logs["spark worker"] = Path(self.spark.worker_log)
+        for member in self.replicators:
+            logs[f"replicator {member.datacenter}/{member.member_id}"] = Path(member.log)
         return logs
 
 
@@ -155,11 +163,14 @@ class Sandbox:
         tls: bool = False,
         with_spark: bool = False,
         replica: bool = False,
+        replicators: int = 0,
     ) -> SandboxDescription:
         """Start whatever of the N-datacenter sandbox is not running; return its description.
         With ``tls`` every MariaDB offers TLS with a certificate of the sandbox's own CA; with
         ``replica`` each datacenter also gets a GTID replica of its server; with ``with_spark``
-        a Spark standalone master and worker run too (kept once started)."""
+        a Spark standalone master and worker run too (kept once started). ``replicators``: that
+        many replicator group members per datacenter (drc.sandbox.group), electing their leader
+        in the sandbox ZooKeeper."""
         if datacenters < 1:
             raise SandboxError(f"--datacenters must be at least 1, got {datacenters}")
         previous = self.describe()
@@ -183,9 +194,17 @@ class Sandbox:
             progress(f"mariadb {primary.datacenter} replica: starting (or already running)")
             known = known_replicas.get(primary.datacenter)
             replicas.append(self._replica_up(primary, known, ca))
-            self._write(SandboxDescription(str(self.dir), tuple(servers), zk, tuple(replicas)))
+            self._write(
+                SandboxDescription(str(self.dir), tuple(servers), zk, replicas=tuple(replicas))
+            )
+        members = self._replicators_up(
+            servers, zk, replicators, previous.replicators if previous else (), progress
+        )
         known_spark = previous.spark if previous else None
-        described = SandboxDescription(str(self.dir), tuple(servers), zk, tuple(replicas))
+        described = SandboxDescription(
+            str(self.dir), tuple(servers), zk, replicas=tuple(replicas), replicators=members
+        )
+        self._write(described)
         if with_spark or known_spark is not None:
             progress("spark master and worker: starting (or already running)")
             self._write(replace(described, spark=known_spark))  # down finds it if start fails
@@ -199,6 +218,29 @@ class Sandbox:
         if known is not None:
             spark.stop(known)  # half of it died: start both again
         return spark.start(self.dir / "spark")
+
+    def _replicators_up(
+        self,
+        servers: list[ServerInfo],
+        zk: ZooKeeperInfo,
+        count: int,
+        known: tuple[MemberInfo, ...],
+        progress: Callable[[str], None],
+    ) -> tuple[MemberInfo, ...]:
+        running = tuple(m for m in known if pid_alive(m.pid, m.marker))
+        if count == 0 or len(running) == count * len(servers):
+            return running
+        for member in running:  # a different shape: start the set again
+            stop_pid(member.pid, member.marker)
+        members: list[MemberInfo] = []
+        for server in servers:
+            progress(f"replicators {server.datacenter}: starting {count}")
+            members += group.start_members(
+                self.dir / "replicators", datacenter=server.datacenter, count=count,
+                source_host=server.host, source_port=server.port, user=server.user,
+                password=server.password, zookeeper=zk.connect,
+            )  # fmt: skip
+        return tuple(members)
 
     def _check_same_shape(self, previous: SandboxDescription, datacenters: int, tls: bool) -> None:
         if len(previous.servers) != datacenters:
@@ -295,15 +337,35 @@ class Sandbox:
             log=str(base / "zookeeper.log"),
         )
 
+    def zookeeper_stop(self) -> None:
+        """Stop the sandbox ZooKeeper (its data is kept): for outage tests."""
+        description = self._require()
+        zk = description.zookeeper
+        stop_pid(zk.pid, zk.marker)
+
+    def zookeeper_start(self) -> ZooKeeperInfo:
+        """Start the sandbox ZooKeeper again on its port with its data (no-op if it runs)."""
+        description = self._require()
+        zk = self._zookeeper_up(description.zookeeper)
+        self._write(dataclasses.replace(description, zookeeper=zk))
+        return zk
+
+    def _require(self) -> SandboxDescription:
+        description = self.describe()
+        if description is None:
+            raise SandboxError(f"no sandbox in {self.dir}; start one with `drc sandbox up`")
+        return description
+
     def down(self) -> list[int]:
         """Stop every recorded process of this sandbox; return the PIDs that were stopped."""
         description = self.describe()
         if description is None:
             return []
         stopped = []
+        targets = [(m.pid, m.marker) for m in description.replicators]  # first: they use the rest
+        targets += [(s.pid, s.marker) for _name, s in description.all_servers()]
         if description.spark is not None:
             stopped.extend(spark.stop(description.spark))
-        targets = [(s.pid, s.marker) for _name, s in description.all_servers()]
         targets.append((description.zookeeper.pid, description.zookeeper.marker))
         for pid, marker in targets:
             if pid_alive(pid, marker):
@@ -323,6 +385,8 @@ class Sandbox:
         state["zookeeper"] = pid_alive(zk.pid, zk.marker)
         if description.spark is not None:
             state.update(spark.running(description.spark))
+        for m in description.replicators:
+            state[f"replicator {m.datacenter}/{m.member_id}"] = pid_alive(m.pid, m.marker)
         return state
 
     def probe(self) -> dict[str, str]:
@@ -371,5 +435,6 @@ def log_tails(description: SandboxDescription, lines: int = 40) -> str:
 
 
 __all__ = [
-    "Sandbox", "SandboxDescription", "ServerInfo", "SparkInfo", "ZooKeeperInfo", "log_tails",
+    "MemberInfo", "Sandbox", "SandboxDescription", "ServerInfo", "SparkInfo", "ZooKeeperInfo",
+    "log_tails",
 ]  # fmt: skip

@@ -13,3 +13,17 @@ def connect(server: ServerInfo, **kwargs: object) -> pymysql.connections.Connect
     return pymysql.connect(
         host=server.host, port=server.port, user=server.user, password=server.password, **options
     )
+
+
+def fresh_database(server: ServerInfo, db: str, *tables: str) -> None:
+    """Drop and create database ``db`` (a trusted test name) with ``tables`` (CREATE TABLE
+    statements) in it."""
+    conn = connect(server)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+            cur.execute(f"CREATE DATABASE `{db}`")
+            for statement in tables:
+                cur.execute(statement)
+    finally:
+        conn.close()

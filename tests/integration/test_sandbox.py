@@ -9,8 +9,10 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import pytest
 from kazoo.client import KazooClient
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
@@ -129,3 +131,34 @@ def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check:
         assert result.returncode == 0, result.stderr
     return result
+
+
+@pytest.mark.slow
+def test_up_with_replicators_runs_a_group_per_datacenter_and_zookeeper_restarts() -> None:
+    directory = Path(tempfile.mkdtemp(prefix="drc-sbx-grp-"))
+    try:
+        _cli("sandbox", "up", "--dir", str(directory), "--datacenters", "1", "--replicators", "3")
+        description = SandboxDescription.from_json((directory / "sandbox.json").read_text())
+        assert [m.member_id for m in description.replicators] == ["r1", "r2", "r3"]
+        group = f"zk://{description.zookeeper.connect}/drc-sandbox/dc1"
+        deadline = time.monotonic() + 60
+        roles: list[str] = []
+        while time.monotonic() < deadline:
+            shown = _cli("status", "--api", group, "--format", "json", check=False)
+            if shown.returncode == 0:
+                docs = [json.loads(d) for d in shown.stdout.replace("}\n{", "}\x00{").split("\x00")]
+                roles = sorted(d["role"] for d in docs)
+                if roles == ["follower", "follower", "leader"]:
+                    break
+            time.sleep(0.5)
+        assert roles == ["follower", "follower", "leader"]
+        _cli("sandbox", "zookeeper", "stop", "--dir", str(directory))
+        _cli("sandbox", "zookeeper", "start", "--dir", str(directory))
+        status = _cli("sandbox", "status", "--dir", str(directory))
+        assert "dc1/r3" in status.stdout and "STOPPED" not in status.stdout
+        pids = [m.pid for m in description.replicators]
+        _cli("sandbox", "down", "--dir", str(directory))
+        assert [pid for pid in pids if pid_alive(pid)] == []
+    finally:
+        _cli("sandbox", "down", "--dir", str(directory), check=False)
+        shutil.rmtree(directory, ignore_errors=True)

@@ -4,8 +4,6 @@ datacenter's members)."""
 
 from __future__ import annotations
 
-import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +14,19 @@ from drc.config import DrcConfig, load_config
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 EXAMPLES = sorted(DEPLOY.glob("*.toml")) + sorted(DEPLOY.glob("dc*/*.toml"))
 DATACENTERS = {d.name: sorted(d.glob("*.toml")) for d in sorted(DEPLOY.glob("dc*/"))}
-GROUP_BLOCK = re.compile(r"^# \[group\]\n(?:^# .*\n)+", re.M)
 
 
 def _group(path: Path) -> dict[str, Any]:
-    """The commented [group] block, uncommented as the integrator will (issue 13)."""
-    found = GROUP_BLOCK.search(path.read_text())
-    assert found is not None, f"{path.name} has no commented [group] block"
-    lines = [line.removeprefix("# ") for line in found.group(0).splitlines()]
-    return tomllib.loads("\n".join(line for line in lines if not line.startswith("---")))["group"]
+    group = load_config(path).group
+    assert group is not None, f"{path.name} has no [group] section"
+    return group.model_dump(mode="json")
 
 
 def _shared(config: DrcConfig) -> dict[str, Any]:
     """A member's config without what identifies the member."""
     data = config.model_dump(mode="json")
     del data["source"]["replica_server_id"], data["replicator"]["buffer_dir"]
+    del data["group"]["member_id"], data["group"]["advertise_url"]
     return data
 
 
@@ -57,9 +53,9 @@ def test_members_differ_only_in_their_identity(dc: str) -> None:
         assert config.replicator.buffer_dir.parent == Path("/var/lib/drc") / path.stem
     groups = [_group(p) for p in paths]
     assert [g["member_id"] for g in groups] == [p.stem for p in paths]
-    assert all(g["path"] == f"/drc/{dc}" for g in groups)
+    assert all(g["path"] == "/drc" for g in groups)  # the group is /drc/<datacenter>
     assert all(g["zookeeper"] == groups[0]["zookeeper"] for g in groups)
-    assert all(z.startswith(f"{dc}-zk-") for z in groups[0]["zookeeper"])  # own ensemble
+    assert all(z.startswith(f"{dc}-zk-") for z in groups[0]["zookeeper"].split(","))  # own
 
 
 def test_server_ids_are_unique_across_every_member() -> None:

@@ -404,3 +404,18 @@ def test_damaged_pages_and_bad_rows_are_reported_as_corrupt(tmp_path: Path) -> N
     conn.close()
     with MetaStore.open(path) as store, pytest.raises(MetaStoreCorruptError, match="shop.orders"):
         store.history("shop", "orders")
+
+
+def test_a_follower_copy_of_the_history_is_identical_and_idempotent(
+    store: MetaStore, tmp_path: Path
+) -> None:
+    store.record_schema(scn(10), V1)
+    store.record_ddl(scn(20), SchemaChange("shop", "ALTER TABLE orders ADD amount decimal(10,2)"))
+    store.record_schema(scn(20), V2)
+    store.record_ddl(scn(30), SchemaChange("shop", "CREATE DATABASE other"))
+    with MetaStore.open(tmp_path / "copy.sqlite3") as copy:
+        assert copy.import_entries(store.entries_between(SCN.ZERO, scn(20))) == 3
+        assert copy.import_entries(store.entries_between(scn(10), scn(30))) == 1  # overlap
+        assert copy.entries_between(SCN.ZERO, scn(99)) == store.entries_between(SCN.ZERO, scn(99))
+        assert copy.history("shop", "orders") == store.history("shop", "orders")
+        assert copy.schema_at("shop", "orders", scn(25)) == V2

@@ -1,0 +1,82 @@
+"""Copy another group member's buffer and schema history, record for record, byte for byte.
+
+One :meth:`Copier.copy_once` pulls the records after this buffer's last SCN through the pull
+API in its binary form (no filter, so every stored record comes, progress markers included),
+first copies the schema history entries up to the batch's last SCN (``/v1/history``), then
+appends each record with the same SCN, payload bytes, timestamp and fragment flag, and commits.
+Same SCNs, same bytes: a reader can move between members at any SCN.
+
+Terms (drc.core.term): a follower copies only from the member ZooKeeper names as leader, and
+refuses a batch served under an older term than that leader's or than its own buffer holds;
+the buffer's term is raised to the batch's before the append.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from drc.client import http
+from drc.client.errors import ProtocolError
+from drc.client.records import pull_history, pull_raw
+from drc.core.errors import FatalError
+from drc.core.scn import SCN
+from drc.core.term import check_records
+from drc.metastore.store import RawEntry
+from drc.replicator.fencing import GroupBuffer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Copied:
+    records: int
+    served_term: int | None
+    newest: SCN | None  # the newest SCN the other member holds
+
+
+class Copier:
+    def __init__(self, buffer: GroupBuffer, metastore: Any, client: Any, token: str | None) -> None:
+        self._buffer = buffer
+        self._metastore = metastore
+        self._client = client
+        self._token = token
+
+    def copy_once(self, url: str, wait_ms: int, leader_term: int | None = None) -> Copied:
+        """One batch from ``url``. ``leader_term``: the leader's term as ZooKeeper names it
+        (follower); None when a new leader catches up from any member before capture (the
+        buffer's fence then checks the new leader's own lease and term).
+
+        Raises drc.client.http.Transient or ProtocolError (try again or elsewhere),
+        FencedError (a deposed server), FatalError (the member no longer holds what follows
+        this buffer)."""
+        after = self._buffer.resume_scn or SCN.ZERO
+        try:
+            page = pull_raw(self._client, url, after, wait_ms, self._token)
+        except http.TooOld as exc:
+            raise FatalError(
+                f"{url} no longer holds the records after SCN {after} (it serves after "
+                f"{exc.oldest}): this member cannot copy the gap. Move this buffer aside (a new "
+                "member starts from the leader's oldest record) or raise retention"
+            ) from exc
+        if leader_term is not None:
+            check_records(page.term, leader_term, self._buffer.term_file.term)
+        if not page.records:
+            return Copied(0, page.term, page.newest)
+        entries = pull_history(self._client, url, after, page.records[-1].scn, self._token)
+        self._metastore.import_entries([_entry(e, url) for e in entries])
+        if leader_term is not None and page.term is not None:
+            self._buffer.term_file.raise_to(page.term)  # FencedError if older than the buffer's
+        self._buffer.append_many((r.scn, r.payload, r.timestamp_ms, r.more) for r in page.records)
+        self._buffer.commit()
+        return Copied(len(page.records), page.term, page.newest)
+
+
+def _entry(e: Any, url: str) -> RawEntry:
+    try:
+        return RawEntry(
+            e["db"], e["table"], SCN.parse(e["scn"]), e["kind"], e["columns"], e["statement"]
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ProtocolError(f"{url} sent a malformed history entry: {exc}") from exc

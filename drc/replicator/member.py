@@ -1,0 +1,248 @@
+"""One member of a datacenter's replicator group: follow the leader, or lead.
+
+::
+
+    connect to ZooKeeper (retry with a clear message) -> join (identity, datacenter, source)
+      -> campaign ->  follower: copy the leader's records (drc.replicator.follower)
+                      elected:  raise the term, catch up from the other members, capture
+                                the source under the lease (drc.core.term)
+
+A follower whose session is lost simply joins again with a new one. A leader whose lease ran
+out because ZooKeeper did not answer stops capture (cleanly, before the lease ends) and resumes
+when ZooKeeper confirms its session again. A leader whose session was lost, or that finds
+another member leading, is *deposed*: it never appends again (the buffer's fence refuses) and
+the process stops with an error saying why; its supervisor restarts it as a follower.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from drc.api import wire
+from drc.client import http
+from drc.client.errors import ProtocolError
+from drc.core.errors import FencedError, RetriableError
+from drc.core.term import check_append
+from drc.replicator.fencing import GroupBuffer
+from drc.replicator.follower import Copier
+from drc.replicator.group import GroupSettings, LeaderInfo, ZkGroup
+from drc.replicator.replicator import Replicator
+
+log = logging.getLogger(__name__)
+FOLLOW_WAIT_MS = 500
+RETRY_S = 0.3
+STOP_MARGIN = 0.5  # of the lease: capture stops when less than this share of it is left
+
+
+class GroupMemberRunner:
+    def __init__(
+        self,
+        settings: GroupSettings,
+        replicator: Replicator,
+        buffer: GroupBuffer,
+        metastore: Any,
+        token: str | None,
+        source_server_id: Callable[[], int | None],
+        clock: Callable[[], float] = time.monotonic,
+        verify: Any = True,
+    ) -> None:
+        self.settings = settings
+        self._replicator = replicator
+        self._buffer = buffer
+        self._source_server_id = source_server_id
+        self._clock = clock
+        self._client = http.make_client(token, verify=verify)
+        self._copier = Copier(buffer, metastore, self._client, token)
+        self.role = "joining"
+        self.leader: LeaderInfo | None = None
+        self._group: ZkGroup | None = None
+        buffer.fence = self._refuse  # until elected, nothing but the copier's checks
+
+    def status(self) -> dict[str, Any]:
+        """The group part of /v1/status (and the term header of pulls)."""
+        group = self._group
+        lease_ok = None
+        role = self.role
+        if group is not None and role == "leader":
+            lease_ok = group.lease.valid(self._clock())
+            role = role if lease_ok else "leader (paused)"  # never shown as leader unfenced
+        leader = self.leader
+        return {
+            "role": role,
+            "member_id": self.settings.member_id,
+            "term": self._buffer.term_file.term,
+            "leader": None if leader is None else {"member": leader.member_id, "url": leader.url},
+            "lease_ok": lease_ok,
+        }
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Until ``stop``; raises FencedError when deposed and GroupConfigError when this
+        member must not join."""
+        try:
+            while not stop.is_set():
+                group = ZkGroup(self.settings, self._clock)
+                self._group = group
+                try:
+                    if not group.connect(stop):
+                        return
+                    group.join(self._server_id())
+                    group.campaign()
+                    self._follow(group, stop)
+                    if group.elected.is_set() and not stop.is_set():
+                        self._lead(group, stop)
+                finally:
+                    self._buffer.fence = self._refuse
+                    group.close()
+                if not stop.is_set():
+                    log.warning("ZooKeeper session lost; member %s joins again", self._me)
+                    self.role = "joining"
+        finally:
+            self._client.close()
+
+    @property
+    def _me(self) -> str:
+        return self.settings.member_id
+
+    def _server_id(self) -> int | None:
+        try:
+            return self._source_server_id()
+        except RetriableError as exc:
+            log.warning("source not reachable to check its identity yet: %s", exc)
+            return None
+
+    @staticmethod
+    def _refuse() -> None:
+        raise FencedError("this member does not lead: only copied records may be appended")
+
+    # -- follower ------------------------------------------------------------------------
+
+    def _follow(self, group: ZkGroup, stop: threading.Event) -> None:
+        self.role = "follower"
+        self._buffer.fence = lambda: None  # the copier checks each batch's term itself
+        while not (stop.is_set() or group.elected.is_set() or group.lost.is_set()):
+            try:
+                leader = group.leader()
+            except Exception as exc:  # ZooKeeper unreachable: keep what we have, try again
+                log.debug("cannot read the leader node: %s", exc)
+                stop.wait(RETRY_S)
+                continue
+            self.leader = leader
+            if leader is None or leader.member_id == self._me:
+                stop.wait(RETRY_S)
+                continue
+            try:
+                self._copier.copy_once(leader.url, FOLLOW_WAIT_MS, leader.term)
+            except (http.Transient, ProtocolError) as exc:
+                log.debug("copy from leader %s: %s", leader.url, exc)
+                stop.wait(RETRY_S)
+            except FencedError as exc:
+                log.warning("not copying from %s: %s", leader.url, exc)
+                stop.wait(RETRY_S)
+
+    # -- leader --------------------------------------------------------------------------
+
+    def _lead(self, group: ZkGroup, stop: threading.Event) -> None:
+        term = group.take_office()
+        self._buffer.term_file.raise_to(term)
+        self._buffer.fence = lambda: self._fence(group, term)
+        self.role = "leader"
+        self.leader = LeaderInfo(self._me, self.settings.advertise_url, term)
+        log.info("member %s leads the group with term %d", self._me, term)
+        self._catch_up(group, stop)
+        server_id = self._server_id()
+        if server_id is not None:
+            group.check_source(server_id)
+            group.record_source(server_id)
+        # TODO(srcfail): resume the source by the GTID recorded with the buffer's last SCN
+        # once that is recorded; today capture resumes from that SCN's binlog coordinates,
+        # which holds while the source server is the same one.
+        while not stop.is_set():
+            self._capture_while_safe(group, stop)
+            if stop.is_set():
+                return
+            if group.lease.revoked is None:
+                log.warning(
+                    "member %s (term %d) stopped capture: %s; it resumes when ZooKeeper "
+                    "confirms its session",
+                    self._me,
+                    term,
+                    group.lease.why_not(self._clock())
+                    or "ZooKeeper has not confirmed its session lately and the lease is ending",
+                )
+                self.role = "leader (paused)"
+            while not (stop.is_set() or group.lease.revoked or self._lease_left(group) > 0):
+                stop.wait(0.05)
+            why = group.lease.revoked
+            if why is not None:
+                self.role = "deposed"
+                self._buffer.fence = self._refuse
+                message = (
+                    f"member {self._me} led term {term} but {why}; another member may lead "
+                    "now, so it stops and never appends again. Restart it to rejoin as a follower"
+                )
+                log.error(message)
+                raise FencedError(message)
+            if self._buffer.uncommitted:  # appended when the lease ran out: drop, read again
+                self._buffer.reopen()
+            self.role = "leader"
+
+    def _fence(self, group: ZkGroup, term: int) -> None:
+        why = group.lease.why_not(self._clock())
+        if why is not None:
+            raise FencedError(f"member {self._me} (term {term}) may not append: {why}")
+        check_append(self._buffer.term_file.term, term)
+
+    def _lease_left(self, group: ZkGroup) -> float:
+        """Seconds of lease left, beyond the stop margin (<= 0: stop capture now)."""
+        lease = group.lease
+        margin = STOP_MARGIN * lease.fraction * lease.session_timeout_s
+        return lease.until - self._clock() - margin
+
+    def _capture_while_safe(self, group: ZkGroup, stop: threading.Event) -> None:
+        """Run capture until ``stop`` or until the lease gets short; a watcher stops it
+        while enough lease is left for its last commit."""
+        capture_stop = threading.Event()
+
+        def watch() -> None:
+            while not (stop.is_set() or capture_stop.is_set()):
+                if self._lease_left(group) <= 0:
+                    break
+                time.sleep(0.02)
+            capture_stop.set()
+
+        watcher = threading.Thread(target=watch, name="drc-lease-watch", daemon=True)
+        watcher.start()
+        try:
+            self._replicator.run(capture_stop)
+        except FencedError as exc:
+            log.warning("capture refused by the fence: %s", exc)
+        finally:
+            capture_stop.set()
+            watcher.join()
+
+    def _catch_up(self, group: ZkGroup, stop: threading.Event) -> None:
+        """Copy from the other members whatever they hold beyond this buffer, so the source
+        is read only from the newest SCN any member has."""
+        for member in group.members():
+            if member.member_id == self._me or stop.is_set():
+                continue
+            copied_any = False
+            while not stop.is_set():
+                try:
+                    copied = self._copier.copy_once(member.url, wire.WAIT_NONE)
+                except (http.Transient, ProtocolError) as exc:
+                    log.info("catch-up: member %s not reachable (%s)", member.member_id, exc)
+                    break
+                copied_any = copied_any or copied.records > 0
+                if copied.records == 0:
+                    break
+            if copied_any:
+                log.info("caught up from member %s to %s", member.member_id, self._buffer.last_scn)
+        if self._buffer.resume_scn is None:
+            log.info("no member holds records yet: capture starts the group's buffer")

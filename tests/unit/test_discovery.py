@@ -1,0 +1,40 @@
+"""zk:// group URLs: parsing, expansion with a resolver, and the subscriber's checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from drc.client import Subscriber
+from drc.client.discovery import DiscoveryError, expand, is_group, split
+
+
+def test_a_group_url_names_the_ensemble_and_the_group_path() -> None:
+    assert is_group("zk://a:2181,b:2181/drc/dc1")
+    assert not is_group("http://a:8640")
+    assert split("zk://a:2181,b:2181/drc/dc1/") == ("a:2181,b:2181", "/drc/dc1")
+    for bad in ("zk://a:2181", "zk:///drc", "zk://a:2181/", "http://a/drc"):
+        with pytest.raises(ValueError, match="not a group URL"):
+            split(bad)
+
+
+def test_expansion_puts_the_members_in_place_leader_first_without_repeats() -> None:
+    def members(spec: str) -> list[str]:
+        return ["http://leader:1", "http://f1:1", "http://f2:1"]
+
+    got = expand(["http://static:1", "zk://z:1/drc/dc1", "http://f1:1"], members)
+    assert got == ("http://static:1", "http://leader:1", "http://f1:1", "http://f2:1")
+
+
+def test_an_unresolvable_group_stays_in_the_list_to_fail_like_an_unreachable_url() -> None:
+    def down(spec: str) -> list[str]:
+        raise DiscoveryError("no answer")
+
+    assert expand(["zk://z:1/drc/dc1"], down) == ("zk://z:1/drc/dc1",)
+    assert expand(["zk://z:1/drc/dc1"], lambda spec: []) == ("zk://z:1/drc/dc1",)
+
+
+def test_the_subscriber_takes_group_urls_and_refuses_malformed_ones() -> None:
+    with pytest.raises(ValueError, match="not a group URL"):
+        Subscriber(["zk://nohost"])
+    with pytest.raises(ValueError, match="zk://HOSTS/PATH"):
+        Subscriber(["ftp://x"])
