@@ -7,8 +7,11 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/status                                role, buffer, source position, lag, capture
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
     GET /metrics                                  Prometheus text format
-    GET /healthz                                  200 ok, 503 buffer closed or capture failed
+    GET /healthz                                  200 ok, 503 buffer closed, capture failed,
+                                                  a channel or another component stopped
                                                   (the failure's detail only with a token)
+
+Without a buffer (``drc run --role apply``) only /v1/status, /metrics and /healthz are served.
 
 A pull about to wait takes a long-poll slot (drc.api.longpolls): 429 when its token holds
 ``[api] max_long_polls_per_token``, 503 when the server holds ``max_long_polls``.
@@ -34,9 +37,12 @@ def create_app(deps: ApiDeps) -> FastAPI:
         openapi_url=None,
     )
     app.state.deps = deps
-    app.state.commits = CommitSignal(deps.buffer, deps.stop)
     errors.install(app)
-    for module in (events, status, schema, health):
+    if deps.buffer is not None:
+        app.state.commits = CommitSignal(deps.buffer, deps.stop)
+        for module in (events, schema):
+            app.include_router(module.router)
+    for module in (status, health):
         app.include_router(module.router)
     app.include_router(health.open_router)
     app.add_middleware(errors.Guard, metrics=deps.metrics)

@@ -62,6 +62,7 @@ from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import ConflictEngine, Policies, Ranks
 from drc.apply.errors import CheckpointMismatchError, MissingColumnError
 from drc.apply.group import Group, GroupLimits, worth_saving
+from drc.apply.progress import STOPPED, ChannelProgress
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.sql import Statement
@@ -79,8 +80,9 @@ from drc.client import ApiUnavailableError, Subscriber
 from drc.config import ChannelConfig, ConflictsConfig
 from drc.core.errors import DrcError
 from drc.core.events import RowChange, SchemaChange, Transaction
+from drc.core.heartbeat import source_time_ms
 from drc.core.markers import CHECKPOINT_SCHEMA as TOMBSTONE_SCHEMA
-from drc.core.markers import TOMBSTONE_PREFIX
+from drc.core.markers import HEARTBEAT_TABLE, TOMBSTONE_PREFIX
 from drc.core.scn import SCN
 from drc.core.statements import for_log
 
@@ -148,6 +150,7 @@ class ApplyChannel:
         self.channel = channel
         self.name = channel.name
         self.stats = ApplyStats()
+        self.progress = ChannelProgress()  # state and lag (drc.apply.progress)
         self.session = (
             TargetSession(target_settings(target))
             if connect is None
@@ -191,11 +194,23 @@ class ApplyChannel:
         )
 
     def _subscription(self) -> ChannelConfig:
-        """The channel's config as subscribed: a table list also asks for tombstone rows."""
-        if self.conflicts is None or not self.channel.tables:
+        """The channel's config as subscribed: a table list also asks for the heartbeat rows
+        (drc.core.heartbeat) and, with conflicts, the tombstone rows."""
+        if not self.channel.tables:
             return self.channel
-        tables = (*self.channel.tables, f"{TOMBSTONE_SCHEMA}.{TOMBSTONE_PREFIX}*")
+        tables = (*self.channel.tables, f"{TOMBSTONE_SCHEMA}.{HEARTBEAT_TABLE}")
+        if self.conflicts is not None:
+            tables += (f"{TOMBSTONE_SCHEMA}.{TOMBSTONE_PREFIX}*",)
         return self.channel.model_copy(update={"tables": tables})
+
+    def report(self) -> dict[str, Any]:
+        """Counters, state and lag as of now, for status, metrics and progress lines."""
+        now = self.progress.snapshot(self._wall_clock())
+        return {
+            "name": self.name, "origin": self.channel.origin, "state": now.state,
+            "up": now.state != STOPPED, "error": now.error, "lag_seconds": now.lag_seconds,
+            "applied_source_ms": now.applied_ms, **self.stats.as_dict(),
+        }  # fmt: skip
 
     # ------------------------------------------------------------------ run
 
@@ -215,6 +230,10 @@ class ApplyChannel:
         except DrcError as exc:
             self.stats.last_error = str(exc)
             log.error("channel %s stopped: %s", self.name, exc)
+            self.progress.stopped(f"{type(exc).__name__}: {exc}")
+            raise
+        except BaseException as exc:
+            self.progress.stopped(f"{type(exc).__name__}: {exc}")
             raise
         finally:
             self.session.close()
@@ -231,6 +250,7 @@ class ApplyChannel:
                 raise _origin_mismatch(self.name, row.origin, self.channel.origin)
             self._applied = row.scn
         self.stats.last_scn = self._applied
+        self.progress.started(self._clock())
         log.info("channel %s (from %s) resumes after %s", self.name, self.channel.origin,
                  self._applied)  # fmt: skip
 
@@ -243,14 +263,13 @@ class ApplyChannel:
                     self._flush(group)
                 self._maintain(group)
                 continue
+            self.progress.answered(self._clock())
             group.epoch = batch.epoch
             for txn in batch.transactions:
                 self._take(txn, group)
             subscriber.ack(batch)
             group.consumed(batch.next, batch.epoch)
             caught_up = batch.newest is None or batch.next >= batch.newest
-            if caught_up and not group.writes:
-                self.stats.lag_seconds = 0.0
             if caught_up or group.due(self._limits, self._clock()):
                 self._flush(group)
             self._maintain(group)
@@ -270,6 +289,7 @@ class ApplyChannel:
             return subscriber.get(timeout=timeout)
         except ApiUnavailableError as exc:
             now = self._clock()
+            self.progress.unanswered(now, str(exc) if exc.errors else None)
             if exc.errors and now - self._unavailable_logged >= UNAVAILABLE_LOG_EVERY_S:
                 self._unavailable_logged = now
                 log.warning("channel %s: remote API unavailable, retrying: %s", self.name, exc)
@@ -283,10 +303,13 @@ class ApplyChannel:
             self.stats.ddl_skipped = self._ddl_filter.skipped + self._mapping.ddl_skipped
         if kept is not None and kept.ddl:
             self._apply_ddl(kept, group)
+            self.progress.taken(source_time_ms(txn))
+            self.progress.applied()
             return
         if kept is not None:
             group.add(kept, self._clock())
         if txn.last_fragment:
+            self.progress.taken(source_time_ms(txn))
             wrote = bool(group.transactions) and group.transactions[-1].scn == txn.scn
             if not wrote:
                 self.stats.skipped += 1
@@ -352,14 +375,17 @@ class ApplyChannel:
         position = group.checkpoint or self._applied
         if not (group.writes or pending_ddl or force or worth_saving(self._applied, position)):
             group.clear()
+            self.progress.applied()  # nothing to write: what was taken needs nothing more
             return
         row = checkpoint.CheckpointRow(
             self.name, position, self.channel.origin, group.epoch, pending_ddl
         )
         effects = self._retrying(lambda: self._commit(group, row))
+        self.progress.target_ok()
         self._applied = row.scn
         self._record(group, effects)
         group.clear()
+        self.progress.applied()
 
     def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
         """One attempt: every write of the group, the checkpoint row, COMMIT."""
@@ -396,8 +422,6 @@ class ApplyChannel:
         stats.add_effects(effects)
         stats.last_scn = self._applied
         stats.ddl_skipped = self._ddl_filter.skipped + self._mapping.ddl_skipped
-        if group.newest_timestamp is not None:
-            stats.lag_seconds = max(0.0, self._wall_clock() - group.newest_timestamp)
 
     # ------------------------------------------------------------------ retries
 
@@ -419,6 +443,7 @@ class ApplyChannel:
             self.stats.retries += 1
         else:
             self.stats.waits += 1
+            self.progress.target_waiting(str(exc))
         self.stats.last_error = str(exc)
         log.warning("channel %s: %s; retrying in %.2fs", self.name, exc, delay)
 

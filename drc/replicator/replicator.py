@@ -30,6 +30,7 @@ from typing import Any
 from drc.core.codec import encode_transaction
 from drc.core.errors import RetriableError, SourceConfigError
 from drc.core.events import SchemaChange, TableSchema, Transaction
+from drc.core.heartbeat import source_time_ms
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.metastore.ddl import ddl_tables
@@ -77,6 +78,7 @@ class CaptureStats:
     triggers_guarded: int = 0  # local triggers given DRC's guard (drc.apply.trigger_guard)
     triggers_unguarded: int = 0  # ... that could not be
     source_position: tuple[int, int] | None = None
+    source_time_ms: int | None = None  # source time of the newest change stored (heartbeats too)
     last_error: str | None = None
 
 
@@ -254,6 +256,9 @@ class Replicator:
             fragment.scn, payload, fragment.timestamp * 1000, more=not fragment.last_fragment
         )
         batch.bytes += len(payload)
+        source_ms = source_time_ms(fragment)
+        if self.stats.source_time_ms is None or source_ms > self.stats.source_time_ms:
+            self.stats.source_time_ms = source_ms
         self.stats.rows += len(fragment.changes)
         self.stats.bytes += len(payload)
 
