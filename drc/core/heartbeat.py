@@ -3,8 +3,8 @@
     drc.heartbeat (datacenter VARCHAR(64) PRIMARY KEY, beat_ms BIGINT NOT NULL)
 
 Each replicator upserts its own datacenter's row in its own source every
-``[replicator] heartbeat_interval_s`` (drc.replicator.heartbeat), on a plain session: the write is an
-ordinary, non-DRC-originated source transaction, captured whatever the table filter
+``[replicator] heartbeat_interval_s`` (drc.replicator.heartbeat), on a plain session: the write
+is an ordinary, non-DRC-originated source transaction, captured whatever the table filter
 (markers.always_captured) and served like any other. Its SCN says "everything the source
 committed before ``beat_ms`` is in the stream up to here".
 

@@ -62,7 +62,7 @@ class CaptureOptions:
     commit_max_ms: float = 50.0
     commit_linger_s: float = 0.002
     retry_initial_s: float = 0.2
-    retry_max_s: float = 10.0
+    retry_max_s: float = 2.0  # a source that is back is read again within this
     spill_dir: Path | None = None
 
 
