@@ -15,7 +15,7 @@ from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.query import ServerLimits
-from drc.api.server import ApiServer
+from drc.api.server import ApiServer, ApiServerError
 from drc.apply.channel import target_settings
 from drc.apply.sink import TargetSession
 from drc.apply.trigger_guard import LocalTriggerGuard
@@ -173,7 +173,13 @@ def build_apply_api(
         tokens=_tokens(config), protection=protection, channels=channels, failures=failures,
     )  # fmt: skip
     port = config.api.apply_port if config.api.apply_port is not None else config.api.port
-    return _server(config, deps, port)
+    try:
+        return _server(config, deps, port)
+    except ApiServerError as exc:
+        raise ApiServerError(
+            f"{exc}; if the replicator role runs on this host, give the apply role its own "
+            "port with [api] apply_port"
+        ) from exc
 
 
 def _tokens(config: DrcConfig) -> tuple[str, ...]:
