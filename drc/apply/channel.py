@@ -62,7 +62,7 @@ from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import ConflictEngine, Policies, Ranks
 from drc.apply.errors import CheckpointMismatchError, MissingColumnError
 from drc.apply.group import Group, GroupLimits, worth_saving
-from drc.apply.progress import STOPPED, ChannelProgress
+from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.sql import Statement
@@ -150,7 +150,8 @@ class ApplyChannel:
         self.channel = channel
         self.name = channel.name
         self.stats = ApplyStats()
-        self.progress = ChannelProgress()  # state and lag (drc.apply.progress)
+        # State and lag (drc.apply.progress); a long poll may rightly last wait_ms.
+        self.progress = ChannelProgress(STALE_AFTER_S + channel.wait_ms / 1000)
         self.session = (
             TargetSession(target_settings(target))
             if connect is None
