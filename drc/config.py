@@ -114,6 +114,8 @@ class ReplicatorConfig(_Model):
     fragment_rows: int = Field(10_000, ge=1)
     fragment_mb: float = Field(8, gt=0)
     commit_max_ms: float = Field(50, gt=0)
+    # drc.heartbeat row written in the source this often (0: never), so lag is true when idle.
+    heartbeat_interval_s: float = Field(1.0, ge=0, le=3600)
     buffer: BufferConfig = BufferConfig()
 
     @model_validator(mode="after")
@@ -235,6 +237,8 @@ class ApiConfig(_Model):
 
     host: str = "127.0.0.1"
     port: int = Field(8640, ge=0, le=65535)
+    # `drc run --role apply` serves /healthz, /metrics and /v1/status here (None: on `port`).
+    apply_port: int | None = Field(None, ge=0, le=65535)
     tokens: tuple[SecretStr, ...] = ()
     tokens_file: Path | None = None
     admin_tokens: dict[str, SecretStr] = Field(default_factory=dict)  # name -> token

@@ -6,7 +6,13 @@ of them (e.g. apply on other hosts). Each component runs in its own thread:
 - a fatal capture error stops the whole node and is raised: the process exits non-zero and its
   supervisor (systemd) restarts it, resuming from the buffer's last SCN;
 - a channel that stops with an error stops alone (streams are independent); the node goes on
-  while anything still runs, and reports the failure on every progress line.
+  while anything still runs, and reports the failure on every progress line, in /healthz (503
+  naming the component) and in /metrics (``drc_channel_up`` 0).
+
+Every role serves HTTP: ``all`` and ``replicator`` the whole pull API, ``apply`` only
+/healthz, /metrics and /v1/status (drc.runtime.build_apply_api), so a channel running on its
+own host is watched the same way. The replicator role also writes this datacenter's heartbeat
+(drc.replicator.heartbeat) so the other datacenters' channels know their lag when idle.
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from drc.api.server import ApiServer
 from drc.apply.channel import ApplyChannel
 from drc.apply.lww_guard import LwwGuard, build_guard
+from drc.apply.progress import STOPPED
 from drc.apply.service import build_channels, build_desk
 from drc.config import DrcConfig
 from drc.core.errors import RetriableError
-from drc.runtime import ReplicatorService, build_replicator
+from drc.replicator.heartbeat import HeartbeatWriter
+from drc.runtime import ReplicatorService, build_apply_api, build_heartbeat, build_replicator
 
 log = logging.getLogger(__name__)
 ROLES = ("all", "replicator", "apply")
@@ -44,10 +53,14 @@ class Node:
         self.service: ReplicatorService | None = None
         self.channels: list[ApplyChannel] = []
         self.guard: LwwGuard | None = None
+        self.heartbeat: HeartbeatWriter | None = None
+        self.apply_api: ApiServer | None = None  # role apply: health, metrics, status
         self._components: list[_Component] = []
 
     @property
     def api_url(self) -> str | None:
+        if self.apply_api is not None:
+            return self.apply_api.url
         if self.service is None or self.service.api is None:
             return None
         return self.service.api.url
@@ -62,6 +75,10 @@ class Node:
                 log.warning("source not reachable yet: %s", exc)
             self.service.start_api()
             self._spawn("replicator", self.service.run_capture, stop)
+            self.heartbeat = build_heartbeat(self.config)
+            if self.heartbeat is not None:
+                self.service.heartbeat = self.heartbeat.stats.as_dict
+                self._spawn("heartbeat", self.heartbeat.run, stop)
         if self.role in ("all", "apply"):
             self.channels = build_channels(self.config)
             self.guard = build_guard(self.config, self.api_url)
@@ -69,11 +86,16 @@ class Node:
                 self._spawn("lww guard", self.guard.run, stop)
             for channel in self.channels:
                 self._spawn(f"channel {channel.name}", channel.run, stop)
+        desk = build_desk(self.config, self.channels, self._report) if self.channels else None
         if self.service is not None:
             self.service.protection = self.protection
             self.service.channels = self.channel_status
-            if self.channels:
-                self.service.desk = build_desk(self.config, self.channels, self._report)
+            self.service.failures = self.failures
+            self.service.desk = desk
+        else:
+            self.apply_api = build_apply_api(
+                self.config, self.channel_status, self.failures, self.protection, desk
+            ).start()
 
     def _spawn(
         self, name: str, target: Callable[[threading.Event], None], stop: threading.Event
@@ -115,14 +137,16 @@ class Node:
                 f"capture: {stats.transactions} txns {stats.rows} rows, "
                 f"buffer at {self.service.buffer.last_scn}"
             )
-        for channel, component in zip(self.channels, self._channel_components(), strict=True):
-            state = f"STOPPED ({component.failure[0]})" if component.failure else "running"
-            applied = channel.stats
-            lag = "?" if applied.lag_seconds is None else f"{applied.lag_seconds:.2f}s"
-            conflicts = f", {applied.conflicts} conflicts" if applied.conflicts else ""
+        for report in self.channel_status():
+            state = report["state"]
+            if state != "running" and report["error"]:
+                state = f"{state.upper()}: {report['error']}"
+            lag = report["lag_seconds"]
+            shown = "?" if lag is None else f"{lag:.2f}s"
+            conflicts = f", {report['conflicts']} conflicts" if report["conflicts"] else ""
             parts.append(
-                f"{channel.name}: {applied.transactions} txns {applied.rows} rows{conflicts}, "
-                f"lag {lag}, at {applied.last_scn} [{state}]"
+                f"{report['name']}: {report['transactions']} txns {report['rows']} rows"
+                f"{conflicts}, lag {shown}, at {report['last_scn']} [{state}]"
             )
         unprotected = self.protection()["unprotected"] if self.guard is not None else []
         if unprotected:
@@ -131,17 +155,26 @@ class Node:
         return "; ".join(parts) or "nothing to run"
 
     def channel_status(self) -> list[dict[str, Any]]:
-        """Each apply channel's counters (drc.apply.stats), for status and metrics."""
+        """Each apply channel's state, lag and counters (ApplyChannel.report), for status,
+        metrics and progress lines."""
         return [self._report(channel) for channel in self.channels]
 
     def _report(self, channel: ApplyChannel) -> dict[str, Any]:
+        report = channel.report()
         component = next(
-            c for c in self._channel_components() if c.name == f"channel {channel.name}"
+            (c for c in self._channel_components() if c.name == f"channel {channel.name}"), None
         )
-        state = "STOPPED" if component.failure else channel.control.state
-        if state == "stopped":
-            state = "STOPPED"
-        return {"name": channel.name, "state": state, **channel.stats.as_dict()}
+        if component is not None and component.failure and report["state"] != STOPPED:
+            failure = component.failure[0]  # died outside its own care
+            error = f"{type(failure).__name__}: {failure}"
+            report.update(state=STOPPED, up=False, error=error)
+        return report
+
+    def failures(self) -> list[tuple[str, BaseException]]:
+        """(component, error) of every component that stopped on an error, capture aside
+        (the API reports that one itself), for /healthz."""
+        found = [c for c in self._components if c.failure and c.name != "replicator"]
+        return [(c.name, c.failure[0]) for c in found]
 
     def protection(self) -> dict[str, Any]:
         """lww protection here: tables refused DRC's triggers (and why), guard state."""
@@ -166,5 +199,7 @@ class Node:
     def close(self) -> None:
         for component in self._components:
             component.thread.join(timeout=30)
+        if self.apply_api is not None:
+            self.apply_api.stop()
         if self.service is not None:
             self.service.close()

@@ -15,7 +15,7 @@ from drc.api.app import create_app
 from drc.api.deps import ApiDeps, ChannelDesk
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.query import ServerLimits
-from drc.api.server import ApiServer
+from drc.api.server import ApiServer, ApiServerError
 from drc.apply.service import target_settings
 from drc.apply.sink import TargetSession
 from drc.apply.trigger_guard import LocalTriggerGuard
@@ -28,6 +28,7 @@ from drc.replicator.assembler import FragmentLimits
 from drc.replicator.backfill import BinlogBackfill
 from drc.replicator.fencing import FencedMetaStore, GroupBuffer
 from drc.replicator.group import GroupSettings
+from drc.replicator.heartbeat import HeartbeatWriter, connector
 from drc.replicator.member import GroupMemberRunner
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, inspect_source
@@ -50,6 +51,9 @@ class ReplicatorService:
     protection: Callable[[], dict[str, Any]] | None = None
     # the apply channels this process runs, for status and metrics (set by the node)
     channels: Callable[[], list[dict[str, Any]]] | None = None
+    # components of this process that stopped on an error, for /healthz (set by the node)
+    failures: Callable[[], list[tuple[str, BaseException]]] | None = None
+    heartbeat: Callable[[], dict[str, Any] | None] | None = None  # the writer's stats
     trigger_guard: LocalTriggerGuard | None = None  # guards triggers created here
     desk: ChannelDesk | None = None  # channel control (set by the node when it runs channels)
     group: GroupMemberRunner | None = None  # with [group]: follows or leads (and captures)
@@ -202,13 +206,18 @@ def peer_status(config: DrcConfig) -> PeerStatus:
     )
 
 
+def build_heartbeat(config: DrcConfig) -> HeartbeatWriter | None:
+    """This datacenter's heartbeat writer (drc.replicator.heartbeat), None when turned off."""
+    interval = config.replicator.heartbeat_interval_s
+    if not interval:
+        return None
+    settings = target_settings(config.target_or_source())
+    return HeartbeatWriter(config.datacenter.name, connector(settings), interval)
+
+
 def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
     """The API server for ``service`` (not started); tokens are read from config here, once."""
     api = config.api
-    admins = api.admin_secrets()
-    tokens = api.secrets() + tuple(admins.values())  # an admin token reads too
-    if not all(tokens):
-        raise ConfigError("api.tokens holds an empty token; remove it or give it a value")
     deps = ApiDeps(
         buffer=service.buffer,
         metastore=service.metastore,
@@ -217,23 +226,62 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         limits=ServerLimits(
             api.max_events, max(1, int(api.max_bytes_mb * (1 << 20))), api.max_wait_ms
         ),
-        tokens=tokens,
+        tokens=_tokens(config),
         long_polls=LongPollGate(LongPollLimits(api.max_long_polls, api.max_long_polls_per_token)),
         capture_stats=lambda: service.replicator.stats,
         capture_failure=lambda: service.failure,
         protection=lambda: None if service.protection is None else service.protection(),
         channels=lambda: [] if service.channels is None else service.channels(),
         peers=peer_status(config).snapshot,
-        admin_tokens=admins,
+        admin_tokens=config.api.admin_secrets(),
         desk=lambda: service.desk,
         back_to_source=BinlogBackfill(service.replicator),
         group=None if service.group is None else service.group.status,
+        failures=lambda: [] if service.failures is None else service.failures(),
+        heartbeat=lambda: None if service.heartbeat is None else service.heartbeat(),
     )
+    return _server(config, deps, api.port)
+
+
+def build_apply_api(
+    config: DrcConfig,
+    channels: Callable[[], list[dict[str, Any]]],
+    failures: Callable[[], list[tuple[str, BaseException]]],
+    protection: Callable[[], dict[str, Any] | None],
+    desk: ChannelDesk | None = None,
+) -> ApiServer:
+    """What ``drc run --role apply`` serves (not started): /healthz, /metrics and /v1/status
+    of its channels, on ``[api] apply_port`` (else ``port``); no buffer, so no /v1/events."""
+    deps = ApiDeps(
+        buffer=None, datacenter=config.datacenter.name, role="apply",
+        source=f"{config.target_or_source().host}:{config.target_or_source().port}",
+        tokens=_tokens(config), protection=protection, channels=channels, failures=failures,
+        admin_tokens=config.api.admin_secrets(), desk=lambda: desk,
+    )  # fmt: skip
+    port = config.api.apply_port if config.api.apply_port is not None else config.api.port
+    try:
+        return _server(config, deps, port)
+    except ApiServerError as exc:
+        raise ApiServerError(
+            f"{exc}; if the replicator role runs on this host, give the apply role its own "
+            "port with [api] apply_port"
+        ) from exc
+
+
+def _tokens(config: DrcConfig) -> tuple[str, ...]:
+    tokens = config.api.secrets() + tuple(config.api.admin_secrets().values())  # admins read too
+    if not all(tokens):
+        raise ConfigError("api.tokens holds an empty token; remove it or give it a value")
+    return tokens
+
+
+def _server(config: DrcConfig, deps: ApiDeps, port: int) -> ApiServer:
+    api = config.api
     return ApiServer(
         create_app(deps),
         api.host,
-        api.port,
-        open_access=not tokens,
+        port,
+        open_access=not deps.tokens,
         certfile=api.tls_certfile,
         keyfile=api.tls_keyfile,
         stop_event=deps.stop,

@@ -13,8 +13,11 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /metrics                                  Prometheus text format
     GET /v1/peers                                 the remote replicators the channels pull from
     GET /ui                                       the status page (open; its data needs a token)
-    GET /healthz                                  200 ok, 503 buffer closed or capture failed
+    GET /healthz                                  200 ok, 503 buffer closed, capture failed,
+                                                  a channel or another component stopped
                                                   (the failure's detail only with a token)
+
+Without a buffer (``drc run --role apply``) only /v1/status, /metrics and /healthz are served.
 
 A pull about to wait takes a long-poll slot (drc.api.longpolls): 429 when its token holds
 ``[api] max_long_polls_per_token``, 503 when the server holds ``max_long_polls``.
@@ -41,10 +44,13 @@ def create_app(deps: ApiDeps) -> FastAPI:
         openapi_url=None,
     )
     app.state.deps = deps
-    app.state.commits = CommitSignal(deps.buffer, deps.stop)
-    app.state.segment_sums = Checksums()
     errors.install(app)
-    for module in (events, status, schema, history, segments, health, ui, control):
+    if deps.buffer is not None:
+        app.state.commits = CommitSignal(deps.buffer, deps.stop)
+        app.state.segment_sums = Checksums()
+        for module in (events, schema, history, segments):
+            app.include_router(module.router)
+    for module in (status, health, ui, control):
         app.include_router(module.router)
     app.include_router(health.open_router)
     app.include_router(ui.open_router)

@@ -50,12 +50,14 @@ class ChannelDesk(Protocol):
 class ApiDeps:
     """The replicator's parts the API reads; nothing here is written by the API.
 
-        ``buffer`` is the writer's EventBuffer (in-process, so commits wake long polls),
-        ``metastore`` its MetaStore (None: /v1/schema answers 404). ``capture_stats`` returns the
-        Replicator's CaptureStats and ``capture_failure`` the fatal error that stopped capture, if
-        any (both None when the API serves a buffer nobody captures into). ``protection`` returns
-        the lww protection of the datacenter when this process runs its lww guard, ``channels`` the
-    apply channels it runs (their ApplyStats, drc.apply.stats).
+    ``buffer`` is the writer's EventBuffer (in-process, so commits wake long polls; None in a
+    ``drc run --role apply`` process, which serves only health, metrics and status),
+    ``metastore`` its MetaStore (None: /v1/schema answers 404). ``capture_stats`` returns the
+    Replicator's CaptureStats and ``capture_failure`` the fatal error that stopped capture, if
+    any (both None when the API serves a buffer nobody captures into). ``protection`` returns
+    the lww protection of the datacenter when this process runs its lww guard, ``channels`` the
+    apply channels it runs (ApplyChannel.report), ``failures`` the other components of the
+    process that stopped on an error, ``heartbeat`` the heartbeat writer's counters.
     """
 
     buffer: Any
@@ -76,6 +78,8 @@ class ApiDeps:
     admin_tokens: dict[str, str] = field(default_factory=dict)  # name -> token, may act
     # Reads older than the buffer, from the source binlog (drc.replicator.backfill); None: 410.
     back_to_source: Callable[[Any, Any, int, int], list[Any]] | None = None
+    failures: Callable[[], list[tuple[str, BaseException]]] | None = None  # stopped components
+    heartbeat: Callable[[], dict[str, Any] | None] | None = None  # drc.replicator.heartbeat
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time

@@ -1,16 +1,21 @@
 """``GET /healthz`` (open, for load balancers and systemd) and ``GET /metrics`` (Prometheus).
 
-Healthy means the buffer is open and capture has not stopped on a fatal error; a retriable
-source outage (capture reconnecting) is still healthy, since the buffer keeps being served.
+Healthy means the buffer is open (where this process has one), capture has not stopped on a
+fatal error, and no apply channel or other component of the process (lww guard, heartbeat) has
+stopped on one. A retriable outage is still healthy: capture reconnecting to its source (the
+buffer keeps being served), a channel whose remote is unreachable (state ``disconnected``, its
+lag growing) or whose target is down (``waiting``); watch the lag for those.
 
 /healthz answers anyone, so without a valid token an unhealthy answer says only the state
-(``buffer_closed``, ``capture_failed``) and the error's type: a failure's message can name
-hosts, tables or statements. With a valid token (or on an API without tokens) the message has
-the detail too, as ``/v1/status`` (token required) does in ``capture.failed``.
+(``buffer_closed``, ``capture_failed``, ``channel_stopped``, ``component_failed``), which
+component, and the error's type: a failure's message can name hosts, tables or statements. With a
+valid token (or on an API without tokens) the message has the detail too, as ``/v1/status``
+(token required) does in ``capture.failed`` and each channel's ``error``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
@@ -20,42 +25,69 @@ from drc.api import wire
 from drc.api.deps import ApiDeps, Deps, caller, require_token
 from drc.api.errors import ApiError
 from drc.api.metrics import CONTENT_TYPE, Family, api_families, render
-from drc.api.status import CAPTURE_COUNTERS, buffer_status, lag
+from drc.api.status import CAPTURE_COUNTERS, buffer_status, capture_lag
 from drc.core.errors import DrcError
+from drc.core.heartbeat import lag_seconds
+from drc.core.scn import SCN
 
 open_router = APIRouter()
 router = APIRouter(dependencies=[Depends(require_token)])
 
+BUFFER_CLOSED = "buffer_closed"
+CAPTURE_FAILED = "capture_failed"
+CHANNEL_STOPPED = "channel_stopped"
+COMPONENT_FAILED = "component_failed"
+_STATES = {
+    BUFFER_CLOSED: "the event buffer is closed",
+    CAPTURE_FAILED: "capture stopped",
+    CHANNEL_STOPPED: "stopped",
+    COMPONENT_FAILED: "stopped",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    state: str
+    component: str  # "" for the buffer and capture, else "channel NAME", "lww guard", ...
+    error_type: str
+    detail: str
+
+    def text(self, detailed: bool) -> str:
+        what = f"{self.component} {_STATES[self.state]}" if self.component else _STATES[self.state]
+        return f"{what}: {self.error_type}" + (f": {self.detail}" if detailed else "")
+
 
 @open_router.get(wire.PATH_HEALTH)
 async def get_health(request: Request, deps: Deps) -> dict[str, Any]:
-    problem = unhealthy(deps)
-    if problem is None:
+    problems = unhealthy(deps)
+    if not problems:
         return {"status": "ok"}
-    state, error_type, detail = problem
-    message = f"{_STATES[state]}: {error_type}"
-    if caller(request) is not None:
-        message += f": {detail}"
-    else:
+    detailed = caller(request) is not None
+    message = "; ".join(p.text(detailed) for p in problems)
+    if not detailed:
         message += "; the detail is shown with a bearer token, or see /v1/status"
-    raise ApiError(503, message, state=state, error_type=error_type)
+    first = problems[0]
+    raise ApiError(
+        503, message, state=first.state, error_type=first.error_type,
+        components=[p.component for p in problems if p.component],
+    )  # fmt: skip
 
 
-BUFFER_CLOSED = "buffer_closed"
-CAPTURE_FAILED = "capture_failed"
-_STATES = {BUFFER_CLOSED: "the event buffer is closed", CAPTURE_FAILED: "capture stopped"}
-
-
-def unhealthy(deps: ApiDeps) -> tuple[str, str, str] | None:
-    """None when healthy, else (state, error type, error message)."""
+def unhealthy(deps: ApiDeps) -> list[Problem]:
+    """Everything wrong, in a stable order; empty when healthy."""
+    found = []
     try:
-        deps.buffer.last_scn  # noqa: B018 (raises BufferStateError once the buffer is closed)
+        if deps.buffer is not None:
+            deps.buffer.last_scn  # noqa: B018 (raises BufferStateError once closed)
     except DrcError as exc:
-        return BUFFER_CLOSED, type(exc).__name__, str(exc)
+        found.append(Problem(BUFFER_CLOSED, "", type(exc).__name__, str(exc)))
     failure = deps.capture_failure() if deps.capture_failure is not None else None
     if failure is not None:
-        return CAPTURE_FAILED, type(failure).__name__, str(failure)
-    return None
+        found.append(Problem(CAPTURE_FAILED, "", type(failure).__name__, str(failure)))
+    for name, error in deps.failures() if deps.failures is not None else []:
+        state = CHANNEL_STOPPED if name.startswith("channel ") else COMPONENT_FAILED
+        found.append(Problem(state, name, type(error).__name__, str(error)))
+    return found
 
 
 @router.get(wire.PATH_METRICS)
@@ -66,7 +98,7 @@ async def get_metrics(deps: Deps) -> Response:
 
 def metrics_text(deps: ApiDeps) -> str:
     families = buffer_families(deps) + capture_families(deps) + lww_families(deps)
-    families += apply_families(deps)
+    families += heartbeat_families(deps) + apply_families(deps)
     held = Family("drc_api_long_polls", "gauge", "Pulls holding a long-poll slot now").add(
         deps.long_polls.held
     )
@@ -77,6 +109,7 @@ APPLY_COUNTERS = ("transactions", "rows", "ddl", "ddl_skipped", "skipped", "conf
 
 
 def apply_families(deps: ApiDeps) -> list[Family]:
+    """Per channel (label ``channel``): up, state, lag, applied position, and the counters."""
     channels = deps.channels() if deps.channels is not None else []
     if not channels:
         return []
@@ -86,10 +119,36 @@ def apply_families(deps: ApiDeps) -> list[Family]:
         for channel in channels:
             family.add(channel.get(name), channel=str(channel["name"]))
         families.append(family)
-    up = Family("drc_apply_channel_up", "gauge", "1 while the apply channel runs")
+    up = Family("drc_channel_up", "gauge", "0 when the apply channel stopped on an error")
+    state = Family("drc_channel_state", "gauge", "1 for the channel's current state")
+    lag_s = Family(
+        "drc_channel_lag_seconds", "gauge", "now - source time of the newest change applied"
+    )
+    index = Family("drc_channel_applied_log_index", "gauge", "Binlog file of the applied SCN")
+    pos = Family("drc_channel_applied_log_pos", "gauge", "Binlog position of the applied SCN")
     for channel in channels:
-        up.add(1 if channel["state"] == "running" else 0, channel=str(channel["name"]))
-    return families + [up]
+        name = str(channel["name"])
+        up.add(1 if channel["up"] else 0, channel=name)
+        state.add(1, channel=name, state=str(channel["state"]))
+        lag_s.add(channel["lag_seconds"], channel=name)
+        applied = SCN.parse(channel["last_scn"]) if channel["last_scn"] else None
+        index.add(None if applied is None else applied.log_index, channel=name)
+        pos.add(None if applied is None else applied.log_pos, channel=name)
+    return families + [up, state, lag_s, index, pos]
+
+
+def heartbeat_families(deps: ApiDeps) -> list[Family]:
+    beats = deps.heartbeat() if deps.heartbeat is not None else None
+    if beats is None:
+        return []
+    return [
+        Family("drc_heartbeat_beats_total", "counter", "Heartbeat rows written").add(
+            beats["beats"]
+        ),
+        Family("drc_heartbeat_failures_total", "counter", "Heartbeat writes that failed").add(
+            beats["failures"]
+        ),
+    ]
 
 
 def lww_families(deps: ApiDeps) -> list[Family]:
@@ -119,15 +178,15 @@ def lww_families(deps: ApiDeps) -> list[Family]:
 
 def buffer_families(deps: ApiDeps) -> list[Family]:
     try:
-        buf = buffer_status(deps.buffer)
+        buf = None if deps.buffer is None else buffer_status(deps.buffer)
     except DrcError:
         buf = None
-    up = Family("drc_up", "gauge", "1 when the buffer is open and capture has not failed")
+    up = Family("drc_up", "gauge", "1 when /healthz answers ok")
     families = [up.add(0 if unhealthy(deps) else 1)]
     if buf is None:
         return families
     last = deps.buffer.last_scn
-    age = lag(deps, buf["newest_commit_ms"], None)["seconds"]
+    age = lag_seconds(deps.wall_clock(), buf["newest_commit_ms"])
     return families + [
         Family("drc_buffer_records", "gauge", "Committed records stored").add(buf["records"]),
         Family("drc_buffer_bytes", "gauge", "Segment bytes on disk").add(buf["bytes"]),
@@ -140,6 +199,9 @@ def buffer_families(deps: ApiDeps) -> list[Family]:
         Family("drc_newest_commit_age_seconds", "gauge", "Age of the newest stored commit").add(
             age
         ),
+        Family(
+            "drc_capture_lag_seconds", "gauge", "now - source time of the newest change captured"
+        ).add(capture_lag(deps, buf["newest_commit_ms"])),
     ]
 
 

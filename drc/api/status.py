@@ -1,16 +1,25 @@
 """``GET /v1/status``: role, datacenter, source, buffer, capture position, lag and counters.
 
-Lag is the age of the newest stored commit (its binlog timestamp, second resolution) and
-``caught_up`` says whether capture has read everything the source reported: an idle source
-makes the age grow while ``caught_up`` stays true, so an alert should use both.
+``lag`` is the replicator's own capture lag: now - source time of the newest change captured,
+the heartbeat this datacenter writes every ``[replicator] heartbeat_interval_s`` included
+(drc.core.heartbeat; millisecond resolution), so it stays true when users write nothing. Without
+heartbeats it is the age of the newest stored commit, which grows on an idle source.
+``caught_up`` says whether capture has read everything the source reported.
+``heartbeat``: the heartbeat writer's counters (null where this process writes none).
 
 ``lww`` (null unless this process also runs the datacenter's lww guard, drc.apply.lww_guard):
 the tables DRC could not give its conflict triggers, each with what to do, and how many local
 deletes came without a tombstone and were given a derived one.
 
-``channels``: the apply channels this process runs (``drc run``), each with its counters
-(drc.apply.stats.ApplyStats): ``ddl`` statements run, ``ddl_skipped`` statements left out
-(account statements, object kinds not in the channel's ``objects``, DDL on mapped tables).
+``channels``: the apply channels this process runs (``drc run``; ApplyChannel.report): ``state``
+(drc.apply.progress: starting, connecting, running, disconnected, waiting, stopped) and the
+``error`` behind it, ``lag_seconds`` (now - source time of the newest change the target has
+applied; grows while the remote is unreachable or the channel stopped), ``last_scn`` (the
+applied SCN), and the counters (drc.apply.stats.ApplyStats): ``ddl`` statements run,
+``ddl_skipped`` statements left out (account statements, object kinds not in the channel's
+``objects``, DDL on mapped tables).
+
+A ``drc run --role apply`` process has no buffer: ``buffer``, ``lag`` and ``capture`` are null.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from drc.api import wire
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
 from drc.core.errors import ScnTooOldError
+from drc.core.heartbeat import lag_seconds
 from drc.eventbuffer.position import scn_before
 
 router = APIRouter(dependencies=[Depends(require_token)])
@@ -55,7 +65,7 @@ async def get_status(deps: Deps) -> dict[str, Any]:
 
 def status(deps: ApiDeps) -> dict[str, Any]:
     stats = deps.capture_stats() if deps.capture_stats is not None else None
-    buffer = buffer_status(deps.buffer)
+    buffer = None if deps.buffer is None else buffer_status(deps.buffer)
     position = getattr(stats, "source_position", None)
     failure = deps.capture_failure() if deps.capture_failure is not None else None
     group = deps.group() if deps.group is not None else None
@@ -68,8 +78,9 @@ def status(deps: ApiDeps) -> dict[str, Any]:
         "source_position": None
         if position is None
         else {"log_index": position[0], "log_pos": position[1]},
-        "lag": lag(deps, buffer["newest_commit_ms"], position),
+        "lag": None if buffer is None else lag(deps, buffer["newest_commit_ms"], position),
         "capture": None if stats is None else capture_status(stats, failure),
+        "heartbeat": deps.heartbeat() if deps.heartbeat is not None else None,
         "lww": deps.protection() if deps.protection is not None else None,
         "channels": deps.channels() if deps.channels is not None else [],
     }
@@ -101,8 +112,15 @@ def lag(deps: ApiDeps, newest_ms: int | None, position: tuple[int, int] | None) 
     caught_up = None  # unknown until capture has seen the source's position
     if position is not None:
         caught_up = last is not None and (last.log_index, last.log_pos) >= tuple(position)
-    seconds = None if newest_ms is None else max(0.0, deps.wall_clock() - newest_ms / 1000)
-    return {"seconds": seconds, "caught_up": caught_up}
+    return {"seconds": capture_lag(deps, newest_ms), "caught_up": caught_up}
+
+
+def capture_lag(deps: ApiDeps, newest_ms: int | None) -> float | None:
+    """now - source time of the newest change captured (heartbeats included)."""
+    stats = deps.capture_stats() if deps.capture_stats is not None else None
+    captured = getattr(stats, "source_time_ms", None)
+    newest = max((t for t in (newest_ms, captured) if t is not None), default=None)
+    return lag_seconds(deps.wall_clock(), newest)
 
 
 def capture_status(stats: Any, failure: BaseException | None) -> dict[str, Any]:

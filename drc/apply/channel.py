@@ -68,6 +68,7 @@ from drc.apply.control import ChannelControl, ControlError, Request, Stoppage
 from drc.apply.engine import ApplyEngine
 from drc.apply.errors import CheckpointMismatchError
 from drc.apply.group import Group, GroupLimits, worth_saving
+from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.stats import ApplyStats
@@ -76,6 +77,7 @@ from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
 from drc.core.errors import DrcError, FatalError
 from drc.core.events import SchemaChange, Transaction
+from drc.core.heartbeat import source_time_ms
 from drc.core.scn import SCN
 from drc.core.statements import for_log
 
@@ -124,6 +126,8 @@ class ApplyChannel:
         self.channel = channel
         self.name = channel.name
         self.stats = ApplyStats()
+        # State and lag (drc.apply.progress); a long poll may rightly last wait_ms.
+        self.progress = ChannelProgress(STALE_AFTER_S + channel.wait_ms / 1000)
         self.target = parts.target
         self.engine = parts.engine
         self.conflicts = parts.conflicts
@@ -146,6 +150,16 @@ class ApplyChannel:
         self.control = ChannelControl()
         self.hold_on_error = False
         self._replays = 0
+
+    def report(self) -> dict[str, Any]:
+        """Counters, state and lag as of now, for status, metrics and progress lines."""
+        now = self.progress.snapshot(self._wall_clock())
+        state = "paused" if self.control.state == "paused" else now.state
+        return {
+            "name": self.name, "origin": self.channel.origin, "state": state,
+            "up": now.state != STOPPED, "error": now.error, "lag_seconds": now.lag_seconds,
+            "applied_source_ms": now.applied_ms, **self.stats.as_dict(),
+        }  # fmt: skip
 
     # ------------------------------------------------------------------ run
 
@@ -172,6 +186,10 @@ class ApplyChannel:
         except DrcError as exc:
             self.stats.last_error = str(exc)
             log.error("channel %s stopped: %s", self.name, exc)
+            self.progress.stopped(f"{type(exc).__name__}: {exc}")
+            raise
+        except BaseException as exc:
+            self.progress.stopped(f"{type(exc).__name__}: {exc}")
             raise
         finally:
             self.target.close()
@@ -195,6 +213,7 @@ class ApplyChannel:
                 raise _origin_mismatch(self.name, row.origin, self.channel.origin)
             self._applied = row.scn
         self.stats.last_scn = self._applied
+        self.progress.started(self._clock())
         log.info("channel %s (from %s) resumes after %s", self.name, self.channel.origin,
                  self._applied)  # fmt: skip
 
@@ -208,14 +227,13 @@ class ApplyChannel:
                     self._flush(group)
                 self._maintain(group)
                 continue
+            self.progress.answered(self._clock())
             group.epoch = batch.epoch
             for txn in batch.transactions:
                 self._take(txn, group)
             subscriber.ack(batch)
             group.consumed(batch.next, batch.epoch)
             caught_up = batch.newest is None or batch.next >= batch.newest
-            if caught_up and not group.writes:
-                self.stats.lag_seconds = 0.0
             if caught_up or group.due(self._limits, self._clock()):
                 self._flush(group)
             self._maintain(group)
@@ -235,6 +253,7 @@ class ApplyChannel:
             return subscriber.get(timeout=timeout)
         except ApiUnavailableError as exc:
             now = self._clock()
+            self.progress.unanswered(now, str(exc) if exc.errors else None)
             if exc.errors and now - self._unavailable_logged >= UNAVAILABLE_LOG_EVERY_S:
                 self._unavailable_logged = now
                 log.warning("channel %s: remote API unavailable, retrying: %s", self.name, exc)
@@ -248,10 +267,13 @@ class ApplyChannel:
             self.stats.ddl_skipped = self._filters.ddl_skipped
         if kept is not None and kept.ddl:
             self._apply_ddl(kept, group)
+            self.progress.taken(source_time_ms(txn))
+            self.progress.applied()
             return
         if kept is not None:
             group.add(kept, self._clock())
         if txn.last_fragment:
+            self.progress.taken(source_time_ms(txn))
             wrote = bool(group.transactions) and group.transactions[-1].scn == txn.scn
             if not wrote:
                 self.stats.skipped += 1
@@ -321,6 +343,7 @@ class ApplyChannel:
         position = group.checkpoint or self._applied
         if not (group.writes or pending_ddl or force or worth_saving(self._applied, position)):
             group.clear()
+            self.progress.applied()  # nothing to write: what was taken needs nothing more
             return
         row = checkpoint.CheckpointRow(
             self.name, position, self.channel.origin, group.epoch, pending_ddl
@@ -329,9 +352,11 @@ class ApplyChannel:
             effects = self._retrying(lambda: self._commit(group, row))
         except FatalError as exc:
             raise self._isolated(group, exc, pending_ddl) from exc
+        self.progress.target_ok()
         self._applied = row.scn
         self._record(group, effects)
         group.clear()
+        self.progress.applied()
 
     def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
         """One attempt: decide the group's writes (drc.apply.engine), then write them, the
@@ -359,8 +384,6 @@ class ApplyChannel:
         stats.add_effects(effects)
         stats.last_scn = self._applied
         stats.ddl_skipped = self._filters.ddl_skipped
-        if group.newest_timestamp is not None:
-            stats.lag_seconds = max(0.0, self._wall_clock() - group.newest_timestamp)
 
     # ------------------------------------------------------------------ operator control
 
@@ -385,6 +408,7 @@ class ApplyChannel:
         stoppage = getattr(exc, "stoppage", None)
         self.control.stoppage = stoppage or Stoppage(None, str(exc), {}, [], [])
         self.control.state = "stopped"
+        self.progress.stopped(f"{type(exc).__name__}: {exc}")
         try:
             while not self._stop.is_set():
                 request = self.control.take()
@@ -400,6 +424,7 @@ class ApplyChannel:
         finally:
             self.control.stoppage = None
             self.control.state = "running"
+            self.progress.resumed(self._clock())
 
     def _carry_out(self, request: Request, stoppage: Stoppage | None) -> bool:
         """Do ``request``; True when the channel must stream again from its checkpoint."""
@@ -505,6 +530,7 @@ class ApplyChannel:
             self.stats.retries += 1
         else:
             self.stats.waits += 1
+            self.progress.target_waiting(str(exc))
         self.stats.last_error = str(exc)
         log.warning("channel %s: %s; retrying in %.2fs", self.name, exc, delay)
 

@@ -53,8 +53,6 @@ class ChannelsDesk:
         for channel in self._channels.values():
             control = channel.control
             entry = self._report(channel)
-            if control.state != "running" and entry.get("state") not in ("stopped", "STOPPED"):
-                entry["state"] = control.state
             entry["pause_at"] = None if control.pause_at is None else str(control.pause_at)
             entry["stopped_at"] = None if control.stoppage is None else control.stoppage.as_dict()
             entry["replay_until"] = (

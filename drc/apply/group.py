@@ -49,7 +49,6 @@ class Group:
     opened_at: float | None = None
     checkpoint: SCN | None = None
     epoch: str | None = None
-    newest_timestamp: int | None = None
 
     def add(self, txn: Transaction, now: float) -> None:
         """Queue what the chain left of one fragment (or whole transaction) for writing."""
@@ -65,7 +64,6 @@ class Group:
             self.checkpoint = txn.scn
         if wrote:
             self.complete += 1
-            self.newest_timestamp = max(self.newest_timestamp or 0, txn.timestamp)
 
     def consumed(self, next_scn: SCN, epoch: str) -> None:
         """A batch was taken whole: everything up to its ``next`` is accounted for."""
@@ -93,7 +91,6 @@ class Group:
         self.transactions = []
         self.complete = self.rows = self.bytes = 0
         self.opened_at = None
-        self.newest_timestamp = None
 
 
 def worth_saving(saved: SCN, position: SCN) -> bool:

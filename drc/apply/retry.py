@@ -64,7 +64,7 @@ class RetryPolicy:
     conflict_initial_s: float = 0.05
     conflict_max_s: float = 2.0
     wait_initial_s: float = 0.5  # target down or read-only
-    wait_max_s: float = 5.0
+    wait_max_s: float = 2.0  # a target that is back is written again within this
 
     def conflict_delay(self, attempt: int) -> float:
         return min(self.conflict_initial_s * 2 ** (attempt - 1), self.conflict_max_s)

@@ -31,7 +31,7 @@ from drc.apply.stages import (
 from drc.client import ApiUnavailableError, Subscriber
 from drc.client.status import fetch_position, fetch_status
 from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
-from drc.core.markers import CHECKPOINT_SCHEMA, TOMBSTONE_PREFIX
+from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE, TOMBSTONE_PREFIX
 from drc.core.scn import SCN
 
 JOIN_POLL_S = 0.2
@@ -125,10 +125,13 @@ def _conflict_target(
 
 
 def _subscription(channel: ChannelConfig, tombstones: bool) -> ChannelConfig:
-    """The channel's config as subscribed: a table list also asks for tombstone rows."""
-    if not tombstones or not channel.tables:
+    """The channel's config as subscribed: a table list also asks for the heartbeat rows
+    (drc.core.heartbeat) and, with conflicts, the tombstone rows."""
+    if not channel.tables:
         return channel
-    tables = (*channel.tables, f"{CHECKPOINT_SCHEMA}.{TOMBSTONE_PREFIX}*")
+    tables = (*channel.tables, f"{CHECKPOINT_SCHEMA}.{HEARTBEAT_TABLE}")
+    if tombstones:
+        tables += (f"{CHECKPOINT_SCHEMA}.{TOMBSTONE_PREFIX}*",)
     return channel.model_copy(update={"tables": tables})
 
 

@@ -23,7 +23,6 @@ class ApplyStats:
     retries: int = 0  # target transactions re-applied after a deadlock / lock wait timeout
     waits: int = 0  # waits for a target that was down or read-only
     last_scn: SCN | None = None  # the checkpoint: last SCN applied (durably)
-    lag_seconds: float | None = None  # now - commit time of the newest applied transaction
     last_error: str | None = None
     replays: int = 0  # changes a rewind replayed over rows already newer (not conflicts)
 

@@ -166,27 +166,48 @@ def status(
     key: str | None,
     fmt: str,
 ) -> None:
-    """Show each replicator's role, datacenter, source, buffer SCN range and lag."""
+    """Show each API's role, datacenter, source, buffer SCN range, capture lag, and the apply
+    channels of that process (state, lag, applied SCN, counters).
+
+    Give the replicator's and the apply process's URLs (--api, repeated) to see a whole
+    datacenter. Every URL is reported; one that does not answer is marked UNREACHABLE and the
+    exit status is then 1.
+    """
     from drc.client import fetch_status
     from drc.client.discovery import expand, is_group
 
-    for url in expand(urls):
-        with _client_errors():
+    failed = 0
+    expanded = expand(urls)
+    for url in expanded:
+        try:
             if is_group(url):
                 raise ValueError(f"{url}: its ZooKeeper names no replicator (or does not answer)")
             doc = fetch_status(url, token, transport=TRANSPORT, ca=ca, cert=cert, key=key)
+        except (DrcError, ValueError) as exc:
+            failed += 1
+            if fmt == "json":
+                click.echo(json.dumps({"url": url, "unreachable": str(exc)}, indent=2))
+            else:
+                click.echo(f"{url}\n  UNREACHABLE: {exc}")
+            continue
         if fmt == "json":
             click.echo(json.dumps(doc, indent=2, sort_keys=True))
             continue
         click.echo(url)
         for line in _status_lines(doc, "  "):
             click.echo(line)
+    if failed:
+        raise click.ClickException(f"{failed} of {len(expanded)} API URL(s) did not answer")
 
 
 def _status_lines(doc: dict[str, Any], indent: str) -> Iterator[str]:
     width = max((len(str(k)) for k in doc), default=0)
     for key, value in doc.items():
-        if isinstance(value, dict) and value:
+        if key == "channels" and isinstance(value, list) and value:
+            yield f"{indent}channels:"
+            for channel in value:
+                yield from _channel_lines(channel, indent + "  ")
+        elif isinstance(value, dict) and value:
             yield f"{indent}{key}:"
             yield from _status_lines(value, indent + "  ")
         else:
@@ -194,6 +215,21 @@ def _status_lines(doc: dict[str, Any], indent: str) -> Iterator[str]:
             if isinstance(value, list | dict):
                 shown = json.dumps(value)
             yield f"{indent}{str(key) + ':':<{width + 1}} {shown}"
+
+
+def _channel_lines(channel: dict[str, Any], indent: str) -> Iterator[str]:
+    """One line per channel (state, lag, position, counters), and its error if it has one."""
+    lag = channel.get("lag_seconds")
+    shown = "?" if lag is None else f"{lag:.1f}s"
+    yield (
+        f"{indent}{channel.get('name')} (from {channel.get('origin')}): "
+        f"{channel.get('state')}, lag {shown}, applied {channel.get('last_scn') or '-'}, "
+        f"{channel.get('transactions')} txns, {channel.get('rows')} rows, "
+        f"{channel.get('conflicts')} conflicts"
+    )
+    error = channel.get("error")
+    if error:
+        yield f"{indent}  error: {error}"
 
 
 @contextmanager

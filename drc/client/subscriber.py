@@ -53,6 +53,9 @@ from drc.core.tablefilter import TableFilter
 log = logging.getLogger("drc.client")
 
 DEFAULT_MAX_BYTES = 8 << 20
+# Longest pause between rounds of failed pulls: a replicator that comes back is pulled from
+# again within this (the backoff once grew to 10 s, so a channel took ~20 s to reconnect).
+RECONNECT_MAX_S = 2.0
 _JOIN_ON_CLOSE_S = 1.0
 
 
@@ -97,7 +100,8 @@ class Subscriber:
     "continue". HTTPS: ``ca`` is the PEM file of the CA(s) to trust instead of the system's,
     ``cert``/``key`` a client certificate, ``verify=False`` turns checking off (or pass an
     ``ssl.SSLContext`` as ``verify``). ``transport`` replaces httpx's network transport (tests);
-    ``sleep`` and ``clock`` replace time.sleep and time.monotonic for the retry backoff.
+    ``sleep`` and ``clock`` replace time.sleep and time.monotonic for the retry backoff, which
+    doubles from ``backoff_initial`` up to ``backoff_max`` (default :data:`RECONNECT_MAX_S`).
     """
 
     def __init__(
@@ -116,7 +120,7 @@ class Subscriber:
         prefetch: bool = True,
         on_rebuild: str = "raise",
         backoff_initial: float = 0.2,
-        backoff_max: float = 10.0,
+        backoff_max: float = RECONNECT_MAX_S,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
         transport: httpx.BaseTransport | None = None,

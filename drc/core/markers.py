@@ -16,3 +16,17 @@ TOMBSTONE_PREFIX = "tomb_"
 
 def is_tombstone_table(schema: str, table: str) -> bool:
     return schema == CHECKPOINT_SCHEMA and table.startswith(TOMBSTONE_PREFIX)
+
+
+# The heartbeat row (drc.core.heartbeat): each replicator upserts its datacenter's row every
+# second on a plain session. Captured whatever the table filter, never applied as user data.
+HEARTBEAT_TABLE = "heartbeat"
+
+
+def is_heartbeat_table(schema: str, table: str) -> bool:
+    return schema == CHECKPOINT_SCHEMA and table == HEARTBEAT_TABLE
+
+
+def always_captured(schema: str, table: str) -> bool:
+    """DRC's own rows the other datacenters need, captured whatever the table filter."""
+    return is_tombstone_table(schema, table) or is_heartbeat_table(schema, table)

@@ -10,9 +10,11 @@ where reading resumes after the transaction, so the buffer's last SCN is the res
 Capture filtering drops row changes of tables the filter does not keep, but a transaction that
 writes the apply checkpoint table, or whose events carry MariaDB's skip_replication flag (apply
 sessions set it, which also marks their DDL), is flagged DRC-originated *before* filtering, so
-the flag survives any filter. A transaction with more rows or bytes than a fragment holds is spilled
-fragment by fragment (the caller supplies the spill), bounding memory; at commit its fragments
-are replayed with the final SCN, the flag and fragment numbers.
+the flag survives any filter. DRC's tombstone and heartbeat rows (markers.always_captured)
+are kept whatever the filter: the other datacenters need them. A transaction with more rows or
+bytes than a fragment holds is spilled fragment by fragment (the caller supplies the spill),
+bounding memory; at commit its fragments are replayed with the final SCN, the flag and
+fragment numbers.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Protocol
 from drc.core import gtid as gtids
 from drc.core.events import Op, RowChange, SchemaChange, TableSchema, Transaction
 from drc.core.gtid import Gtid, GtidPosition
-from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, is_tombstone_table
+from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, always_captured
 from drc.core.scn import SCN
 from drc.core.selection import selects_ddl
 from drc.core.statements import is_account_statement
@@ -158,7 +160,7 @@ class TransactionAssembler:
         key = (event.table.schema, event.table.table)
         if key == (CHECKPOINT_SCHEMA, CHECKPOINT_TABLE):
             txn.drc_originated = True
-        if not self._capture.matches(*key) and not is_tombstone_table(*key):
+        if not self._capture.matches(*key) and not always_captured(*key):
             return
         txn.tables[key] = event.table
         schema, table, op = event.table.schema, event.table.table, event.op

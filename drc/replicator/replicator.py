@@ -41,6 +41,7 @@ from drc.core.errors import (
 )
 from drc.core.events import SchemaChange, TableSchema, Transaction
 from drc.core.gtid import Gtid
+from drc.core.heartbeat import source_time_ms
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import Committed, FragmentLimits, TransactionAssembler
@@ -73,7 +74,7 @@ class CaptureOptions:
     commit_max_ms: float = 50.0
     commit_linger_s: float = 0.002
     retry_initial_s: float = 0.2
-    retry_max_s: float = 10.0
+    retry_max_s: float = 2.0  # a source that is back is read again within this
     spill_dir: Path | None = None
 
 
@@ -89,6 +90,7 @@ class CaptureStats:
     triggers_guarded: int = 0  # local triggers given DRC's guard (drc.apply.trigger_guard)
     triggers_unguarded: int = 0  # ... that could not be
     source_position: tuple[int, int] | None = None
+    source_time_ms: int | None = None  # source time of the newest change stored (heartbeats too)
     last_error: str | None = None
     source_server: str | None = None  # host:port of the server read now
     change_id: int | None = None
@@ -336,6 +338,9 @@ class Replicator:
             fragment.scn, payload, fragment.timestamp * 1000, more=not fragment.last_fragment
         )
         batch.bytes += len(payload)
+        source_ms = source_time_ms(fragment)
+        if self.stats.source_time_ms is None or source_ms > self.stats.source_time_ms:
+            self.stats.source_time_ms = source_ms
         self.stats.rows += len(fragment.changes)
         self.stats.bytes += len(payload)
 

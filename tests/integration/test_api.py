@@ -246,6 +246,7 @@ replica_server_id = 91003
 buffer_dir = "{tmp_path / "buf"}"
 start_from = "{start[0]}:{start[1]}"
 include = ["api_db.*"]
+heartbeat_interval_s = 0  # compared with the source's own transactions: no DRC heartbeats
 [api]
 port = 0
 tokens = ["{TOKEN}"]

@@ -87,14 +87,15 @@ def _tables(server: ServerInfo) -> list[str]:
 
 
 def _stored_changes(node: Node) -> dict[bool, int]:
-    """Row changes in this node's own capture, split by DRC-originated (applied) or not."""
+    """Row changes of SCHEMA in this node's own capture (not DRC's heartbeats), split by
+    DRC-originated (applied) or not."""
     assert node.service is not None
     counts = {True: 0, False: 0}
     after = SCN(0, 0, 0, 0)
     while records := node.service.buffer.read_after(after, 1000, 16 << 20):
         for record in records:
             txn = decode_transaction(record.payload)[0]
-            counts[txn.drc_originated] += len(txn.changes)
+            counts[txn.drc_originated] += sum(c.schema == SCHEMA for c in txn.changes)
         after = records[-1].scn
     return counts
 

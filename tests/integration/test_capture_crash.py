@@ -46,6 +46,7 @@ replica_server_id = 88001
 buffer_dir = "{tmp / "buf"}"
 start_from = "{start[0]}:{start[1]}"
 include = ["crash_db.*"]
+heartbeat_interval_s = 0  # compared with the source's own transactions: no DRC heartbeats
 fragment_rows = 300
 commit_max_ms = 20
 [replicator.buffer]

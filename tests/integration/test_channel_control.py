@@ -133,13 +133,13 @@ def test_pause_holds_changes_and_resume_applies_them(run: Run) -> None:
 def test_a_stopped_channel_shows_its_transaction_and_skip_continues_after_it(run: Run) -> None:
     _sql(run.dc1, "SET SESSION sql_log_bin = 0", "ALTER TABLE t DROP COLUMN extra")
     _sql(run.dc2, "INSERT INTO t VALUES (10, 'needs extra', 7)")
-    assert wait_for(lambda: run.channel()["state"] == "STOPPED", 30), run.channel()
+    assert wait_for(lambda: run.channel()["state"] == "stopped", 30), run.channel()
     stopped = run.channel()["stopped_at"]
     assert stopped["tables"] == {f"{SCHEMA}.t": 1} and "extra" in stopped["error"]
     refused = CliRunner().invoke(
         cli, ["channel", "skip", "from-dc2", "--api", run.api], input="n\n"
     )
-    assert refused.exit_code != 0 and run.channel()["state"] == "STOPPED"  # not confirmed
+    assert refused.exit_code != 0 and run.channel()["state"] == "stopped"  # not confirmed
     out = run.cli("skip", "from-dc2", "--yes", "--reason", "column dropped here on purpose")
     assert f"skipped: {stopped['scn']}" in out
     _sql(run.dc1, "SET SESSION sql_log_bin = 0", "ALTER TABLE t ADD COLUMN extra INT NULL")

@@ -84,7 +84,8 @@ def test_batches_up_to_caught_up_are_one_target_transaction_with_the_checkpoint(
     assert fake.checkpoints["from-dc1"] == ("1:11:1:40", "dc1", "epoch-1", None)
     stats = channel.stats
     assert (stats.transactions, stats.rows, stats.commits, stats.last_scn) == (4, 4, 1, scn(40))
-    assert stats.lag_seconds == pytest.approx(60.0)
+    report = channel.report()
+    assert report["lag_seconds"] == pytest.approx(60.0) and report["state"] == "running"
 
 
 def test_every_session_is_pinned_and_marked_as_drc() -> None:

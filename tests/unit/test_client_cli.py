@@ -122,6 +122,26 @@ def test_status_errors_are_one_clear_line(api: FakeApi) -> None:
     assert result.exit_code == 1 and "--token" in result.output
 
 
+def test_status_reports_every_url_and_marks_the_unreachable_ones(api: FakeApi) -> None:
+    api.fail("a", "connect")
+    api.status_body = {"role": "apply", "datacenter": "dc2", "channels": [{
+        "name": "from-dc1", "origin": "dc1", "state": "stopped", "lag_seconds": 42.25,
+        "last_scn": "1:7:1:100", "transactions": 3, "rows": 5, "conflicts": 1,
+        "error": "ApplyError: (1050) Table 'x' already exists",
+    }]}  # fmt: skip
+    result = run("status", "--api", "http://a", "--api", "http://b")
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[:2] == ["http://a", lines[1]] and "UNREACHABLE" in lines[1]
+    assert "http://b" in lines and "  role:       apply" in lines
+    assert (
+        "    from-dc1 (from dc1): stopped, lag 42.2s, applied 1:7:1:100, 3 txns, 5 rows, "
+        "1 conflicts" in lines
+    )
+    assert "      error: ApplyError: (1050) Table 'x' already exists" in lines
+    assert "1 of 2 API URL(s) did not answer" in lines[-1]
+
+
 def test_fetch_status_of_an_unreachable_url() -> None:
     from drc.client import ApiUnavailableError, fetch_status
 

@@ -16,6 +16,7 @@ from drc.client import (
     PositionTooOldError,
     Subscriber,
 )
+from drc.client.subscriber import RECONNECT_MAX_S
 from drc.core.errors import FatalError, RetriableError, ScnTooOldError
 from drc.core.scn import SCN
 from tests.unit.test_client_fakeapi import FakeApi, error, stream
@@ -60,6 +61,16 @@ def test_each_failed_round_sleeps_twice_as_long_up_to_the_maximum() -> None:
     assert sleeps == [1.0, 2.0, 3.0, 3.0]
     assert batch.url == A  # round-robin came back to the first URL
     assert [s.host for s in api.events_seen()][:9] == ["a", "b"] * 4 + ["a"]
+
+
+def test_a_replicator_that_comes_back_is_pulled_again_within_a_few_seconds() -> None:
+    api = FakeApi(stream(3))
+    api.fail("a", *["connect"] * 12)  # down for a long while
+    sleeps = Sleeps()
+    with subscriber(api, urls=(A,), sleep=sleeps) as sub:
+        batch = sub.get(timeout=5)
+    assert batch.transactions == tuple(stream(3))
+    assert len(sleeps) == 12 and max(sleeps) == RECONNECT_MAX_S <= 3
 
 
 def test_the_backoff_starts_over_after_a_success() -> None:
