@@ -174,7 +174,12 @@ class Node:
         """(component, error) of every component that stopped on an error, capture aside
         (the API reports that one itself), for /healthz."""
         found = [c for c in self._components if c.failure and c.name != "replicator"]
-        return [(c.name, c.failure[0]) for c in found]
+        held = [  # stopped, alive, waiting for an operator (drc channel)
+            (f"channel {c.name}", c.control.failure)
+            for c in self.channels
+            if c.control.failure is not None
+        ]
+        return [(c.name, c.failure[0]) for c in found] + held
 
     def protection(self) -> dict[str, Any]:
         """lww protection here: tables refused DRC's triggers (and why), guard state."""

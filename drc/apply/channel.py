@@ -407,6 +407,7 @@ class ApplyChannel:
         after a fix) or rewind; then stream again from the checkpoint."""
         stoppage = getattr(exc, "stoppage", None)
         self.control.stoppage = stoppage or Stoppage(None, str(exc), {}, [], [])
+        self.control.failure = exc
         self.control.state = "stopped"
         self.progress.stopped(f"{type(exc).__name__}: {exc}")
         try:
@@ -422,7 +423,7 @@ class ApplyChannel:
                     return
             raise Stopped()
         finally:
-            self.control.stoppage = None
+            self.control.stoppage = self.control.failure = None
             self.control.state = "running"
             self.progress.resumed(self._clock())
 

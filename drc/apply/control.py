@@ -90,6 +90,7 @@ class ChannelControl:
         self.state = RUNNING  # as the channel last set it
         self.retry = False  # resume of a stopped channel: try the stopped transaction again
         self.stoppage: Stoppage | None = None  # set by the channel while it is stopped
+        self.failure: BaseException | None = None  # ... and the error it stopped on
         self.replay_until: SCN | None = None  # after a rewind: changes up to here are replays
 
     # ------------------------------------------------------------------ asked by the API

@@ -98,7 +98,7 @@ def families(
 def test_the_scrape_has_every_kind_of_family(families: dict[str, set[str]]) -> None:
     for name in ("drc_up", "drc_capture_transactions_total", "drc_lww_guard_up"):
         assert name in families
-    assert "channel" in families["drc_apply_channel_up"]
+    assert "channel" in families["drc_channel_up"]
     assert {"route", "status"} <= families["drc_api_requests_total"]
 
 
