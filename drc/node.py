@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from drc.api.server import ApiServer
 from drc.apply.channel import ApplyChannel
+from drc.apply.control import Request
 from drc.apply.lww_guard import LwwGuard, build_guard
 from drc.apply.progress import STOPPED
-from drc.apply.service import build_channels, build_desk
+from drc.apply.service import build_channels, build_desk, channel_filters
 from drc.config import DrcConfig
-from drc.core.errors import RetriableError
+from drc.core.errors import DrcError, RetriableError
 from drc.replicator.heartbeat import HeartbeatWriter
 from drc.runtime import ReplicatorService, build_apply_api, build_heartbeat, build_replicator
 
@@ -44,6 +46,14 @@ class _Component:
     failure: list[BaseException] = field(default_factory=list)
 
 
+RELOAD_POLL_S = 0.5
+_SELECTION = ("tables", "exclude", "map_tables", "map_columns", "objects")
+
+
+def _selection(config: Any) -> dict[str, Any]:
+    return {key: getattr(config, key) for key in _SELECTION}
+
+
 class Node:
     def __init__(self, config: DrcConfig, role: str = "all") -> None:
         if role not in ROLES:
@@ -56,6 +66,7 @@ class Node:
         self.heartbeat: HeartbeatWriter | None = None
         self.apply_api: ApiServer | None = None  # role apply: health, metrics, status
         self._components: list[_Component] = []
+        self.reload_requested = threading.Event()  # set by SIGHUP (drc run)
 
     @property
     def api_url(self) -> str | None:
@@ -113,10 +124,22 @@ class Node:
         self._components.append(component)
         component.thread.start()
 
-    def wait(self, stop: threading.Event, every_s: float, progress: Callable[[str], None]) -> None:
-        """Until ``stop`` or until nothing runs; raises a fatal capture error."""
-        while not stop.wait(every_s if every_s > 0 else 1.0):
-            if every_s > 0:
+    def wait(
+        self,
+        stop: threading.Event,
+        every_s: float,
+        progress: Callable[[str], None],
+        reload: Callable[[], DrcConfig] | None = None,
+    ) -> None:
+        """Until ``stop`` or until nothing runs; raises a fatal capture error. ``reload``
+        reads the config again when :attr:`reload_requested` is set (SIGHUP)."""
+        next_line = time.monotonic() + every_s
+        while not stop.wait(RELOAD_POLL_S):
+            if reload is not None and self.reload_requested.is_set():
+                self.reload_requested.clear()
+                self.reload(reload)
+            if every_s > 0 and time.monotonic() >= next_line:
+                next_line = time.monotonic() + every_s
                 progress(self.progress_line())
             capture = next((c for c in self._components if c.name == "replicator"), None)
             if capture is not None and capture.failure:
@@ -128,6 +151,48 @@ class Node:
                 if failures:
                     raise failures[0]
                 return
+
+    def reload(self, read: Callable[[], DrcConfig]) -> list[str]:
+        """Apply a re-read config to the running channels (their tables, exclusions, mappings,
+        object kinds), each from its checkpoint; say what else changed and needs a restart.
+        A config that does not load is logged and changes nothing. Returns the log lines."""
+        said: list[str] = []
+        try:
+            new = read()
+        except DrcError as exc:
+            said.append(f"config reload refused, nothing changed: {exc}")
+            log.error("%s", said[-1])
+            return said
+        wanted = {c.name: c for c in new.channels}
+        for channel in self.channels:
+            config = wanted.get(channel.name)
+            if config is None:
+                said.append(f"channel {channel.name} is gone from the config: restart to stop it")
+                continue
+            if config == channel.channel:
+                continue
+            if config.model_copy(update=_selection(channel.channel)) != channel.channel:
+                said.append(f"channel {channel.name}: only tables, exclude, map_tables, "
+                            "map_columns and objects change without a restart")  # fmt: skip
+                config = channel.channel.model_copy(update=_selection(config))
+            filters, subscribe = channel_filters(config, channel.conflicts is not None)
+            reason = "config reloaded (SIGHUP)"
+            request = Request("reload", "SIGHUP", reason, payload=(config, filters, subscribe))
+            channel.control.submit(request)
+            said.append(f"channel {channel.name}: new table selection queued")
+        running = {c.name for c in self.channels}
+        added = [name for name in wanted if name not in running]
+        if added and self.role in ("all", "apply"):
+            said.append(f"new channels {added} start at the next restart")
+        old = self.config.model_dump(exclude={"channels"})
+        if new.model_dump(exclude={"channels"}) != old:
+            changed = sorted(
+                k for k, v in new.model_dump(exclude={"channels"}).items() if old[k] != v
+            )
+            said.append(f"[{'], ['.join(changed)}] changed: those take effect at the next restart")
+        for line in said:
+            log.warning("reload: %s", line)
+        return said
 
     def progress_line(self) -> str:
         parts = []

@@ -4,7 +4,7 @@
     +-------------+--------------+----------------------------------------------------------+
     | id      PK  | BIGINT AI    |                                                          |
     | channel     | VARCHAR(64)  | ChannelConfig.name                                       |
-    | action      | VARCHAR(16)  | pause, resume, skip, rewind                              |
+    | action      | VARCHAR(16)  | pause, resume, skip, rewind, reload (SIGHUP)             |
     | actor       | VARCHAR(128) | the admin token's name ("open" on an API without tokens) |
     | reason      | TEXT         | --reason, as given                                       |
     | detail      | LONGTEXT     | JSON: what the action did (SCNs, the skipped txn...)     |
@@ -28,7 +28,7 @@ from drc.core.markers import CHECKPOINT_SCHEMA
 
 AUDIT_TABLE = "channel_audit"
 _TABLE = f"{ident(CHECKPOINT_SCHEMA)}.{ident(AUDIT_TABLE)}"
-ACTIONS = ("pause", "resume", "skip", "rewind")
+ACTIONS = ("pause", "resume", "skip", "rewind", "reload")
 REASON_MAX = 2000
 
 

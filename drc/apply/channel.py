@@ -434,6 +434,8 @@ class ApplyChannel:
                 result = self._rewind(request)
             elif request.action == "skip":
                 result = self._skip(request, stoppage)
+            elif request.action == "reload":
+                result = self._reload(request)
             else:
                 raise ControlError(f"unknown request {request.action!r}", 400)
         except ControlError as error:
@@ -476,6 +478,28 @@ class ApplyChannel:
         log.warning("channel %s skipped %s by %s: %s", self.name, stoppage.scn, request.actor,
                     stoppage.error)  # fmt: skip
         return {"action": "skip", "skipped": str(stoppage.scn), "applied": str(self._applied)}
+
+    def _reload(self, request: Request) -> dict[str, Any]:
+        """A new config for this channel (drc run got SIGHUP): its table selection, mapping and
+        object kinds. The stream restarts after the checkpoint with the new filters."""
+        config, filters, subscribe = request.payload
+        before = {"tables": list(self.channel.tables), "exclude": list(self.channel.exclude)}
+        after = {"tables": list(config.tables), "exclude": list(config.exclude)}
+        detail = {"before": before, "after": after, "at": str(self._applied)}
+        entry = audit.record(self.name, "reload", request.actor, request.reason, detail)
+
+        def record() -> None:
+            self.target.execute(entry, "auditing a reload")
+            self.target.commit()
+
+        self._retrying(record)
+        self.channel = config
+        self._filters = Chain(filters)
+        self.chain = Chain([*filters, self._idempotency])
+        self._subscribe = subscribe
+        log.warning("channel %s reloaded: tables %s exclude %s (was %s)", self.name,
+                    after["tables"], after["exclude"], before)  # fmt: skip
+        return {"action": "reload", **after}
 
     def _control_commit(self, position: SCN, request: Request, detail: dict[str, Any]) -> None:
         """Move the checkpoint to ``position`` and record the action, in one transaction."""

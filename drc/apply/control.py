@@ -36,6 +36,7 @@ class Request:
     actor: str
     reason: str
     scn: SCN | None = None  # rewind: the SCN to replay after; skip: the SCN expected stopped
+    payload: Any = None  # reload: (ChannelConfig, filters, subscribe)
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] | None = None
     error: ControlError | None = None

@@ -87,16 +87,10 @@ def build_channel(
     session = TargetSession(settings) if connect is None else TargetSession(settings, connect)
     names = NameMap(channel.map_tables, channel.map_columns)
     handling = _conflict_target(channel, session, conflicts, datacenter, names)
-    filters: list[Stage] = [
-        SkipDrcOriginated(),
-        KeepTables(channel.table_filter(), tombstones=handling is not None),
-        KeepApplicableDdl(channel.objects),
-        MapNames(names),
-    ]
-    subscribed = _subscription(channel, handling is not None)
+    filters, subscribe = channel_filters(channel, handling is not None, subscriber_factory)
     parts = ChannelParts(
         target=session,
-        subscribe=partial(subscriber_factory or default_subscriber, subscribed),
+        subscribe=subscribe,
         filters=filters,
         engine=ApplyEngine(
             session, channel.no_primary_key, None if handling is None else handling.engine
@@ -104,6 +98,21 @@ def build_channel(
         conflicts=handling,
     )
     return kind(channel, parts, **timing)
+
+
+def channel_filters(
+    channel: ChannelConfig, tombstones: bool, subscriber_factory: SubscriberFactory | None = None
+) -> tuple[list[Stage], Callable[[SCN], SubscriberLike]]:
+    """The filter chain and the subscription of ``channel`` (also what a config reload gives a
+    running channel: drc.apply.channel.ApplyChannel.reconfigure)."""
+    filters: list[Stage] = [
+        SkipDrcOriginated(),
+        KeepTables(channel.table_filter(), tombstones=tombstones),
+        KeepApplicableDdl(channel.objects),
+        MapNames(NameMap(channel.map_tables, channel.map_columns)),
+    ]
+    subscribed = _subscription(channel, tombstones)
+    return filters, partial(subscriber_factory or default_subscriber, subscribed)
 
 
 def _conflict_target(

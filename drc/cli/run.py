@@ -46,11 +46,16 @@ def run_node(config_path: str, role: str, progress_every: float) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     node = Node(config, role)
+    # SIGHUP: read the file again; channels take new table selections without a restart.
+    signal.signal(signal.SIGHUP, lambda *_: node.reload_requested.set())
     try:
         node.start(stop)
         if node.api_url:
             click.echo(f"API serving on {node.api_url}")  # stdout: scripts read the URL here
-        node.wait(stop, progress_every, lambda line: click.echo(line, err=True))
+        node.wait(
+            stop, progress_every, lambda line: click.echo(line, err=True),
+            reload=lambda: load_config(config_path),
+        )  # fmt: skip
     finally:
         stop.set()
         node.close()
@@ -71,5 +76,10 @@ def run(config_path: str, role: str, progress_every: float) -> None:
 
     Capture resumes exactly after the buffer's last SCN; each channel resumes after the SCN in
     its drc.checkpoint row on the target. Exits non-zero if capture stops with an error.
+
+    SIGHUP reads the config again: a channel's tables, exclude, map_tables, map_columns and
+    objects change without a restart (from its checkpoint; rows written to a newly added table
+    before the reload are not copied: snapshot them). Other changes are logged as needing a
+    restart; a file that does not load changes nothing (check it with drc config check).
     """
     run_node(config_path, role, progress_every)
