@@ -150,6 +150,7 @@ class ApplyChannel:
         self.control = ChannelControl()
         self.hold_on_error = False
         self._replays = 0
+        self._conflict_tables: list[str] = []
 
     def report(self) -> dict[str, Any]:
         """Counters, state and lag as of now, for status, metrics and progress lines."""
@@ -371,14 +372,17 @@ class ApplyChannel:
             decision.entries = [e for e in decision.entries if e not in replays]
             decision.counts.conflicts -= len(replays)
         effects = self.target.write(decision.writes, decision.log_statements(), row)
-        self._replays = len(replays)
+        self._replays = len(replays)  # counted once committed (_record): an attempt may fail
+        self._conflict_tables = [f"{e.schema}.{e.table}" for e in decision.entries]
         effects.conflicts = decision.counts.conflicts
         return effects
 
     def _record(self, group: Group, effects: plan.Effects) -> None:
         stats = self.stats
         stats.replays += self._replays
-        self._replays = 0
+        for name in self._conflict_tables:
+            stats.conflicts_by_table[name] = stats.conflicts_by_table.get(name, 0) + 1
+        self._replays, self._conflict_tables = 0, []
         stats.commits += 1
         stats.transactions += group.complete
         stats.add_effects(effects)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from drc.apply.plan import Effects
 from drc.core.scn import SCN
@@ -24,6 +24,7 @@ class ApplyStats:
     waits: int = 0  # waits for a target that was down or read-only
     last_scn: SCN | None = None  # the checkpoint: last SCN applied (durably)
     last_error: str | None = None
+    conflicts_by_table: dict[str, int] = field(default_factory=dict)  # "db.t" -> conflicts
     replays: int = 0  # changes a rewind replayed over rows already newer (not conflicts)
 
     @property
@@ -41,4 +42,5 @@ class ApplyStats:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["last_scn"] = None if self.last_scn is None else str(self.last_scn)
         data["idempotent_fixes"] = self.idempotent_fixes
+        data["conflicts_by_table"] = dict(self.conflicts_by_table)
         return data

@@ -411,6 +411,12 @@ def test_random_interleavings_on_the_same_rows_converge(run: Run) -> None:
         # every conflict the channel resolved is in the log of the side that decided it
         counted = sum(c.stats.conflicts for c in run.nodes[dc].channels)
         assert counted == len(entries), (dc, counted, len(entries))
+        by_table: dict[str, int] = {}  # what the status page shows per table
+        for entry in entries:
+            name = f"{entry['schema_name']}.{entry['table_name']}"
+            by_table[name] = by_table.get(name, 0) + 1
+        shown = [c.stats.conflicts_by_table for c in run.nodes[dc].channels]
+        assert shown == [by_table], (dc, shown, by_table)
         for entry in entries:
             assert entry["datacenter"] == dc and entry["origin"] != dc
             _check_decision(entry)
