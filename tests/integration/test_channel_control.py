@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -122,9 +123,13 @@ def test_pause_holds_changes_and_resume_applies_them(run: Run) -> None:
     assert "action: pause" in out
     assert wait_for(lambda: run.channel()["state"] == "paused", 10)
     held_at = run.channel()["last_scn"]
+    first, since = run.channel()["lag_seconds"] or 0.0, time.monotonic()
     _sql(run.dc2, "INSERT INTO t VALUES (2, 'while paused', NULL)")
     assert not wait_for(lambda: _arrived(run, 2), 3)
     assert run.channel()["last_scn"] == held_at
+    # Heartbeats keep coming but are not applied: lag grows about a second per second.
+    grown, elapsed = run.channel()["lag_seconds"] - first, time.monotonic() - since
+    assert grown >= 0.8 * elapsed - 1.0, (grown, elapsed)
     run.cli("resume", "from-dc2", "--reason", "done")
     assert wait_for(lambda: _arrived(run, 2), 30)
     assert run.channel()["state"] == "running"
