@@ -170,14 +170,15 @@ def build_member(
         buffer,
         metastore,
         tokens[0] if tokens else None,
-        lambda: _first_source_server_id(source),
+        # With several source servers (failover) the server_id changes on a switch; capture's
+        # GTID containment check (drc.replicator.failover) refuses another datacenter's server.
+        (lambda: None) if len(source) > 1 else (lambda: _first_source_server_id(source)),
         verify=verify,
     )
 
 
 def _first_source_server_id(sources: list[SourceSettings]) -> int:
-    """The server_id of the first listed source that answers (the group's identity check).
-    TODO: after a source failover the group's recorded server_id is not updated yet."""
+    """The server_id of the single configured source (the group's identity check)."""
     failure: Exception | None = None
     for settings in sources:
         try:

@@ -172,8 +172,8 @@ class ZkGroup:
     def check_source(self, server_id: int | None) -> None:
         """GroupConfigError if this member's source is not the group's (another datacenter's
         server, say). ``None``: the source could not be asked; checked again at election."""
-        # TODO(srcfail): with source failover the group's server_id changes on a switch; the
-        # leader must record the new one (record_source) when capture moves there.
+        # With several [source] servers the runtime passes None: a switch changes the server_id,
+        # and capture's GTID containment check refuses a server of another datacenter instead.
         recorded = self.source_server_id()
         if server_id is None or recorded is None or recorded == server_id:
             return
