@@ -10,6 +10,7 @@ multiset of rows, the same views, routines and triggers. Then the same again the
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -26,7 +27,20 @@ from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.servers import connect
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "debezium"
+# The corpus is not shipped with DRC: shared/ beside the checkout, or DRC_CORPUS_DIR, or the
+# workplace's copy (CI clones the repository elsewhere on the same machine).
+CORPUS = next(
+    (
+        path
+        for path in (
+            Path(os.environ.get("DRC_CORPUS_DIR", "/nonexistent")),
+            Path(__file__).resolve().parents[3] / "shared" / "corpus" / "debezium",
+            Path("/work/shared/corpus/debezium"),
+        )
+        if path.is_dir()
+    ),
+    Path(__file__).resolve().parents[3] / "shared" / "corpus" / "debezium",
+)
 # Databases the scripts name themselves, besides the one each is loaded into.
 FIXED_DATABASES = ("connector_test", "emptydb", "transactionpayload_test")
 PREFIX = "dbz_"
