@@ -57,7 +57,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -65,12 +65,13 @@ from drc.apply import checkpoint, ddl_journal, objects, plan
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import Observed
 from drc.apply.engine import ApplyEngine
-from drc.apply.errors import CheckpointMismatchError
+from drc.apply.errors import CatchupRunningError, CheckpointMismatchError
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.stats import ApplyStats
 from drc.apply.target import Target
+from drc.catchup import lease
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
 from drc.core.errors import DrcError
@@ -135,6 +136,8 @@ class ApplyChannel:
         self._filters = Chain(parts.filters)
         self.chain = Chain([*parts.filters, self._idempotency])
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
+        self.lease_owner = ""  # a catch-up driver's own channel applies under its lease
+        self._lease_taken: object = None  # the lease's taken_at when the checkpoint was read
 
     # ------------------------------------------------------------------ run
 
@@ -164,6 +167,8 @@ class ApplyChannel:
         self.target.commit()
         if self.conflicts is not None:
             self.conflicts.setup()
+        self.target.run_setup([lease.create_statement()], "creating the catch-up lease table")
+        self._lease_taken = self._lease_state()[2]
         row = self.target.read_checkpoint(self.name)
         if row is not None:
             if row.origin and row.origin != self.channel.origin:
@@ -296,13 +301,14 @@ class ApplyChannel:
             self.name, position, self.channel.origin, group.epoch, pending_ddl
         )
         effects = self._retrying(lambda: self._commit(group, row))
-        self._applied = row.scn
+        self._applied = max(self._applied, row.scn)  # a catch-up may have moved it further
         self._record(group, effects)
         group.clear()
 
     def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
         """One attempt: decide the group's writes (drc.apply.engine), then write them, the
         conflict log, tombstones and the checkpoint row, and COMMIT."""
+        row = self._handover(group, row)
         pending = self.engine.prepare(group.transactions)
         observed: list[Observed] = []
         if self.conflicts is not None:  # first: it reads and locks the rows the group touches
@@ -311,6 +317,36 @@ class ApplyChannel:
         effects = self.target.write(decision.writes, decision.log_statements(), row)
         effects.conflicts = decision.counts.conflicts
         return effects
+
+    def _lease_state(self) -> tuple[str, bool, object]:
+        found = self.target.query(lease.state_statement(self.name), "reading the catch-up lease")
+        return (str(found[0][0]), bool(found[0][1]), found[0][2]) if found else ("", False, None)
+
+    def _handover(self, group: Group, row: checkpoint.CheckpointRow) -> checkpoint.CheckpointRow:
+        """Inside the apply transaction (drc.catchup.lease): wait while a live catch-up holds
+        the channel; after one ran, go on from the checkpoint it wrote, dropping what it
+        applied (nothing skipped: the stream after it is still in the group or to come)."""
+        owner, held, taken = self._lease_state()
+        if held and owner != self.lease_owner:
+            raise CatchupRunningError(f"bulk catch-up {owner} holds channel {self.name}")
+        if taken == self._lease_taken:
+            return row
+        found = self.target.query(checkpoint.select(self.name), "reading the checkpoint")
+        self._lease_taken = taken
+        if found:
+            moved = checkpoint.parse(self.name, found[0]).scn
+            log.info("channel %s: a catch-up applied up to %s; streaming from there", self.name,
+                     moved)  # fmt: skip
+            self._applied = max(self._applied, moved)
+        group.transactions[:] = [t for t in group.transactions if t.scn > self._applied]
+        if row.scn > self._applied:
+            return row
+        pending = row.pending_ddl_scn
+        return replace(
+            row,
+            scn=self._applied,
+            pending_ddl_scn=pending if pending and pending > self._applied else None,
+        )
 
     def _record(self, group: Group, effects: plan.Effects) -> None:
         stats = self.stats
