@@ -161,6 +161,17 @@ class ApplyChannel:
         finally:
             self.target.close()
 
+    def open(self) -> SCN:
+        """What run() does first: set up the target, read the checkpoint (a catch-up driver
+        calls it once it holds the lease, then applies DDL through :meth:`apply_ddl`)."""
+        self._retrying(self._start)
+        return self._applied
+
+    def apply_ddl(self, txn: Transaction, before: SCN) -> None:
+        """Apply a DDL transaction (after the chain) as streaming does, everything up to
+        ``before`` being applied (bulk catch-up, between its spans)."""
+        self._apply_ddl(txn, Group(checkpoint=max(before, self._applied)))
+
     def _start(self) -> None:
         self.target.ensure_checkpoint_table()
         self.target.execute(ddl_journal.purge(self.name), "purging the DDL journal")
