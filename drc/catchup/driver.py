@@ -88,29 +88,32 @@ def run_catchup(
     to: SCN | None = None,
     master: str = "local[*]",
     partitions: int = 8,
+    batch_changes: int = executor.BATCH_CHANGES,
     out: Callable[[str], None] = print,
     lease_ttl_s: float = LEASE_TTL_S,
 ) -> Summary:
     """Replay ``channel_name``'s backlog into the target (see the module docstring)."""
     channel = _channel(config, channel_name)
     settings = target_settings(config.target_or_source())
-    owner = lease.new_owner()
-    conn = _connect(settings)
-    try:
-        lease.ensure_table(conn)
-        held = lease.take(conn, channel.name, owner, lease_ttl_s)
-    finally:
-        conn.close()
+    held = _take(settings, channel.name, lease_ttl_s, out)
     renewer = lease.Renewer(held, lambda: _connect(settings)).start()
     job: Job | None = None
     try:
         streaming = build_channel(
             channel, settings, conflicts=config.conflicts, datacenter=config.datacenter.name
         )
-        streaming.lease_owner = owner
-        job, summary = _run(config, channel, settings, streaming, held, to, master, partitions,
-                            out, renewer)  # fmt: skip
+        streaming.lease_owner = held.owner
+        job, summary = _run(config, channel, settings, streaming, held, to, master,
+                            (partitions, batch_changes), out, renewer)  # fmt: skip
         return summary
+    except CatchupError:  # refused before anything was replayed: hand the channel back now
+        renewer.stop()
+        conn = _connect(settings)
+        try:
+            lease.release(conn, renewer.lease)
+        finally:
+            conn.close()
+        raise
     finally:
         renewer.stop()
         if job is not None:
@@ -125,10 +128,11 @@ def _run(
     held: lease.Lease,
     to: SCN | None,
     master: str,
-    partitions: int,
+    sizes: tuple[int, int],
     out: Callable[[str], None],
     renewer: lease.Renewer,
 ) -> tuple[Job | None, Summary]:
+    partitions, batch_changes = sizes
     started = time.monotonic()
     start = streaming.open()  # the checkpoint, read under the lease
     session = TargetSession(settings)
@@ -155,7 +159,7 @@ def _run(
         session.commit()
         infos = [s for s in listing.segments if s.last_scn is not None and s.prev_scn < end]
         job = Job(channel, settings, config.conflicts, config.datacenter.name, held.owner,
-                  listing.url, listing.epoch, token, partitions)  # fmt: skip
+                  listing.url, listing.epoch, token, partitions, batch_changes)  # fmt: skip
         out(f"catch-up of {channel.name}: ({start}, {end}] from {listing.url}, {len(infos)} "
             f"segments, master {master}, {partitions} partitions")  # fmt: skip
         spark = build_session(master, f"drc-catchup-{channel.name}")
@@ -329,6 +333,24 @@ def _listing(channel: ChannelConfig, token: str | None, after: SCN, to: SCN | No
         except Exception as exc:  # this replicator is unreachable: ask the next one
             failures.append(f"{url}: {exc}")
     raise CatchupError("no remote replicator answered: " + "; ".join(failures))
+
+
+def _take(
+    settings: TargetSettings, channel: str, ttl_s: float, out: Callable[[str], None]
+) -> lease.Lease:
+    """The channel's lease, waiting while another catch-up's (a killed one's until it
+    expires) is held."""
+    owner = lease.new_owner()
+    while True:
+        conn = _connect(settings)
+        try:
+            lease.ensure_table(conn)
+            return lease.take(conn, channel, owner, ttl_s)
+        except lease.LeaseHeldError as exc:
+            out(f"waiting: {exc}")
+        finally:
+            conn.close()
+        time.sleep(min(ttl_s / 3, 5.0))
 
 
 def _channel(config: DrcConfig, name: str) -> ChannelConfig:

@@ -47,8 +47,22 @@ def _scn(_ctx: click.Context, _param: click.Parameter, value: str | None) -> SCN
     help="Partitions each range is cut into by (table, primary key); each is written by one "
     "Spark task with its own target connection.",
 )
+@click.option(
+    "--batch-changes",
+    default=2000,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Net row changes per target transaction within a partition.",
+)
+@click.option(
+    "--lease-ttl",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(1, 3600),
+    help="Seconds the channel's lease outlives a killed catch-up (it is renewed meanwhile).",
+)
 def catchup(config_path: str, channel_name: str, to: SCN | None, master: str,
-            partitions: int) -> None:  # fmt: skip
+            partitions: int, batch_changes: int, lease_ttl: float) -> None:  # fmt: skip
     """Replay a channel's backlog in bulk (Spark), reduced to the net change per row.
 
     Takes the channel's lease (a streaming channel in `drc run` waits meanwhile), replays from
@@ -70,5 +84,5 @@ def catchup(config_path: str, channel_name: str, to: SCN | None, master: str,
     config = load_config(config_path)
     run_catchup(
         config, channel_name, to=to, master=master, partitions=partitions,
-        out=lambda line: click.echo(line),
+        batch_changes=batch_changes, lease_ttl_s=lease_ttl, out=lambda line: click.echo(line),
     )  # fmt: skip
