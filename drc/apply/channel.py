@@ -81,6 +81,7 @@ from drc.core.statements import for_log
 
 log = logging.getLogger(__name__)
 
+_MOVED = object()  # the checkpoint may have moved since it was read: read it again
 IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked at again
 DDL_LOCK_POLL_S = 5  # how long one wait for an earlier run's DDL lock lasts
 UNAVAILABLE_LOG_EVERY_S = 30.0
@@ -179,7 +180,9 @@ class ApplyChannel:
         if self.conflicts is not None:
             self.conflicts.setup()
         self.target.run_setup([lease.create_statement()], "creating the catch-up lease table")
-        self._lease_taken = self._lease_state()[2]
+        owner, held, taken = self._lease_state()
+        # Held by a catch-up: the checkpoint read below is not the one to stream from.
+        self._lease_taken = _MOVED if held and owner != self.lease_owner else taken
         row = self.target.read_checkpoint(self.name)
         if row is not None:
             if row.origin and row.origin != self.channel.origin:

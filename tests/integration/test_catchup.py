@@ -171,13 +171,16 @@ def test_streaming_waits_while_a_catchup_holds_the_channel_then_continues_from_i
     with served(dc1, tmp_path, schema) as (capture, url):
         execute(dc1, f"CREATE DATABASE {schema}", *(t.replace(SCHEMA, schema) for t in TABLES))
         config = load_config(config_for(tmp_path, dc2, url, "hand", schema))
-        channel = build_channel(config.channels[0], config.target_or_source())
-        with Running(channel) as running:
+        first = build_channel(config.channels[0], config.target_or_source())
+        with Running(first) as running:
             wait_end(dc2, schema, mark_end(dc1, schema), running)
-            workload(dc1, schema, seed=3, txns=200, ddl_at=100)
-            capture.wait_for(master_position(dc1))
-            # Writes go on during the catch-up; the streaming channel holds off meanwhile.
-            writer = subprocess.Popen([sys.executable, "-c", _writer(dc1, schema)])
+        workload(dc1, schema, seed=3, txns=200, ddl_at=100)  # a backlog while it is stopped
+        capture.wait_for(master_position(dc1))
+        # The channel starts again as the catch-up does, and writes go on during both: the
+        # channel holds off while the catch-up holds the lease, then streams from its end.
+        channel = build_channel(config.channels[0], config.target_or_source())
+        writer = subprocess.Popen([sys.executable, "-c", _writer(dc1, schema)])
+        with Running(channel) as running:
             try:
                 summary = run_catchup(config, "hand", master="local[2]", partitions=2,
                                       out=lambda _line: None)  # fmt: skip
