@@ -43,6 +43,7 @@ from drc.catchup.routing import Position, Routed, route, transactions
 from drc.client import SegmentInfo, SegmentSource, read_segment
 from drc.config import ChannelConfig, ConflictsConfig
 from drc.core.events import Transaction
+from drc.core.markers import is_tombstone_table
 from drc.core.reduce import Change, Span, reduce_changes
 from drc.core.scn import SCN
 
@@ -196,7 +197,9 @@ def apply_partition(
     keys: dict[tuple[str, str], Sequence[str]] = {
         (c.change.schema, c.change.table): () for c in ordered
     }
-    keys.update({name: table.primary_key for name, table in definitions.items()})
+    keys.update(
+        {n: t.primary_key for n, t in definitions.items() if not is_tombstone_table(*n)}
+    )  # tombstone rows are read, not written: they stay as they came (drc.catchup.routing)
     reduced = reduce_changes(ordered, keys)
     result.reduced = len(reduced)
     parts = job.parts()

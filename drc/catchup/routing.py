@@ -4,8 +4,9 @@ Every change of one (table, primary key) goes to one partition, so the partition
 to the key's net change (drc.core.reduce) and decide it against the target's row alone. An
 update that moves a key is split first into a delete of the old key and an insert of the new
 one (drc.core.reduce.key_parts), each routed by its own key. A table without a primary key
-(and DRC's tombstone rows, which the conflict engine reads rather than writes) goes whole to one
-partition, where its changes stay in SCN order, unreduced.
+goes whole to one partition, where its changes stay in SCN order, unreduced. DRC's tombstone
+rows (which the conflict engine reads to date a delete, drc.apply.tombstones) go unreduced with
+the key they date.
 
 The partition is a CRC-32 of the key's msgpack encoding (drc.core.codec), the same in every
 process and on every host (Python's ``hash`` of a str is not), so a re-run routes alike.
@@ -19,6 +20,7 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from drc.apply import tombstones
 from drc.core.codec import encode_value
 from drc.core.events import Transaction
 from drc.core.markers import is_tombstone_table
@@ -41,13 +43,29 @@ def route(
         table = (change.schema, change.table)
         item = Change(txn.scn, txn.timestamp, change)
         position = (scn, txn.fragment, index)
+        if is_tombstone_table(*table):  # with the key it dates the delete of
+            yield _tombstone_partition(change.row, primary_keys, partitions), (position, item)
+            continue
         columns = primary_keys.get(table, ())
-        if not columns or is_tombstone_table(*table):
+        if not columns:
             yield partition_of(table, partitions), (position, item)
             continue
         for part in key_parts(item, columns):
             key = row_key(part.change.row, columns, table)
             yield partition_of((*table, *key), partitions), (position, part)
+
+
+def _tombstone_partition(
+    row: Mapping[str, Any], primary_keys: Mapping[tuple[str, str], Sequence[str]], partitions: int
+) -> int:
+    """A tombstone row goes where the changes of the row it dates go (its key columns are the
+    table's, its table the origin's names: a table renamed by map_tables falls back to the
+    delete's own time, as a missing tombstone does)."""
+    table = (str(row.get(tombstones.COL_SCHEMA)), str(row.get(tombstones.COL_TABLE)))
+    columns = primary_keys.get(table, ())
+    if not columns or any(column not in row for column in columns):
+        return partition_of(table, partitions)
+    return partition_of((*table, *(row[column] for column in columns)), partitions)
 
 
 def transactions(changes: Sequence[Change]) -> list[Transaction]:

@@ -123,7 +123,10 @@ def workload(server: ServerInfo, schema: str, seed: int, txns: int, ddl_at: int 
 
 
 def checkpoint_of(server: ServerInfo, name: str) -> str:
-    rows = query(server, "SELECT scn FROM drc.checkpoint WHERE channel = %s", (name,))
+    try:
+        rows = query(server, "SELECT scn FROM drc.checkpoint WHERE channel = %s", (name,))
+    except Exception:  # not created yet
+        return ""
     return str(rows[0][0]) if rows else ""
 
 
@@ -293,3 +296,100 @@ def test_catchup_on_the_sandbox_standalone_cluster(
                               partitions=2, out=lambda _line: None)  # fmt: skip
         assert summary.ddl >= 1
     assert_same(dc1, dc2, schema)
+
+
+LWW = "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20), ts DATETIME(6) NOT NULL)"
+BASE = "2026-01-01 00:00:00"
+
+
+def _lww_config(tmp: Path, target: ServerInfo, url: str) -> Path:
+    """Two channels from dc1's `cl` into dc2: `lww-s` (streamed) into cl_s, `lww-c` (caught
+    up) into cl_c, both under lww on ts."""
+    base = apply_process_config(tmp, target, url, "lww-s", ["cl.*"]).read_text()
+    head, channel = base.split("[[channels]]")
+    channels = "".join(
+        "[[channels]]" + channel.replace('"lww-s"', f'"lww-{k}"')
+        + f'map_tables = {{ "cl.*" = "cl_{k}.*" }}\n'
+        for k in ("s", "c")
+    )  # fmt: skip
+    conflicts = (
+        '[conflicts]\npriority = ["dc1", "dc2"]\n'
+        '[[conflicts.tables]]\ntable = "cl_*.t"\npolicy = "lww"\ncolumn = "ts"\n'
+    )
+    path = tmp / "lww.toml"
+    path.write_text(head + channels + conflicts)
+    return path
+
+
+def _lww_rows(server: ServerInfo, db: str) -> None:
+    execute(server, f"CREATE DATABASE {db}", LWW.format(db=db))
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO {db}.t VALUES (%s, 'init', %s)",
+                        [(k, BASE) for k in range(1, 61)])  # fmt: skip
+    conn.close()
+
+
+def _at(ms: int) -> str:
+    return f"2026-01-01 00:00:{ms // 1000:02d}.{ms % 1000:03d}000"
+
+
+def test_lww_catchup_decides_and_logs_conflicts_as_streaming_does(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    prepare(dc1, dc2, "cl")
+    for db in ("cl_s", "cl_c"):
+        execute(dc2, f"DROP DATABASE IF EXISTS {db}")
+    execute(dc2, "DROP TABLE IF EXISTS drc.conflicts")
+    _lww_rows(dc1, "cl")
+    for db in ("cl_s", "cl_c"):
+        _lww_rows(dc2, db)
+    with served(dc1, tmp_path, "cl") as (capture, url):
+        conn = connect(dc1)
+        with conn.cursor() as cur:  # the remote backlog: every key changed once
+            for k in range(1, 41):
+                cur.execute(
+                    "UPDATE cl.t SET v = %s, ts = %s WHERE id = %s", (f"r{k}", _at(k * 10), k)
+                )
+            for k in range(41, 51):
+                cur.execute("DELETE FROM cl.t WHERE id = %s", (k,))
+            for k in range(61, 71):
+                cur.execute("INSERT INTO cl.t VALUES (%s, %s, %s)", (k, f"r{k}", _at(k * 10)))
+        conn.close()
+        for db in ("cl_s", "cl_c"):  # concurrent local writes, the same on both copies
+            conn = connect(dc2)
+            with conn.cursor() as cur:
+                for k in range(1, 21):  # newer for even keys, older for odd ones
+                    ms = k * 10 + (5 if k % 2 == 0 else -5)
+                    cur.execute(f"UPDATE {db}.t SET v = %s, ts = %s WHERE id = %s",
+                                (f"l{k}", _at(ms), k))  # fmt: skip
+                for k in (45, 46):  # update of rows the remote deleted
+                    cur.execute(f"UPDATE {db}.t SET v = 'l', ts = %s WHERE id = %s", (_at(999), k))
+                for k in range(61, 66):  # insert-insert
+                    cur.execute(f"INSERT INTO {db}.t VALUES (%s, 'l', %s)", (k, _at(k * 10 + 1)))
+            conn.close()
+        capture.wait_for(master_position(dc1))
+        last = str(capture.buffer.last_scn)
+        config = load_config(_lww_config(tmp_path, dc2, url))
+        streaming = build_channel(config.channels[0], config.target_or_source(),
+                                  conflicts=config.conflicts, datacenter="dc2")  # fmt: skip
+        with Running(streaming) as running:
+            deadline = time.monotonic() + 60
+            while checkpoint_of(dc2, "lww-s") != last and time.monotonic() < deadline:
+                assert running.error is None, running.error
+                time.sleep(0.1)
+        run_catchup(config, "lww-c", master="local[2]", partitions=3, out=lambda _line: None)
+    streamed, caught_up = (
+        query(dc2, f"SELECT * FROM {db}.t ORDER BY id") for db in ("cl_s", "cl_c")
+    )
+    assert streamed == caught_up
+    logged = [
+        query(
+            dc2,
+            "SELECT primary_key, kind, decision, result_row FROM drc.conflicts "
+            "WHERE channel = %s ORDER BY primary_key",
+            (name,),
+        )  # fmt: skip
+        for name in ("lww-s", "lww-c")
+    ]
+    assert len(logged[0]) >= 20 and logged[0] == logged[1]
