@@ -93,6 +93,8 @@ def run_catchup(
     lease_ttl_s: float = LEASE_TTL_S,
 ) -> Summary:
     """Replay ``channel_name``'s backlog into the target (see the module docstring)."""
+    began = time.monotonic()
+    say, out = out, lambda line: say(f"[{time.monotonic() - began:6.1f}s] {line}")
     channel = _channel(config, channel_name)
     settings = target_settings(config.target_or_source())
     held = _take(settings, channel.name, lease_ttl_s, out)
@@ -197,11 +199,12 @@ def _replay(
         )
     took = max(time.monotonic() - began, 1e-6)
     summary.segments, summary.bytes = len(scans), sum(s.size for s in scans)
-    decoded = sum(s.changes for s in scans)
+    records = sum(s.records for s in scans)
     out(f"segments fetched: {len(scans)}, {summary.bytes / 1e6:.1f} MB, "
-        f"{summary.bytes / 1e6 / took:.1f} MB/s; {decoded} row changes to replay")  # fmt: skip
+        f"{summary.bytes / 1e6 / took:.1f} MB/s; {records} transactions in the range "
+        f"(copied and scanned in {took:.1f}s)")  # fmt: skip
     ddl = {scn: before for s in scans for scn, before in s.ddl}
-    tables = sorted({t for s in scans for t in s.tables})
+    tables = sorted(executor.target_tables(job, {t for s in scans for t in s.tables}))
     steps = plan_steps(after, end, ddl)
     statements = _ddl_transactions(sc, job, infos, set(ddl)) if ddl else {}
     spans = sum(isinstance(step, Span) for step in steps)
@@ -217,9 +220,13 @@ def _replay(
             out(f"DDL at {step.scn} applied")
             continue
         done += 1
+        span_began = time.monotonic()
         definitions = sc.broadcast(_definitions(session, tables))
-        span_infos = [i for i in infos if i.prev_scn < step.end and i.last_scn > step.after]  # type: ignore[operator]
-        results = _apply_span(sc, job, step, span_infos, definitions, out, f"span {done}/{spans}")
+        pieces = [
+            (info, k, job.partitions) for info in infos for k in range(job.partitions)
+            if info.prev_scn < step.end and info.last_scn > step.after  # type: ignore[operator]
+        ]  # fmt: skip
+        results = _apply_span(sc, job, step, pieces, definitions, out, f"span {done}/{spans}")
         definitions.unpersist()
         for result in results:
             summary.changes += result.changes
@@ -229,26 +236,31 @@ def _replay(
             summary.batches_skipped += result.skipped
         summary.partitions.extend(results)
         elapsed = max(time.monotonic() - replaying, 1e-6)
-        out(f"span {done}/{spans} ({step.after}, {step.end}]: {summary.changes} changes "
-            f"decoded, reduced to {summary.reduced}, {summary.rows} rows written "
-            f"({summary.rows / elapsed:.0f}/s)")  # fmt: skip
+        slowest = max(results, key=lambda r: r.reduce_s + r.write_s, default=None)
+        where = "" if slowest is None else (
+            f"; slowest partition: {slowest.reduce_s:.1f}s reducing, {slowest.write_s:.1f}s "
+            "writing")  # fmt: skip
+        out(f"span {done}/{spans} ({step.after}, {step.end}] in "
+            f"{time.monotonic() - span_began:.1f}s: {summary.changes} changes decoded, reduced "
+            f"to {summary.reduced}, {summary.rows} rows written ({summary.rows / elapsed:.0f}/s)"
+            f"{where}")  # fmt: skip
 
 
 def _apply_span(
     sc: Any,
     job: Job,
     span: Span,
-    infos: Sequence[SegmentInfo],
+    pieces: Sequence[executor.Slice],
     definitions: Any,
     out: Callable[[str], None],
     what: str,
 ) -> list[PartitionResult]:
-    if not infos:
+    if not pieces:
         return []
     key = f"{span.after}..{span.end}"
     partitions = job.partitions
 
-    def read(part: Iterator[SegmentInfo]) -> Iterator[Any]:
+    def read(part: Iterator[executor.Slice]) -> Iterator[Any]:
         keys = {name: t.primary_key for name, t in definitions.value.items()}
         return executor.read_span(job, part, span, keys)
 
@@ -257,7 +269,7 @@ def _apply_span(
         yield executor.apply_partition(job, key, definitions.value, index, rows)
 
     with _progress(sc, out, what):
-        routed = sc.parallelize(list(infos), len(infos)).mapPartitions(read)
+        routed = sc.parallelize(list(pieces), len(pieces)).mapPartitions(read)
         shuffled = routed.partitionBy(partitions, lambda part: part)
         return list(shuffled.mapPartitionsWithIndex(apply).collect())
 

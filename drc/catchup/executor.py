@@ -24,6 +24,7 @@ is one target transaction::
 
 from __future__ import annotations
 
+import fcntl
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -40,12 +41,15 @@ from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.stages import Chain
 from drc.catchup import journal, lease
 from drc.catchup.routing import Position, Routed, route, transactions
-from drc.client import SegmentInfo, SegmentSource, read_segment
+from drc.client import SegmentInfo, SegmentSource
 from drc.config import ChannelConfig, ConflictsConfig
-from drc.core.events import Transaction
+from drc.core.codec import decode_transaction, peek_tables
+from drc.core.events import Op, RowChange, Transaction
 from drc.core.markers import is_tombstone_table
 from drc.core.reduce import Change, Span, reduce_changes
 from drc.core.scn import SCN
+from drc.eventbuffer.export import read_segment_file
+from drc.eventbuffer.reader import Record
 
 BATCH_CHANGES = 2000
 
@@ -99,46 +103,69 @@ class SegmentScan:
     size: int
     seconds: float
     records: int = 0
-    changes: int = 0
     ddl: list[tuple[SCN, SCN]] = field(default_factory=list)  # (DDL's SCN, the SCN before it)
-    tables: set[tuple[str, str]] = field(default_factory=set)  # target names
+    tables: set[tuple[str, str]] = field(default_factory=set)  # source names, DRC's left out
+
+
+Slice = tuple[SegmentInfo, int, int]  # a segment, and which share of its records: k of n
 
 
 def copy(job: Job, info: SegmentInfo, source: SegmentSource) -> Path:
-    """The verified local copy of a segment (downloaded once per host and run)."""
+    """The verified local copy of a segment, downloaded once per host and run (the tasks
+    reading other shares of it on this host wait for that one download)."""
     job.cache.mkdir(mode=0o700, parents=True, exist_ok=True)
     final = job.cache / info.name
-    if final.exists() and final.stat().st_size == info.size:
-        return final  # renamed into place only after its checksum matched
-    return source.download(info, job.cache, job.epoch)
+    with open(job.cache / (info.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if final.exists() and final.stat().st_size == info.size:
+            return final  # renamed into place only after its checksum matched
+        return source.download(info, job.cache, job.epoch)
 
 
-def _read(job: Job, info: SegmentInfo, source: SegmentSource, after: SCN) -> Iterator[Transaction]:
-    yield from read_segment(copy(job, info, source), job.epoch, info.seq, after=after)
+def _records(
+    job: Job, piece: Slice, source: SegmentSource, after: SCN
+) -> Iterator[tuple[Record, bool]]:
+    """The records of a segment copy after ``after``, each with whether it is this slice's."""
+    info, k, n = piece
+    path = copy(job, info, source)
+    for index, record in enumerate(read_segment_file(path, job.epoch, info.seq, after)):
+        yield record, index % n == k
 
 
 def scan(job: Job, infos: Iterable[SegmentInfo], after: SCN, to: SCN) -> Iterator[SegmentScan]:
-    """Pass 1: copy each segment and find its DDL and the tables it changes (after the chain)."""
+    """Pass 1: copy each segment; find its DDL (after the chain) and the tables it changes,
+    reading no row image (drc.core.codec.peek_tables)."""
     chain = job.chain()
     with job.source() as source:
         for info in infos:
             started = time.monotonic()
-            path = copy(job, info, source)
+            copy(job, info, source)
             found = SegmentScan(info.name, info.size, time.monotonic() - started)
             current = before = info.prev_scn
-            for txn in read_segment(path, job.epoch, info.seq, after=after):
-                if txn.scn > to:
+            for record, _ in _records(job, (info, 0, 1), source, after):
+                if record.scn > to:
                     break
-                if txn.scn != current:
-                    before, current = current, txn.scn
+                if record.scn != current:
+                    before, current = current, record.scn
                 found.records += 1
-                kept = chain(txn)
-                if kept is not None:
-                    found.changes += len(kept.changes)
-                    found.tables.update(kept.tables())
-                    if kept.ddl:  # the SCN before it, unless its transaction began earlier
-                        found.ddl.append((txn.scn, before if before < txn.scn else SCN.ZERO))
+                drc_originated, tables, ddl = peek_tables(record.payload)
+                if drc_originated:
+                    continue
+                found.tables.update(tables)
+                if not ddl:
+                    continue
+                kept = chain(decode_transaction(record.payload, 0)[0])
+                if kept is not None and kept.ddl:  # the SCN before it, unless it began earlier
+                    scn = record.scn
+                    found.ddl.append((scn, before if before < scn else SCN.ZERO))
             yield found
+
+
+def target_tables(job: Job, tables: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The target's names of the source tables the chain keeps (table filter, map_tables)."""
+    probe = tuple(RowChange(schema, table, Op.INSERT, None, {}) for schema, table in tables)
+    kept = job.chain()(Transaction(SCN.ZERO, 0, None, 0, probe))
+    return set() if kept is None else set(kept.tables())
 
 
 def fragments_at(job: Job, infos: Iterable[SegmentInfo], scns: set[SCN]) -> Iterator[Transaction]:
@@ -146,28 +173,30 @@ def fragments_at(job: Job, infos: Iterable[SegmentInfo], scns: set[SCN]) -> Iter
     chain = job.chain()
     with job.source() as source:
         for info in infos:
-            for txn in _read(job, info, source, info.prev_scn):
-                kept = chain(txn) if txn.scn in scns else None
-                if kept is not None:
-                    yield kept
+            for record, _ in _records(job, (info, 0, 1), source, info.prev_scn):
+                if record.scn in scns:
+                    kept = chain(decode_transaction(record.payload, 0)[0])
+                    if kept is not None:
+                        yield kept
 
 
 def read_span(
     job: Job,
-    infos: Iterable[SegmentInfo],
+    pieces: Iterable[Slice],
     span: Span,
     primary_keys: Mapping[tuple[str, str], Sequence[str]],
 ) -> Iterator[Routed]:
-    """Every row change of ``span`` (after the chain), routed to its partition."""
+    """Every row change of ``span`` in these slices (after the chain), routed to its partition.
+    Only a slice's own records are decoded: the tasks of one segment share the decoding."""
     chain = job.chain()
     with job.source() as source:
-        for info in infos:
-            for txn in _read(job, info, source, span.after):
-                if not span.contains(txn.scn):
-                    if txn.scn > span.end:
-                        break
+        for piece in pieces:
+            for record, mine in _records(job, piece, source, span.after):
+                if record.scn > span.end or (record.scn == span.end and not span.end_included):
+                    break
+                if not mine:
                     continue
-                kept = chain(txn)
+                kept = chain(decode_transaction(record.payload, 0)[0])
                 if kept is not None and kept.changes:
                     yield from route(kept, primary_keys, job.partitions)
 
@@ -182,6 +211,8 @@ class PartitionResult:
     rows: int = 0
     conflicts: int = 0
     fixes: int = 0
+    reduce_s: float = 0.0  # sorting and reducing
+    write_s: float = 0.0  # deciding and writing
 
 
 def apply_partition(
@@ -192,6 +223,7 @@ def apply_partition(
     items: Iterable[tuple[Position, Change]],
 ) -> PartitionResult:
     """Reduce, decide and write one partition of a span (see the module docstring)."""
+    began = time.monotonic()
     ordered = [change for _, change in sorted(items, key=lambda item: item[0])]
     result = PartitionResult(part, changes=len(ordered))
     keys: dict[tuple[str, str], Sequence[str]] = {
@@ -202,6 +234,7 @@ def apply_partition(
     )  # tombstone rows are read, not written: they stay as they came (drc.catchup.routing)
     reduced = reduce_changes(ordered, keys)
     result.reduced = len(reduced)
+    result.reduce_s = time.monotonic() - began
     parts = job.parts()
     session: TargetSession = parts.target
     handling = parts.conflicts
@@ -229,6 +262,7 @@ def apply_partition(
             result.fixes += effects.fixes
     finally:
         session.close()
+    result.write_s = time.monotonic() - began - result.reduce_s
     return result
 
 

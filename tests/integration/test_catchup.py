@@ -153,8 +153,8 @@ def test_catchup_of_a_backlog_equals_the_source_and_streaming_goes_on_from_it(
         assert summary.to == last and checkpoint_of(dc2, "cu") == str(last)
         assert summary.ddl >= 4, "CREATE DATABASE, three CREATE TABLEs and the ALTER"
         assert summary.reduced < summary.changes, "hot rows reduced"
-        assert any(line.startswith("segments fetched") for line in lines)
-        assert lines[-1].startswith("catch-up of cu done")
+        assert any("segments fetched" in line for line in lines)
+        assert "catch-up of cu done" in lines[-1]
         assert_same(dc1, dc2, SCHEMA)
         assert query(dc2, "SELECT COUNT(*) FROM drc.catchup_run") == [(0,)]
         # Handover: streaming resumes after the catch-up's checkpoint, no gap, no duplicate.
