@@ -20,6 +20,7 @@ from typing import Any
 from drc.apply.channel import ApplyChannel
 from drc.apply.lww_guard import LwwGuard, build_guard
 from drc.apply.service import build_channels
+from drc.catchup.auto import AutoCatchup
 from drc.config import DrcConfig
 from drc.core.errors import RetriableError
 from drc.runtime import ReplicatorService, build_replicator
@@ -36,7 +37,9 @@ class _Component:
 
 
 class Node:
-    def __init__(self, config: DrcConfig, role: str = "all") -> None:
+    def __init__(
+        self, config: DrcConfig, role: str = "all", config_path: str | None = None
+    ) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         self.config = config
@@ -44,6 +47,8 @@ class Node:
         self.service: ReplicatorService | None = None
         self.channels: list[ApplyChannel] = []
         self.guard: LwwGuard | None = None
+        self.config_path = config_path  # for the automatic catch-ups it may start
+        self.auto: AutoCatchup | None = None
         self._components: list[_Component] = []
 
     @property
@@ -68,6 +73,11 @@ class Node:
                 self._spawn("lww guard", self.guard.run, stop)
             for channel in self.channels:
                 self._spawn(f"channel {channel.name}", channel.run, stop)
+            if self.config_path is not None:  # not a component: it never stops the node
+                self.auto = AutoCatchup(self.config_path, self.channels)
+                if self.auto.channels:
+                    threading.Thread(target=self.auto.run, args=(stop,), name="drc-auto-catchup",
+                                     daemon=True).start()  # fmt: skip
         if self.service is not None:
             self.service.protection = self.protection
             self.service.channels = self.channel_status
@@ -114,6 +124,9 @@ class Node:
             )
         for channel, component in zip(self.channels, self._channel_components(), strict=True):
             state = f"STOPPED ({component.failure[0]})" if component.failure else "running"
+            catchup = None if self.auto is None else self.auto.status(channel.name)
+            if catchup is not None and catchup["state"] == "running":
+                state += ", bulk catch-up running"
             applied = channel.stats
             lag = "?" if applied.lag_seconds is None else f"{applied.lag_seconds:.2f}s"
             conflicts = f", {applied.conflicts} conflicts" if applied.conflicts else ""
@@ -132,7 +145,10 @@ class Node:
         out = []
         for channel, component in zip(self.channels, self._channel_components(), strict=True):
             state = "STOPPED" if component.failure else "running"
-            out.append({"name": channel.name, "state": state, **channel.stats.as_dict()})
+            entry = {"name": channel.name, "state": state, **channel.stats.as_dict()}
+            if self.auto is not None and (catchup := self.auto.status(channel.name)):
+                entry["catchup"] = catchup
+            out.append(entry)
         return out
 
     def protection(self) -> dict[str, Any]:

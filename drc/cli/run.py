@@ -43,7 +43,7 @@ def run_node(config_path: str, role: str, progress_every: float) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    node = Node(config, role)
+    node = Node(config, role, config_path=config_path)
     try:
         node.start(stop)
         if node.api_url:
