@@ -172,6 +172,10 @@ class ChannelConfig(_Model):
     # The account that becomes the definer of a view, routine, trigger or event whose definer
     # the target lacks ("user@host"); empty: such a statement stops the channel.
     definer: str = Field("", pattern=r"^$|^[^@\s]+@[^@\s]+$")
+    # `drc run` starts `drc catchup` for this channel when the remote's segments after its
+    # checkpoint pass this size (drc.catchup.auto); 0: never on its own.
+    catchup_backlog_mb: float = Field(1024, ge=0)
+    catchup_master: str = Field("local[*]", min_length=1)  # the Spark master it runs on
     # HTTPS to the remote API (drc.tls): a private CA, a client certificate, verification.
     tls_ca: Path | None = None
     tls_cert: Path | None = None

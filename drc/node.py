@@ -30,6 +30,7 @@ from drc.apply.control import Request
 from drc.apply.lww_guard import LwwGuard, build_guard
 from drc.apply.progress import STOPPED
 from drc.apply.service import build_channels, build_desk, channel_filters
+from drc.catchup.auto import AutoCatchup
 from drc.config import DrcConfig
 from drc.core.errors import DrcError, RetriableError
 from drc.replicator.heartbeat import HeartbeatWriter
@@ -55,7 +56,9 @@ def _selection(config: Any) -> dict[str, Any]:
 
 
 class Node:
-    def __init__(self, config: DrcConfig, role: str = "all") -> None:
+    def __init__(
+        self, config: DrcConfig, role: str = "all", config_path: str | None = None
+    ) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         self.config = config
@@ -65,6 +68,8 @@ class Node:
         self.guard: LwwGuard | None = None
         self.heartbeat: HeartbeatWriter | None = None
         self.apply_api: ApiServer | None = None  # role apply: health, metrics, status
+        self.config_path = config_path  # for the automatic catch-ups it may start
+        self.auto: AutoCatchup | None = None
         self._components: list[_Component] = []
         self.reload_requested = threading.Event()  # set by SIGHUP (drc run)
 
@@ -97,6 +102,11 @@ class Node:
                 self._spawn("lww guard", self.guard.run, stop)
             for channel in self.channels:
                 self._spawn(f"channel {channel.name}", channel.run, stop)
+            if self.config_path is not None:  # not a component: it never stops the node
+                self.auto = AutoCatchup(self.config_path, self.channels)
+                if self.auto.channels:
+                    threading.Thread(target=self.auto.run, args=(stop,), name="drc-auto-catchup",
+                                     daemon=True).start()  # fmt: skip
         desk = build_desk(self.config, self.channels, self._report) if self.channels else None
         if self.service is not None:
             self.service.protection = self.protection
@@ -209,6 +219,9 @@ class Node:
             lag = report["lag_seconds"]
             shown = "?" if lag is None else f"{lag:.2f}s"
             conflicts = f", {report['conflicts']} conflicts" if report["conflicts"] else ""
+            catchup = report.get("catchup")
+            if catchup is not None and catchup["state"] == "running":
+                state += ", bulk catch-up running"
             parts.append(
                 f"{report['name']}: {report['transactions']} txns {report['rows']} rows"
                 f"{conflicts}, lag {shown}, at {report['last_scn']} [{state}]"
@@ -226,6 +239,8 @@ class Node:
 
     def _report(self, channel: ApplyChannel) -> dict[str, Any]:
         report = channel.report()
+        if self.auto is not None and (catchup := self.auto.status(channel.name)):
+            report["catchup"] = catchup
         component = next(
             (c for c in self._channel_components() if c.name == f"channel {channel.name}"), None
         )

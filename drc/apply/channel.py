@@ -57,7 +57,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -66,13 +66,14 @@ from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import Observed
 from drc.apply.control import ChannelControl, ControlError, Request, Stoppage
 from drc.apply.engine import ApplyEngine
-from drc.apply.errors import CheckpointMismatchError
+from drc.apply.errors import CatchupRunningError, CheckpointMismatchError
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.stats import ApplyStats
 from drc.apply.target import Target
+from drc.catchup import lease
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
 from drc.core.errors import DrcError, FatalError
@@ -83,6 +84,7 @@ from drc.core.statements import for_log
 
 log = logging.getLogger(__name__)
 
+_MOVED = object()  # the checkpoint may have moved since it was read: read it again
 IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked at again
 DDL_LOCK_POLL_S = 5  # how long one wait for an earlier run's DDL lock lasts
 UNAVAILABLE_LOG_EVERY_S = 30.0
@@ -145,6 +147,8 @@ class ApplyChannel:
         self._filters = Chain(parts.filters)
         self.chain = Chain([*parts.filters, self._idempotency])
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
+        self.lease_owner = ""  # a catch-up driver's own channel applies under its lease
+        self._lease_taken: object = None  # the lease's taken_at when the checkpoint was read
         # An operator's pause/skip/rewind (drc.apply.control). With ``hold_on_error`` a change
         # the target rejects leaves the channel stopped but alive, waiting for one of them.
         self.control = ChannelControl()
@@ -202,12 +206,27 @@ class ApplyChannel:
         finally:
             subscriber.close()
 
+    def open(self) -> SCN:
+        """What run() does first: set up the target, read the checkpoint (a catch-up driver
+        calls it once it holds the lease, then applies DDL through :meth:`apply_ddl`)."""
+        self._retrying(self._start)
+        return self._applied
+
+    def apply_ddl(self, txn: Transaction, before: SCN) -> None:
+        """Apply a DDL transaction (after the chain) as streaming does, everything up to
+        ``before`` being applied (bulk catch-up, between its spans)."""
+        self._apply_ddl(txn, Group(checkpoint=max(before, self._applied)))
+
     def _start(self) -> None:
         self.target.ensure_checkpoint_table()
         self.target.execute(ddl_journal.purge(self.name), "purging the DDL journal")
         self.target.commit()
         if self.conflicts is not None:
             self.conflicts.setup()
+        self.target.run_setup([lease.create_statement()], "creating the catch-up lease table")
+        owner, held, taken = self._lease_state()
+        # Held by a catch-up: the checkpoint read below is not the one to stream from.
+        self._lease_taken = _MOVED if held and owner != self.lease_owner else taken
         row = self.target.read_checkpoint(self.name)
         if row is not None:
             if row.origin and row.origin != self.channel.origin:
@@ -354,7 +373,7 @@ class ApplyChannel:
         except FatalError as exc:
             raise self._isolated(group, exc, pending_ddl) from exc
         self.progress.target_ok()
-        self._applied = row.scn
+        self._applied = max(self._applied, row.scn)  # a catch-up may have moved it further
         self._record(group, effects)
         group.clear()
         self.progress.applied()
@@ -362,6 +381,7 @@ class ApplyChannel:
     def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
         """One attempt: decide the group's writes (drc.apply.engine), then write them, the
         conflict log, tombstones and the checkpoint row, and COMMIT."""
+        row = self._handover(group, row)
         pending = self.engine.prepare(group.transactions)
         observed: list[Observed] = []
         if self.conflicts is not None:  # first: it reads and locks the rows the group touches
@@ -376,6 +396,36 @@ class ApplyChannel:
         self._conflict_tables = [f"{e.schema}.{e.table}" for e in decision.entries]
         effects.conflicts = decision.counts.conflicts
         return effects
+
+    def _lease_state(self) -> tuple[str, bool, object]:
+        found = self.target.query(lease.state_statement(self.name), "reading the catch-up lease")
+        return (str(found[0][0]), bool(found[0][1]), found[0][2]) if found else ("", False, None)
+
+    def _handover(self, group: Group, row: checkpoint.CheckpointRow) -> checkpoint.CheckpointRow:
+        """Inside the apply transaction (drc.catchup.lease): wait while a live catch-up holds
+        the channel; after one ran, go on from the checkpoint it wrote, dropping what it
+        applied (nothing skipped: the stream after it is still in the group or to come)."""
+        owner, held, taken = self._lease_state()
+        if held and owner != self.lease_owner:
+            raise CatchupRunningError(f"bulk catch-up {owner} holds channel {self.name}")
+        if taken == self._lease_taken:
+            return row
+        found = self.target.query(checkpoint.select(self.name), "reading the checkpoint")
+        self._lease_taken = taken
+        if found:
+            moved = checkpoint.parse(self.name, found[0]).scn
+            log.info("channel %s: a catch-up applied up to %s; streaming from there", self.name,
+                     moved)  # fmt: skip
+            self._applied = max(self._applied, moved)
+        group.transactions[:] = [t for t in group.transactions if t.scn > self._applied]
+        if row.scn > self._applied:
+            return row
+        pending = row.pending_ddl_scn
+        return replace(
+            row,
+            scn=self._applied,
+            pending_ddl_scn=pending if pending and pending > self._applied else None,
+        )
 
     def _record(self, group: Group, effects: plan.Effects) -> None:
         stats = self.stats

@@ -6,6 +6,7 @@
     |   |                           whole target transaction, at most ChannelConfig.retries times
     |   +-- TargetUnavailableError  the target is down or dropped the connection (2003/2006/2013..)
     |       +-- TargetReadOnlyError the target refuses writes (read_only, 1290/1836)
+    |       +-- CatchupRunningError a bulk catch-up holds the channel (drc.catchup.lease)
     |                               both: wait and retry without limit, nothing is lost
     +-- FatalError                  the channel stops; its checkpoint was not advanced
         +-- ApplyError              the target rejected a statement for another reason
@@ -40,6 +41,10 @@ class LockConflictError(RetriableError):
 
 class TargetUnavailableError(RetriableError):
     """The target database cannot be reached or dropped the connection; wait and reconnect."""
+
+
+class CatchupRunningError(TargetUnavailableError):
+    """A live bulk catch-up holds the channel's lease (drc.catchup.lease): wait for it."""
 
 
 class TargetReadOnlyError(TargetUnavailableError):

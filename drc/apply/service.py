@@ -83,12 +83,30 @@ def build_channel(
     takes); ``conflicts``: the config's [conflicts]. ``subscriber_factory`` and ``connect``
     replace the pull API client and pymysql.connect (tests); ``timing``: the channel's clock,
     wall_clock and sleep."""
+    parts = build_parts(
+        channel, target, conflicts=conflicts, datacenter=datacenter,
+        subscriber_factory=subscriber_factory, connect=connect,
+    )  # fmt: skip
+    return kind(channel, parts, **timing)
+
+
+def build_parts(
+    channel: ChannelConfig,
+    target: Any,
+    *,
+    conflicts: ConflictsConfig | None = None,
+    datacenter: str = "",
+    subscriber_factory: SubscriberFactory | None = None,
+    connect: Callable[..., Any] | None = None,
+) -> ChannelParts:
+    """A channel's parts (see :func:`build_channel`); bulk catch-up executors build the same
+    target session, filter chain and decisions from the same config."""
     settings = target_settings(target)
     session = TargetSession(settings) if connect is None else TargetSession(settings, connect)
     names = NameMap(channel.map_tables, channel.map_columns)
     handling = _conflict_target(channel, session, conflicts, datacenter, names)
     filters, subscribe = channel_filters(channel, handling is not None, subscriber_factory)
-    parts = ChannelParts(
+    return ChannelParts(
         target=session,
         subscribe=subscribe,
         filters=filters,
@@ -97,7 +115,6 @@ def build_channel(
         ),
         conflicts=handling,
     )
-    return kind(channel, parts, **timing)
 
 
 def channel_filters(

@@ -115,6 +115,18 @@ def holder_statement(channel: str, lock: bool = False) -> Statement:
     )
 
 
+def state_statement(channel: str) -> Statement:
+    """The streaming channel's check, inside its apply transaction (shared lock, as
+    :func:`holder_statement` with ``lock``): (owner, held now, taken_at). A ``taken_at`` other
+    than the one the channel saw when it read its checkpoint means a catch-up ran since and
+    moved the checkpoint: the channel continues from there."""
+    return Statement(
+        f"SELECT `owner`, `expires_at` > {_NOW}, `taken_at` FROM {_TABLE} "
+        "WHERE `channel` = %s LOCK IN SHARE MODE",
+        (channel,),
+    )
+
+
 def release_statement(lease: Lease) -> Statement:
     return Statement(
         f"UPDATE {_TABLE} SET `owner` = '', `expires_at` = {_NOW} "

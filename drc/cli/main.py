@@ -8,6 +8,7 @@ import click
 
 from drc import __version__
 from drc.cli.buffer import buffer
+from drc.cli.catchup import catchup
 from drc.cli.channel import channel
 from drc.cli.config import config
 from drc.cli.conflicts import conflicts
@@ -41,6 +42,7 @@ cli.add_command(demo)
 cli.add_command(conflicts)
 cli.add_command(config)
 cli.add_command(channel)
+cli.add_command(catchup)
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ def run_node(config_path: str, role: str, progress_every: float) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    node = Node(config, role)
+    node = Node(config, role, config_path=config_path)
     # SIGHUP: read the file again; channels take new table selections without a restart.
     signal.signal(signal.SIGHUP, lambda *_: node.reload_requested.set())
     try:

@@ -151,8 +151,8 @@ def reduce_changes(
         if not columns:
             kept.append((position, 0, item))
             continue
-        for part in _key_parts(item, columns):
-            key = (*table, _key(part.change.row, columns, table))
+        for part in key_parts(item, columns):
+            key = (*table, row_key(part.change.row, columns, table))
             net = nets.get(key)
             if net is None:
                 nets[key] = _Net(part, part, position)
@@ -167,21 +167,21 @@ def reduce_changes(
     return [change for _, _, change in kept]
 
 
-def _key_parts(item: Change, columns: Sequence[str]) -> tuple[Change, ...]:
+def key_parts(item: Change, columns: Sequence[str]) -> tuple[Change, ...]:
     """The change, or for an update that moves the key, its delete and its insert."""
     change = item.change
     if change.op is not Op.UPDATE:
         return (item,)
     assert change.before is not None and change.after is not None
     table = (change.schema, change.table)
-    if _key(change.before, columns, table) == _key(change.after, columns, table):
+    if row_key(change.before, columns, table) == row_key(change.after, columns, table):
         return (item,)
     delete = RowChange(change.schema, change.table, Op.DELETE, change.before, None)
     insert = RowChange(change.schema, change.table, Op.INSERT, None, change.after)
     return (Change(item.scn, item.timestamp, delete), Change(item.scn, item.timestamp, insert))
 
 
-def _key(row: Mapping[str, Any], columns: Sequence[str], table: TableName) -> tuple[Any, ...]:
+def row_key(row: Mapping[str, Any], columns: Sequence[str], table: TableName) -> tuple[Any, ...]:
     try:
         return tuple(row[column] for column in columns)
     except KeyError as exc:

@@ -17,6 +17,7 @@ The driver's heap is fixed when its JVM starts, i.e. by the first session of the
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -76,6 +77,9 @@ def build_session(
     conf: Mapping[str, str] | None = None,
 ) -> Any:
     """A new (or the process's running) SparkSession on ``master``; stop it when done."""
+    # The workers' interpreter: pyspark takes it from PYSPARK_PYTHON (else "python3" on the
+    # PATH, which lacks this environment's packages), not from spark.pyspark.python.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder: Any = SparkSession.builder.master(check_master(master)).appName(app_name)
     for key, value in session_conf(master, jars, conf).items():
         builder = builder.config(key, value)

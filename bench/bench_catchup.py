@@ -1,0 +1,253 @@
+"""Bulk catch-up against streaming apply and native MariaDB replication, same backlog, same run.
+
+A backlog of ``--changes`` row changes is written on dc1 of a fresh sandbox while dc2 is away:
+half inserts of new rows (1000-row transactions), half updates (100-row transactions) that all
+hit 1% of the rows ("hot"), or, in the second case, each hit a different row (nothing to
+reduce). The same binlog range is then applied into dc2
+  - by native MariaDB replication (dc2 as a replica of dc1, stopped while the backlog was
+    written, then started; one SQL thread), timed until it has executed the range;
+  - by a DRC streaming apply channel (``python -m drc.apply``, default grouping) into a copy of
+    the schema (map_tables), timed from its start until its checkpoint reaches the range end;
+  - by ``drc catchup`` (Spark local mode) into another copy, timed from the command's start
+    (JVM start included) until it exits;
+the replicator having captured the range first. The copies are compared with CHECKSUM TABLE.
+Memory: the peak resident size of each DRC process tree (the catch-up's includes its JVM and
+Python workers), sampled from /proc. Usage:
+
+    python bench/bench_catchup.py [--changes 1000000] [--partitions 4] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_apply import Served, checksums, copy_schema, drc_apply  # noqa: E402
+from bench.bench_replicator import _first_binlog, connect, native_replication, position  # noqa: E402
+from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
+
+SCHEMA = "cu"
+BASE_ROWS = 200_000
+
+
+def setup(dc1: ServerInfo, base_rows: int) -> None:
+    conn = connect(dc1)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {SCHEMA}")
+        cur.execute(f"CREATE DATABASE {SCHEMA}")
+        cur.execute(f"CREATE TABLE {SCHEMA}.t (id BIGINT PRIMARY KEY, a INT NOT NULL, "
+                    "b VARCHAR(60), c DECIMAL(12,2))")  # fmt: skip
+    conn.close()
+    insert(dc1, 1, base_rows)
+
+
+def insert(server: ServerInfo, first: int, count: int) -> None:
+    conn = connect(server, autocommit=False)
+    with conn.cursor() as cur:
+        for start in range(first, first + count, 1000):
+            rows = [(i, i % 97, f"row {i} " + "x" * 30, i / 100)
+                    for i in range(start, min(start + 1000, first + count))]  # fmt: skip
+            cur.executemany(f"INSERT INTO {SCHEMA}.t VALUES (%s, %s, %s, %s)", rows)
+            conn.commit()
+    conn.close()
+
+
+def backlog(server: ServerInfo, changes: int, base_rows: int, hot: bool) -> None:
+    """changes/2 inserts of new rows, changes/2 updates: of the hot 1% of the rows, or of
+    distinct rows."""
+    inserts = updates = changes // 2
+    hot_rows = max(100, (base_rows + inserts) // 100 // 100 * 100)
+    conn = connect(server, autocommit=False)
+    next_id, cold = base_rows + 1, 1
+    per_insert = max(1, updates // max(1, inserts // 1000))  # updates between inserts
+    done = 0
+    with conn.cursor() as cur:
+        while next_id <= base_rows + inserts or done < updates:
+            if next_id <= base_rows + inserts:
+                count = min(1000, base_rows + inserts + 1 - next_id)
+                conn.commit()
+                insert_rows = [(i, i % 97, f"new {i} " + "y" * 30, i / 100)
+                               for i in range(next_id, next_id + count)]  # fmt: skip
+                cur.executemany(f"INSERT INTO {SCHEMA}.t VALUES (%s, %s, %s, %s)", insert_rows)
+                conn.commit()
+                next_id += count
+            for _ in range(0, min(per_insert, updates - done), 100):
+                if hot:
+                    first = 1 + (done // 100 * 100) % hot_rows
+                else:
+                    first, cold = cold, cold + 100
+                cur.execute(f"UPDATE {SCHEMA}.t SET a = a + 1, c = c + 1 "
+                            "WHERE id BETWEEN %s AND %s",
+                            (first, first + 99))  # fmt: skip
+                conn.commit()
+                done += 100
+    conn.close()
+
+
+class PeakRss:
+    """Peak resident memory (MB) of a process and its descendants, sampled every 0.2 s."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak = pid, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self._stop.wait(0.2):
+            total = 0
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    if int(stat[2]) == self.pid or int(entry.name) == self.pid:  # pgid
+                        total += int((entry / "statm").read_text().split()[1]) * page
+                except (OSError, IndexError, ValueError):
+                    continue
+            self.peak = max(self.peak, total / 1e6)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def catchup(dc2: ServerInfo, url: str, workdir: Path, partitions: int) -> tuple[float, float, str]:
+    """Seconds and peak MB of `drc catchup` (local mode) into cu_cu; its summary line."""
+    name = "bench-cu-catchup"
+    config = workdir / f"{name}.toml"
+    config.write_text(f"""
+[datacenter]
+name = "dc2"
+[source]
+host = "{dc2.host}"
+port = {dc2.port}
+user = "{dc2.user}"
+password = "{dc2.password}"
+[replicator]
+buffer_dir = "{workdir / "unused"}"
+[[channels]]
+name = "{name}"
+origin = "dc1"
+remote = ["{url}"]
+tables = ["{SCHEMA}.*"]
+map_tables = {{ "{SCHEMA}.*" = "{SCHEMA}_cu.*" }}
+""")  # fmt: skip
+    argv = [sys.executable, "-m", "drc.cli", "catchup", "--config", str(config), "--channel",
+            name, "--master", "local[2]", "--partitions", str(partitions)]  # fmt: skip
+    began = time.perf_counter()
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             start_new_session=True)  # fmt: skip
+    rss = PeakRss(child.pid)
+    out, _ = child.communicate()
+    seconds = time.perf_counter() - began
+    peak = rss.stop()
+    if child.returncode != 0:
+        raise RuntimeError(f"drc catchup failed: {out[-2000:]}")
+    print(out, file=sys.stderr)  # its progress lines
+    return seconds, peak, out.strip().splitlines()[-1]
+
+
+def streaming(dc2: ServerInfo, url: str, end: tuple[str, int], workdir: Path) -> float:
+    return drc_apply(dc2, url, SCHEMA, end, workdir, True)
+
+
+def run_case(
+    name: str, dc1: ServerInfo, dc2: ServerInfo, write: Callable[[], None], workdir: Path,
+    partitions: int, synced: tuple[str, int],
+) -> tuple[list[str], tuple[str, int]]:  # fmt: skip
+    """The case's report lines, and the position dc2 has replicated up to."""
+    before = position(dc1)
+    native_replication(dc1, dc2, synced, before)  # dc2 holds the starting rows
+    copy_schema(dc2, SCHEMA, f"{SCHEMA}_start")
+    write()
+    end = position(dc1)
+    native_s = native_replication(dc1, dc2, before, end)
+    served = Served(dc1, before, workdir / f"buffer-{len(os.listdir(workdir))}")
+    try:
+        served.wait_for(end)
+        copy_schema(dc2, f"{SCHEMA}_start", f"{SCHEMA}_drc")
+        stream_s = streaming(dc2, served.api.url, end, workdir)
+        stream_same = checksums(dc1, SCHEMA) == checksums(dc2, f"{SCHEMA}_drc")
+        copy_schema(dc2, f"{SCHEMA}_start", f"{SCHEMA}_cu")
+        execute_ignoring(dc2, "DELETE FROM drc.checkpoint WHERE channel = 'bench-cu-catchup'")
+        cu_s, cu_mb, summary = catchup(dc2, served.api.url, workdir, partitions)
+        cu_same = checksums(dc1, SCHEMA) == checksums(dc2, f"{SCHEMA}_cu")
+    finally:
+        served.close()
+    lines = [
+        f"\n### {name}\n",
+        "| system | seconds | vs native | vs streaming | result = source |",
+        "| --- | ---: | ---: | ---: | --- |",
+        f"| native MariaDB replication (1 SQL thread) | {native_s:.1f} | 1.00x | "
+        f"{stream_s / native_s:.2f}x | yes |",
+        f"| DRC streaming apply (grouped) | {stream_s:.1f} | {native_s / stream_s:.2f}x | 1.00x "
+        f"| {'yes' if stream_same else 'NO'} |",
+        f"| DRC catch-up, local[2], {partitions} partitions (JVM start included) | {cu_s:.1f} | "
+        f"{native_s / cu_s:.2f}x | {stream_s / cu_s:.2f}x | {'yes' if cu_same else 'NO'} |",
+        f"\ncatch-up peak memory (driver, JVM and Python workers together): {cu_mb:.0f} MB; "
+        f"its summary: `{summary}`",
+    ]
+    return lines, end
+
+
+def execute_ignoring(server: ServerInfo, statement: str) -> None:
+    conn = connect(server)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement)
+    except Exception:  # the table does not exist yet
+        pass
+    conn.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--quick", action="store_true", help="a small backlog, for a smoke run")
+    args = parser.parse_args()
+    base = BASE_ROWS
+    if args.quick:
+        args.changes, base = 40_000, 10_000
+    workdir = Path(tempfile.mkdtemp(prefix="drc-bench-catchup-"))
+    box = Sandbox(workdir / "sbx")
+    try:
+        description = box.up(2)
+        dc1, dc2 = description.server("dc1"), description.server("dc2")
+        setup(dc1, base)
+        print(f"# Bulk catch-up (`python bench/bench_catchup.py`, {time.strftime('%Y-%m-%d')}): "
+              f"{args.changes:,} row changes on {base:,} + {args.changes // 2:,} rows")  # fmt: skip
+        lines, synced = run_case(
+            "half the changes are updates of the hot 1% of the rows", dc1, dc2,
+            lambda: backlog(dc1, args.changes, base, hot=True), workdir, args.partitions,
+            _first_binlog(dc1),
+        )  # fmt: skip
+        setup(dc1, base)
+        more, _ = run_case(
+            "no hot rows: every update hits another row (nothing to reduce)", dc1, dc2,
+            lambda: backlog(dc1, args.changes, base, hot=False), workdir, args.partitions,
+            synced,
+        )  # fmt: skip
+        print("\n".join(lines + more))
+    finally:
+        box.down()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,413 @@
+"""The catch-up driver: a channel's backlog replayed in bulk on Spark, then handed to streaming.
+
+take the lease      drc.catchup.lease (renewed in a thread); streaming channels wait
+read the checkpoint through the channel itself (ApplyChannel.open), after the lease: exact
+choose the range    (checkpoint, --to], --to defaulting to the remote's last committed SCN;
+                    an unfinished run of this channel keeps its range (drc.catchup.journal)
+list segments       GET /v1/segments; gone from the replicator: stop, nothing written
+pass 1 (executors)  copy the segments, find the DDL and the tables changed
+steps               drc.core.reduce.plan_steps: spans of row changes, DDL between them
+  span (executors)  read, route by key, reduce, decide, write per partition and batch
+                    (drc.catchup.executor), the target's definitions broadcast by the driver
+  DDL (driver)      the streaming channel's own exactly-once DDL path (ApplyChannel.apply_ddl)
+finish              one transaction: the checkpoint at the range end, the run forgotten, the
+                    lease released: streaming continues from exactly there
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+
+from drc.apply import checkpoint
+from drc.apply.channel import ApplyChannel
+from drc.apply.errors import MissingTableError
+from drc.apply.plan import TargetTable
+from drc.apply.service import build_channel, target_settings
+from drc.apply.sink import TargetSession, TargetSettings
+from drc.catchup import executor, journal, lease
+from drc.catchup.executor import Job, PartitionResult, SegmentScan
+from drc.client import PositionTooOldError, SegmentInfo, SegmentList
+from drc.client.fragments import merge
+from drc.config import ChannelConfig, DrcConfig
+from drc.core.errors import FatalError
+from drc.core.events import Transaction
+from drc.core.reduce import DdlStep, Span, plan_steps
+from drc.core.scn import SCN
+from drc.spark.session import build_session
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 5.0
+LEASE_TTL_S = 30.0
+
+
+class CatchupError(FatalError):
+    """Catch-up cannot replay the range; the message says why and what to do."""
+
+
+@dataclass
+class Summary:
+    channel: str
+    after: SCN
+    to: SCN
+    segments: int = 0
+    bytes: int = 0
+    changes: int = 0
+    reduced: int = 0
+    rows: int = 0
+    conflicts: int = 0
+    ddl: int = 0
+    batches_skipped: int = 0
+    seconds: float = 0.0
+    partitions: list[PartitionResult] = field(default_factory=list)
+
+    def line(self) -> str:
+        rate = self.rows / self.seconds if self.seconds else 0.0
+        return (
+            f"catch-up of {self.channel} done: ({self.after}, {self.to}] in {self.seconds:.1f}s; "
+            f"{self.segments} segments ({self.bytes / 1e6:.1f} MB), {self.changes} changes "
+            f"reduced to {self.reduced}, {self.rows} rows written ({rate:.0f}/s), "
+            f"{self.conflicts} conflicts, {self.ddl} DDL, {self.batches_skipped} batches "
+            "already done by an earlier run; streaming continues from here"
+        )
+
+
+def run_catchup(
+    config: DrcConfig,
+    channel_name: str,
+    *,
+    to: SCN | None = None,
+    master: str = "local[*]",
+    partitions: int = 8,
+    batch_changes: int = executor.BATCH_CHANGES,
+    out: Callable[[str], None] = print,
+    lease_ttl_s: float = LEASE_TTL_S,
+) -> Summary:
+    """Replay ``channel_name``'s backlog into the target (see the module docstring)."""
+    began = time.monotonic()
+    say, out = out, lambda line: say(f"[{time.monotonic() - began:6.1f}s] {line}")
+    channel = _channel(config, channel_name)
+    settings = target_settings(config.target_or_source())
+    held = _take(settings, channel.name, lease_ttl_s, out)
+    renewer = lease.Renewer(held, lambda: _connect(settings)).start()
+    job: Job | None = None
+    try:
+        streaming = build_channel(
+            channel, settings, conflicts=config.conflicts, datacenter=config.datacenter.name
+        )
+        streaming.lease_owner = held.owner
+        job, summary = _run(config, channel, settings, streaming, held, to, master,
+                            (partitions, batch_changes), out, renewer)  # fmt: skip
+        return summary
+    except CatchupError:  # refused before anything was replayed: hand the channel back now
+        renewer.stop()
+        conn = _connect(settings)
+        try:
+            lease.release(conn, renewer.lease)
+        finally:
+            conn.close()
+        raise
+    finally:
+        renewer.stop()
+        if job is not None:
+            shutil.rmtree(job.cache, ignore_errors=True)
+
+
+def _run(
+    config: DrcConfig,
+    channel: ChannelConfig,
+    settings: TargetSettings,
+    streaming: ApplyChannel,
+    held: lease.Lease,
+    to: SCN | None,
+    master: str,
+    sizes: tuple[int, int],
+    out: Callable[[str], None],
+    renewer: lease.Renewer,
+) -> tuple[Job | None, Summary]:
+    partitions, batch_changes = sizes
+    started = time.monotonic()
+    start = streaming.open()  # the checkpoint, read under the lease
+    session = TargetSession(settings)
+    try:
+        session.run_setup(journal.create_statements(), "creating the catch-up tables")
+        unfinished = session.query(journal.select_run(channel.name), "reading the catch-up run")
+        session.commit()
+        if unfinished:
+            kept, partitions = journal.parse_run(unfinished[0])
+            if kept > start:
+                if to is not None and to != kept:
+                    out(f"an unfinished catch-up of {channel.name} replays up to {kept}; "
+                        f"--to {to} is ignored until it is done")  # fmt: skip
+                to = kept
+        token = channel.secret()
+        listing = _listing(channel, token, start, to)
+        end = to or listing.last_scn or start
+        summary = Summary(channel.name, start, end)
+        if end <= start:
+            out(f"channel {channel.name} is caught up at {start}: nothing to replay")
+            _finish(session, channel, held, start, listing.epoch)
+            return None, summary
+        session.execute(journal.start_run(channel.name, end, partitions), "recording the run")
+        session.commit()
+        infos = [s for s in listing.segments if s.last_scn is not None and s.prev_scn < end]
+        job = Job(channel, settings, config.conflicts, config.datacenter.name, held.owner,
+                  listing.url, listing.epoch, token, partitions, batch_changes)  # fmt: skip
+        out(f"catch-up of {channel.name}: ({start}, {end}] from {listing.url}, {len(infos)} "
+            f"segments, master {master}, {partitions} partitions")  # fmt: skip
+        spark = build_session(master, f"drc-catchup-{channel.name}")
+        try:
+            _replay(spark, job, streaming, session, infos, summary, out, renewer)
+        finally:
+            spark.stop()
+        renewer.check()
+        _finish(session, channel, held, end, listing.epoch)
+        summary.seconds = time.monotonic() - started
+        out(summary.line())
+        return job, summary
+    finally:
+        session.close()
+
+
+def _replay(
+    spark: Any,
+    job: Job,
+    streaming: ApplyChannel,
+    session: TargetSession,
+    infos: Sequence[SegmentInfo],
+    summary: Summary,
+    out: Callable[[str], None],
+    renewer: lease.Renewer,
+) -> None:
+    sc = spark.sparkContext
+    after, end = summary.after, summary.to
+    with _progress(sc, out, "copying and scanning segments"):
+        began = time.monotonic()
+        scans: list[SegmentScan] = (
+            sc.parallelize(infos, max(1, len(infos)))
+            .mapPartitions(lambda part: executor.scan(job, part, after, end))
+            .collect()
+        )
+    took = max(time.monotonic() - began, 1e-6)
+    summary.segments, summary.bytes = len(scans), sum(s.size for s in scans)
+    records = sum(s.records for s in scans)
+    out(f"segments fetched: {len(scans)}, {summary.bytes / 1e6:.1f} MB, "
+        f"{summary.bytes / 1e6 / took:.1f} MB/s; {records} transactions in the range "
+        f"(copied and scanned in {took:.1f}s)")  # fmt: skip
+    ddl = {scn: before for s in scans for scn, before in s.ddl}
+    tables = sorted(executor.target_tables(job, {t for s in scans for t in s.tables}))
+    steps = plan_steps(after, end, ddl)
+    statements = _ddl_transactions(sc, job, infos, set(ddl)) if ddl else {}
+    spans = sum(isinstance(step, Span) for step in steps)
+    done = 0
+    replaying = time.monotonic()
+    for step in steps:
+        renewer.check()
+        if isinstance(step, DdlStep):
+            before = ddl[step.scn]
+            streaming.apply_ddl(statements[step.scn], before if before > after else after)
+            session.forget_tables()
+            summary.ddl += 1
+            out(f"DDL at {step.scn} applied")
+            continue
+        done += 1
+        span_began = time.monotonic()
+        definitions = sc.broadcast(_definitions(session, tables))
+        pieces = [
+            (info, k, job.partitions) for info in infos for k in range(job.partitions)
+            if info.prev_scn < step.end and info.last_scn > step.after  # type: ignore[operator]
+        ]  # fmt: skip
+        results = _apply_span(sc, job, step, pieces, definitions, out, f"span {done}/{spans}")
+        definitions.unpersist()
+        for result in results:
+            summary.changes += result.changes
+            summary.reduced += result.reduced
+            summary.rows += result.rows
+            summary.conflicts += result.conflicts
+            summary.batches_skipped += result.skipped
+        summary.partitions.extend(results)
+        elapsed = max(time.monotonic() - replaying, 1e-6)
+        slowest = max(results, key=lambda r: r.reduce_s + r.write_s, default=None)
+        where = "" if slowest is None else (
+            f"; slowest partition: {slowest.reduce_s:.1f}s reducing, {slowest.write_s:.1f}s "
+            "writing")  # fmt: skip
+        out(f"span {done}/{spans} ({step.after}, {step.end}] in "
+            f"{time.monotonic() - span_began:.1f}s: {summary.changes} changes decoded, reduced "
+            f"to {summary.reduced}, {summary.rows} rows written ({summary.rows / elapsed:.0f}/s)"
+            f"{where}")  # fmt: skip
+
+
+def _apply_span(
+    sc: Any,
+    job: Job,
+    span: Span,
+    pieces: Sequence[executor.Slice],
+    definitions: Any,
+    out: Callable[[str], None],
+    what: str,
+) -> list[PartitionResult]:
+    if not pieces:
+        return []
+    key = f"{span.after}..{span.end}"
+    partitions = job.partitions
+
+    def read(part: Iterator[executor.Slice]) -> Iterator[Any]:
+        keys = {name: t.primary_key for name, t in definitions.value.items()}
+        return executor.read_span(job, part, span, keys)
+
+    def apply(index: int, items: Iterator[Any]) -> Iterator[PartitionResult]:
+        rows = (item for _, item in items)
+        yield executor.apply_partition(job, key, definitions.value, index, rows)
+
+    with _progress(sc, out, what):
+        routed = sc.parallelize(list(pieces), len(pieces)).mapPartitions(read)
+        shuffled = routed.partitionBy(partitions, lambda part: part)
+        return list(shuffled.mapPartitionsWithIndex(apply).collect())
+
+
+def _ddl_transactions(
+    sc: Any, job: Job, infos: Sequence[SegmentInfo], scns: set[SCN]
+) -> dict[SCN, Transaction]:
+    """The DDL transactions, whole (their fragments may sit in several segments)."""
+    holding = [
+        i for i in infos
+        if i.first_scn is not None and any(i.first_scn <= s <= i.last_scn for s in scns)  # type: ignore[operator]
+    ]  # fmt: skip
+    fragments = (
+        sc.parallelize(holding, max(1, len(holding)))
+        .mapPartitions(lambda part: executor.fragments_at(job, part, scns))
+        .collect()
+    )
+    by_scn: dict[SCN, list[Transaction]] = {}
+    for fragment in sorted(fragments, key=lambda t: (t.scn, t.fragment)):
+        found = by_scn.setdefault(fragment.scn, [])
+        if not found or found[-1].fragment != fragment.fragment:  # a segment boundary repeats none
+            found.append(fragment)
+    return {scn: merge(parts) if len(parts) > 1 else parts[0] for scn, parts in by_scn.items()}
+
+
+def _definitions(
+    session: TargetSession, tables: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], TargetTable]:
+    """The target's definitions of the tables the range changes, as they are now (between
+    DDL steps, a span's definitions do not change); a table the target lacks is left out (its
+    changes then fail as streaming's would)."""
+    found = {}
+    for schema, table in tables:
+        try:
+            found[(schema, table)] = session.table(schema, table, refresh=True)
+        except MissingTableError:
+            continue
+    session.commit()
+    return found
+
+
+def _finish(
+    session: TargetSession, channel: ChannelConfig, held: lease.Lease, end: SCN, epoch: str
+) -> None:
+    """The checkpoint at ``end``, the run forgotten and the lease released, in one commit."""
+    rows = session.query(lease.state_statement(channel.name), "checking the catch-up lease")
+    if not rows or str(rows[0][0]) != held.owner or not rows[0][1]:
+        raise lease.LeaseLostError(
+            f"catch-up {held.owner} lost the lease of channel {channel.name} before its last "
+            "transaction: the checkpoint was not moved; run the catch-up again"
+        )
+    for statement in journal.finish(channel.name):
+        session.execute(statement, "forgetting the catch-up run")
+    session.execute(lease.release_statement(held), "releasing the catch-up lease")
+    session.write_checkpoint(checkpoint.CheckpointRow(channel.name, end, channel.origin, epoch))
+    session.commit()
+
+
+def _listing(channel: ChannelConfig, token: str | None, after: SCN, to: SCN | None) -> SegmentList:
+    """The segments holding (after, to] from the first remote that answers."""
+    failures = []
+    for url in channel.remote:
+        try:
+            with executor.segment_source(channel, url, token) as source:
+                return source.list(after=after, to=to)
+        except PositionTooOldError as exc:
+            raise CatchupError(
+                f"the remote replicator {url} no longer has the changes after {after} (its "
+                f"oldest servable SCN is {exc.oldest}): catch-up cannot replay "
+                f"({after}, {to or 'its last SCN'}]. Nothing was written. Copy the tables "
+                "with a snapshot instead, then start the channel from the snapshot's SCN"
+            ) from exc
+        except Exception as exc:  # this replicator is unreachable: ask the next one
+            failures.append(f"{url}: {exc}")
+    raise CatchupError("no remote replicator answered: " + "; ".join(failures))
+
+
+def _take(
+    settings: TargetSettings, channel: str, ttl_s: float, out: Callable[[str], None]
+) -> lease.Lease:
+    """The channel's lease, waiting while another catch-up's (a killed one's until it
+    expires) is held."""
+    owner = lease.new_owner()
+    while True:
+        conn = _connect(settings)
+        try:
+            lease.ensure_table(conn)
+            return lease.take(conn, channel, owner, ttl_s)
+        except lease.LeaseHeldError as exc:
+            out(f"waiting: {exc}")
+        finally:
+            conn.close()
+        time.sleep(min(ttl_s / 3, 5.0))
+
+
+def _channel(config: DrcConfig, name: str) -> ChannelConfig:
+    for channel in config.channels:
+        if channel.name == name:
+            return channel
+    known = ", ".join(c.name for c in config.channels) or "none"
+    raise CatchupError(f"no channel named {name!r} in the config (channels: {known})")
+
+
+def _connect(settings: TargetSettings) -> Any:
+    """An autocommit apply-like session for the lease (skip_replication: never captured)."""
+    conn = pymysql.connect(
+        host=settings.host, port=settings.port, user=settings.user, password=settings.password,
+        charset="utf8mb4", autocommit=True, connect_timeout=settings.connect_timeout_s,
+        **settings.tls.pymysql_options(),
+    )  # fmt: skip
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION skip_replication = 1, time_zone = '+00:00'")
+    return conn
+
+
+@contextmanager
+def _progress(sc: Any, out: Callable[[str], None], what: str) -> Iterator[None]:
+    """A line every PROGRESS_EVERY_S while a Spark job runs: tasks done, elapsed, ETA."""
+    stop = threading.Event()
+    began = time.monotonic()
+
+    def report() -> None:
+        tracker = sc.statusTracker()
+        while not stop.wait(PROGRESS_EVERY_S):
+            total = finished = 0
+            for stage_id in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(stage_id)
+                if info is not None:
+                    total += info.numTasks
+                    finished += info.numCompletedTasks
+            elapsed = time.monotonic() - began
+            eta = f"{elapsed / finished * (total - finished):.0f}s" if finished else "unknown"
+            out(f"{what}: {finished}/{total} tasks done, {elapsed:.0f}s, ETA {eta}")
+
+    thread = threading.Thread(target=report, name="catchup-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -1,0 +1,92 @@
+"""What a catch-up run has done, in the target's ``drc`` schema, so a re-run does nothing twice.
+
+    drc.catchup_run                          one row per channel while a run is unfinished
+    +-------------+-------------+------------------------------------------------------------+
+    | channel  PK | VARCHAR(64) | ChannelConfig.name                                         |
+    | to_scn      | VARCHAR(96) | the range end the run chose (a re-run keeps it: the same   |
+    |             |             | range gives the same spans, partitions and batches)        |
+    | partitions  | INT         | how many partitions its spans were cut into                |
+    | started_at  | DATETIME(6) | UTC                                                        |
+    +-------------+-------------+------------------------------------------------------------+
+
+    drc.catchup_done                         one row per batch written
+    +-------------+-------------+------------------------------------------------------------+
+    | channel  PK | VARCHAR(64) |                                                            |
+    | span     PK | VARCHAR(200)| the span's SCNs ``after..end``                             |
+    | part     PK | INT         | the partition                                              |
+    | batch    PK | INT         | the batch within it (its changes in SCN order, cut at a    |
+    |             |             | fixed size: the same input gives the same batches)         |
+    | changes     | INT         | net changes the batch applied                              |
+    +-------------+-------------+------------------------------------------------------------+
+
+A batch's row is inserted in the same target transaction as its writes, so after a kill the
+target holds both or neither, and a re-run skips exactly the batches that committed (keyless
+tables' inserts are not idempotent: this is what keeps them exactly once). The run's final
+transaction writes the channel checkpoint at the range end, deletes both kinds of rows and
+releases the lease (drc.catchup.lease), so streaming continues from exactly there.
+"""
+
+from __future__ import annotations
+
+from drc.apply.sql import Statement, ident
+from drc.core.markers import CHECKPOINT_SCHEMA
+from drc.core.scn import SCN
+
+_RUN = f"{ident(CHECKPOINT_SCHEMA)}.{ident('catchup_run')}"
+_DONE = f"{ident(CHECKPOINT_SCHEMA)}.{ident('catchup_done')}"
+
+
+def create_statements() -> list[str]:
+    return [
+        f"CREATE DATABASE IF NOT EXISTS {ident(CHECKPOINT_SCHEMA)}",
+        f"CREATE TABLE IF NOT EXISTS {_RUN} (`channel` VARCHAR(64) NOT NULL, "
+        "`to_scn` VARCHAR(96) NOT NULL, `partitions` INT NOT NULL, `started_at` DATETIME(6) "
+        "NOT NULL, PRIMARY KEY (`channel`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        f"CREATE TABLE IF NOT EXISTS {_DONE} (`channel` VARCHAR(64) NOT NULL, "
+        "`span` VARCHAR(200) NOT NULL, `part` INT NOT NULL, `batch` INT NOT NULL, "
+        "`changes` INT NOT NULL, PRIMARY KEY (`channel`, `span`, `part`, `batch`)) "
+        "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+    ]
+
+
+def select_run(channel: str) -> Statement:
+    return Statement(f"SELECT `to_scn`, `partitions` FROM {_RUN} WHERE `channel` = %s", (channel,))
+
+
+def parse_run(row: tuple[object, ...]) -> tuple[SCN, int]:
+    return SCN.parse(str(row[0])), int(str(row[1]))
+
+
+def start_run(channel: str, to: SCN, partitions: int) -> Statement:
+    return Statement(
+        f"REPLACE INTO {_RUN} (`channel`, `to_scn`, `partitions`, `started_at`) "
+        "VALUES (%s, %s, %s, UTC_TIMESTAMP(6))",
+        (channel, str(to), partitions),
+    )
+
+
+def is_done(channel: str, span: str, part: int, batch: int) -> Statement:
+    """A plain read: a locking one would take gap locks that make the partitions' inserts of
+    their own rows wait for each other. Two writers of one batch cannot both commit anyway:
+    one run holds the lease, and the primary key refuses a second row."""
+    return Statement(
+        f"SELECT 1 FROM {_DONE} WHERE `channel` = %s AND `span` = %s AND `part` = %s "
+        "AND `batch` = %s",
+        (channel, span, part, batch),
+    )
+
+
+def mark_done(channel: str, span: str, part: int, batch: int, changes: int) -> Statement:
+    return Statement(
+        f"INSERT INTO {_DONE} (`channel`, `span`, `part`, `batch`, `changes`) "
+        "VALUES (%s, %s, %s, %s, %s)",
+        (channel, span, part, batch, changes),
+    )
+
+
+def finish(channel: str) -> list[Statement]:
+    """Forget the run (in its final transaction, with the checkpoint and the lease release)."""
+    return [
+        Statement(f"DELETE FROM {_DONE} WHERE `channel` = %s", (channel,)),
+        Statement(f"DELETE FROM {_RUN} WHERE `channel` = %s", (channel,)),
+    ]

@@ -1,0 +1,395 @@
+"""Bulk catch-up end to end: dc1 captured and served in process (small segments), its backlog
+replayed into dc2 by `drc catchup` on real Spark (local mode; the sandbox's standalone cluster
+in a slow test), then handed over to a streaming channel."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drc.api.app import create_app
+from drc.api.deps import ApiDeps
+from drc.api.server import ApiServer
+from drc.apply import build_channel
+from drc.catchup.driver import CatchupError, run_catchup
+from drc.config import load_config
+from drc.core.tablefilter import TableFilter
+from drc.replicator.replicator import CaptureOptions
+from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
+from tests.integration.capture import Capture, capturing, master_position
+from tests.integration.servers import connect
+from tests.integration.test_apply_support import (
+    Running,
+    apply_process_config,
+    apply_user,
+    assert_same,
+    drop_everywhere,
+    execute,
+    mark_end,
+    query,
+    wait_end,
+)
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "catchup_eq"
+TABLES = (
+    f"CREATE TABLE {SCHEMA}.acct (id INT PRIMARY KEY, owner VARCHAR(40), bal DECIMAL(12,2))",
+    f"CREATE TABLE {SCHEMA}.hot (id INT PRIMARY KEY, n INT NOT NULL, note VARCHAR(40))",
+    f"CREATE TABLE {SCHEMA}.events (kind VARCHAR(10), v INT)",  # keyless
+)
+
+
+@contextmanager
+def served(
+    server: ServerInfo, tmp: Path, schema: str, **buffer: Any
+) -> Iterator[tuple[Capture, str]]:
+    """Capture ``server``'s ``schema`` from now into small segments and serve them."""
+    start = master_position(server)
+    options = CaptureOptions(
+        capture=TableFilter.build([f"{schema}.*"]), start_from=f"{start[0]}:{start[1]}",
+        commit_max_ms=5,
+    )  # fmt: skip
+    with capturing(server, tmp / "buf", options, segment_bytes=16384, **buffer) as capture:
+        deps = ApiDeps(buffer=capture.buffer, metastore=capture.metastore)
+        api = ApiServer(create_app(deps), "127.0.0.1", 0, open_access=True).start()
+        try:
+            yield capture, api.url
+        finally:
+            api.stop()
+
+
+def config_for(tmp: Path, target: ServerInfo, url: str, name: str, schema: str) -> Path:
+    return apply_process_config(
+        tmp, target, url, name, [f"{schema}.*"], no_primary_key="match_whole_row",
+        max_commit_delay_ms=20,
+    )  # fmt: skip
+
+
+def workload(server: ServerInfo, schema: str, seed: int, txns: int, ddl_at: int | None) -> None:
+    """Inserts, hot-row updates, deletes, multi-statement transactions, a keyless table, and
+    (at ``ddl_at``) an ALTER TABLE in the middle."""
+    rng = random.Random(seed)
+    conn = connect(server, autocommit=False)
+    ids: list[int] = []
+    next_id, altered = seed * 100_000, False
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT IGNORE INTO {schema}.hot VALUES (1, 0, 'a'), (2, 0, 'b'), (3, 0, 'c')")
+        for n in range(txns):
+            if n == ddl_at:
+                cur.execute(f"ALTER TABLE {schema}.acct ADD COLUMN tier INT NOT NULL DEFAULT 1")
+                altered = True
+            roll = rng.random()
+            if roll < 0.3 or len(ids) < 5:
+                rows = [(next_id + k, f"o{rng.randint(0, 99)}", rng.randint(0, 10**6) / 100)
+                        for k in range(rng.randint(1, 3))]  # fmt: skip
+                cur.executemany(f"INSERT INTO {schema}.acct (id, owner, bal) VALUES (%s, %s, %s)",
+                                rows)  # fmt: skip
+                ids += [r[0] for r in rows]
+                next_id += len(rows)
+            elif roll < 0.6:
+                cur.execute(f"UPDATE {schema}.hot SET n = n + 1, note = %s WHERE id = %s",
+                            (f"n{n}", rng.randint(1, 3)))  # fmt: skip
+            elif roll < 0.7:
+                cur.execute(f"DELETE FROM {schema}.acct WHERE id = %s",
+                            (ids.pop(rng.randrange(len(ids))),))  # fmt: skip
+            elif roll < 0.85:
+                value = rng.randint(1, 4)
+                cur.execute(f"INSERT INTO {schema}.events VALUES ('k', %s), ('k', %s)",
+                            (value, value))  # fmt: skip
+                if rng.random() < 0.3:
+                    cur.execute(f"DELETE FROM {schema}.events WHERE v = %s LIMIT 1", (value,))
+            else:  # several statements and tables in one transaction, a key moved
+                victim = rng.choice(ids)
+                cur.execute(f"UPDATE {schema}.acct SET bal = bal + 1 WHERE id = %s", (victim,))
+                cur.execute(f"UPDATE {schema}.hot SET n = n + 10 WHERE id = 1")
+                cur.execute(f"UPDATE {schema}.acct SET id = %s WHERE id = %s", (next_id, victim))
+                ids[ids.index(victim)] = next_id
+                next_id += 1
+                if altered:
+                    cur.execute(f"UPDATE {schema}.acct SET tier = tier + 1 WHERE id = %s",
+                                (next_id - 1,))  # fmt: skip
+            conn.commit()
+    conn.close()
+
+
+def checkpoint_of(server: ServerInfo, name: str) -> str:
+    try:
+        rows = query(server, "SELECT scn FROM drc.checkpoint WHERE channel = %s", (name,))
+    except Exception:  # not created yet
+        return ""
+    return str(rows[0][0]) if rows else ""
+
+
+def prepare(dc1: ServerInfo, dc2: ServerInfo, schema: str) -> None:
+    drop_everywhere(schema, dc1, dc2)
+    apply_user(dc2)
+    execute(dc2, "CREATE DATABASE IF NOT EXISTS drc")
+    for table in ("checkpoint", "catchup_run", "catchup_done", "catchup_lease"):
+        execute(dc2, f"DROP TABLE IF EXISTS drc.{table}")
+
+
+def test_catchup_of_a_backlog_equals_the_source_and_streaming_goes_on_from_it(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    prepare(dc1, dc2, SCHEMA)
+    with served(dc1, tmp_path, SCHEMA) as (capture, url):
+        execute(dc1, f"CREATE DATABASE {SCHEMA}", *TABLES)
+        workload(dc1, SCHEMA, seed=14, txns=400, ddl_at=200)
+        capture.wait_for(master_position(dc1))
+        last = capture.buffer.last_scn
+        config = load_config(config_for(tmp_path, dc2, url, "cu", SCHEMA))
+        lines: list[str] = []
+        summary = run_catchup(config, "cu", master="local[2]", partitions=3, out=lines.append)
+        assert summary.to == last and checkpoint_of(dc2, "cu") == str(last)
+        assert summary.ddl >= 4, "CREATE DATABASE, three CREATE TABLEs and the ALTER"
+        assert summary.reduced < summary.changes, "hot rows reduced"
+        assert any("segments fetched" in line for line in lines)
+        assert "catch-up of cu done" in lines[-1]
+        assert_same(dc1, dc2, SCHEMA)
+        assert query(dc2, "SELECT COUNT(*) FROM drc.catchup_run") == [(0,)]
+        # Handover: streaming resumes after the catch-up's checkpoint, no gap, no duplicate.
+        channel = build_channel(config.channels[0], config.target_or_source())
+        with Running(channel) as running:
+            workload(dc1, SCHEMA, seed=15, txns=100, ddl_at=None)
+            wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running)
+        assert channel.stats.idempotent_fixes == 0, "nothing applied twice"
+    assert_same(dc1, dc2, SCHEMA)
+
+
+def test_streaming_waits_while_a_catchup_holds_the_channel_then_continues_from_it(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    schema = "catchup_hand"
+    prepare(dc1, dc2, schema)
+    with served(dc1, tmp_path, schema) as (capture, url):
+        execute(dc1, f"CREATE DATABASE {schema}", *(t.replace(SCHEMA, schema) for t in TABLES))
+        config = load_config(config_for(tmp_path, dc2, url, "hand", schema))
+        first = build_channel(config.channels[0], config.target_or_source())
+        with Running(first) as running:
+            wait_end(dc2, schema, mark_end(dc1, schema), running)
+        workload(dc1, schema, seed=3, txns=200, ddl_at=100)  # a backlog while it is stopped
+        capture.wait_for(master_position(dc1))
+        # The channel starts again as the catch-up does, and writes go on during both: the
+        # channel holds off while the catch-up holds the lease, then streams from its end.
+        channel = build_channel(config.channels[0], config.target_or_source())
+        writer = subprocess.Popen([sys.executable, "-c", _writer(dc1, schema)])
+        with Running(channel) as running:
+            try:
+                summary = run_catchup(config, "hand", master="local[2]", partitions=2,
+                                      out=lambda _line: None)  # fmt: skip
+            finally:
+                writer.wait(timeout=120)
+            assert summary.to > summary.after
+            wait_end(dc2, schema, mark_end(dc1, schema), running)
+        assert channel.stats.idempotent_fixes == 0, "the channel applied nothing twice"
+    assert_same(dc1, dc2, schema)
+
+
+def _writer(server: ServerInfo, schema: str) -> str:
+    return (
+        "import pymysql, time\n"
+        f"c = pymysql.connect(host={server.host!r}, port={server.port}, user={server.user!r}, "
+        f"password={server.password!r}, autocommit=True)\n"
+        "cur = c.cursor()\n"
+        "for n in range(150):\n"
+        f"    cur.execute('INSERT INTO {schema}.events VALUES (\\'w\\', %s)', (n,))\n"
+        f"    cur.execute('UPDATE {schema}.hot SET n = n + 1 WHERE id = 2')\n"
+        "    time.sleep(0.01)\n"
+    )
+
+
+@pytest.mark.slow
+def test_killing_the_catchup_driver_midway_then_running_it_again_ends_equal(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    schema = "catchup_kill"
+    prepare(dc1, dc2, schema)
+    with served(dc1, tmp_path, schema) as (capture, url):
+        execute(dc1, f"CREATE DATABASE {schema}", *(t.replace(SCHEMA, schema) for t in TABLES))
+        workload(dc1, schema, seed=9, txns=1500, ddl_at=None)
+        capture.wait_for(master_position(dc1))
+        path = config_for(tmp_path, dc2, url, "kill", schema)
+        argv = [sys.executable, "-m", "drc.cli", "catchup", "--config", str(path), "--channel",
+                "kill", "--master", "local[2]", "--partitions", "3", "--batch-changes", "5",
+                "--lease-ttl", "3"]  # fmt: skip
+        log = tmp_path / "catchup.log"
+        with open(log, "wb") as output:
+            proc = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and proc.poll() is None:
+                if _done_batches(dc2) >= 3:
+                    break
+                time.sleep(0.02)
+            assert proc.poll() is None, "killed midway: " + log.read_text()[-3000:]
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        finally:
+            _kill_group(proc)
+        assert 0 < _done_batches(dc2), "it had committed some batches"
+        assert checkpoint_of(dc2, "kill") != str(capture.buffer.last_scn), "not the range end"
+        again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert "already done by an earlier run" in again.stdout
+    assert_same(dc1, dc2, schema)
+
+
+def _done_batches(server: ServerInfo) -> int:
+    try:
+        return int(query(server, "SELECT COUNT(*) FROM drc.catchup_done")[0][0])
+    except Exception:  # not created yet
+        return 0
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """The killed driver's Spark JVM and Python workers (its process group) go too."""
+    try:
+        import os
+
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_a_range_whose_segments_are_gone_is_refused_and_nothing_is_written(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    schema = "catchup_gone"
+    prepare(dc1, dc2, schema)
+    with served(dc1, tmp_path, schema, retain_bytes=20000) as (capture, url):
+        execute(dc1, f"CREATE DATABASE {schema}", *(t.replace(SCHEMA, schema) for t in TABLES))
+        workload(dc1, schema, seed=5, txns=300, ddl_at=None)
+        capture.wait_for(master_position(dc1))
+        config = load_config(config_for(tmp_path, dc2, url, "gone", schema))
+        with pytest.raises(CatchupError, match="no longer has the changes after") as raised:
+            run_catchup(config, "gone", master="local[1]", out=lambda _line: None)
+        assert "snapshot" in str(raised.value)
+    assert query(dc2, "SHOW DATABASES LIKE %s", (schema,)) == []
+    assert checkpoint_of(dc2, "gone") == ""
+
+
+@pytest.mark.slow
+def test_catchup_on_the_sandbox_standalone_cluster(
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    schema = "catchup_cluster"
+    description = Sandbox(sandbox.dir).up(datacenters=len(sandbox.servers), with_spark=True)
+    assert description.spark is not None
+    prepare(dc1, dc2, schema)
+    with served(dc1, tmp_path, schema) as (capture, url):
+        execute(dc1, f"CREATE DATABASE {schema}", *(t.replace(SCHEMA, schema) for t in TABLES))
+        workload(dc1, schema, seed=21, txns=300, ddl_at=150)
+        capture.wait_for(master_position(dc1))
+        config = load_config(config_for(tmp_path, dc2, url, "cluster", schema))
+        summary = run_catchup(config, "cluster", master=description.spark.master_url,
+                              partitions=2, out=lambda _line: None)  # fmt: skip
+        assert summary.ddl >= 1
+    assert_same(dc1, dc2, schema)
+
+
+LWW = "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20), ts DATETIME(6) NOT NULL)"
+BASE = "2026-01-01 00:00:00"
+
+
+def _lww_config(tmp: Path, target: ServerInfo, url: str) -> Path:
+    """Two channels from dc1's `cl` into dc2: `lww-s` (streamed) into cl_s, `lww-c` (caught
+    up) into cl_c, both under lww on ts."""
+    base = apply_process_config(tmp, target, url, "lww-s", ["cl.*"]).read_text()
+    head, channel = base.split("[[channels]]")
+    channels = "".join(
+        "[[channels]]" + channel.replace('"lww-s"', f'"lww-{k}"')
+        + f'map_tables = {{ "cl.*" = "cl_{k}.*" }}\n'
+        for k in ("s", "c")
+    )  # fmt: skip
+    conflicts = (
+        '[conflicts]\npriority = ["dc1", "dc2"]\n'
+        '[[conflicts.tables]]\ntable = "cl_*.t"\npolicy = "lww"\ncolumn = "ts"\n'
+    )
+    path = tmp / "lww.toml"
+    path.write_text(head + channels + conflicts)
+    return path
+
+
+def _lww_rows(server: ServerInfo, db: str) -> None:
+    execute(server, f"CREATE DATABASE {db}", LWW.format(db=db))
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.executemany(f"INSERT INTO {db}.t VALUES (%s, 'init', %s)",
+                        [(k, BASE) for k in range(1, 61)])  # fmt: skip
+    conn.close()
+
+
+def _at(ms: int) -> str:
+    return f"2026-01-01 00:00:{ms // 1000:02d}.{ms % 1000:03d}000"
+
+
+def test_lww_catchup_decides_and_logs_conflicts_as_streaming_does(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    prepare(dc1, dc2, "cl")
+    for db in ("cl_s", "cl_c"):
+        execute(dc2, f"DROP DATABASE IF EXISTS {db}")
+    execute(dc2, "DROP TABLE IF EXISTS drc.conflicts")
+    _lww_rows(dc1, "cl")
+    for db in ("cl_s", "cl_c"):
+        _lww_rows(dc2, db)
+    with served(dc1, tmp_path, "cl") as (capture, url):
+        conn = connect(dc1)
+        with conn.cursor() as cur:  # the remote backlog: every key changed once
+            for k in range(1, 41):
+                cur.execute(
+                    "UPDATE cl.t SET v = %s, ts = %s WHERE id = %s", (f"r{k}", _at(k * 10), k)
+                )
+            for k in range(41, 51):
+                cur.execute("DELETE FROM cl.t WHERE id = %s", (k,))
+            for k in range(61, 71):
+                cur.execute("INSERT INTO cl.t VALUES (%s, %s, %s)", (k, f"r{k}", _at(k * 10)))
+        conn.close()
+        for db in ("cl_s", "cl_c"):  # concurrent local writes, the same on both copies
+            conn = connect(dc2)
+            with conn.cursor() as cur:
+                for k in range(1, 21):  # newer for even keys, older for odd ones
+                    ms = k * 10 + (5 if k % 2 == 0 else -5)
+                    cur.execute(f"UPDATE {db}.t SET v = %s, ts = %s WHERE id = %s",
+                                (f"l{k}", _at(ms), k))  # fmt: skip
+                for k in (45, 46):  # update of rows the remote deleted
+                    cur.execute(f"UPDATE {db}.t SET v = 'l', ts = %s WHERE id = %s", (_at(999), k))
+                for k in range(61, 66):  # insert-insert
+                    cur.execute(f"INSERT INTO {db}.t VALUES (%s, 'l', %s)", (k, _at(k * 10 + 1)))
+            conn.close()
+        capture.wait_for(master_position(dc1))
+        last = str(capture.buffer.last_scn)
+        config = load_config(_lww_config(tmp_path, dc2, url))
+        streaming = build_channel(config.channels[0], config.target_or_source(),
+                                  conflicts=config.conflicts, datacenter="dc2")  # fmt: skip
+        with Running(streaming) as running:
+            deadline = time.monotonic() + 60
+            while checkpoint_of(dc2, "lww-s") != last and time.monotonic() < deadline:
+                assert running.error is None, running.error
+                time.sleep(0.1)
+        run_catchup(config, "lww-c", master="local[2]", partitions=3, out=lambda _line: None)
+    streamed, caught_up = (
+        query(dc2, f"SELECT * FROM {db}.t ORDER BY id") for db in ("cl_s", "cl_c")
+    )
+    assert streamed == caught_up
+    logged = [
+        query(
+            dc2,
+            "SELECT primary_key, kind, decision, result_row FROM drc.conflicts "
+            "WHERE channel = %s ORDER BY primary_key",
+            (name,),
+        )  # fmt: skip
+        for name in ("lww-s", "lww-c")
+    ]
+    assert len(logged[0]) >= 20 and logged[0] == logged[1]
