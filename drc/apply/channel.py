@@ -386,7 +386,7 @@ class ApplyChannel:
         observed: list[Observed] = []
         if self.conflicts is not None:  # first: it reads and locks the rows the group touches
             observed = self.conflicts.probe(pending.probes)
-        decision = self.engine.decide(pending, observed)
+        decision = self.engine.decide(pending, observed, lazy=True)  # planned as it is sent
         replays = [e for e in decision.entries if self.control.is_replay(SCN.parse(e.scn))]
         if replays:  # a rewound channel meets its own earlier writes: not conflicts
             decision.entries = [e for e in decision.entries if e not in replays]

@@ -47,7 +47,7 @@ so the Target runs them; their counts come back as drc.apply.plan.Effects.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -97,7 +97,7 @@ class Counts:
 class Decision:
     """The writes for a batch, in stream order, and what goes with them in its transaction."""
 
-    writes: list[Write] = field(default_factory=list)
+    writes: Iterable[Write] = field(default_factory=list)  # a list unless decided lazily
     entries: list[ConflictEntry] = field(default_factory=list)
     tombstones: list[TombstoneWrite] = field(default_factory=list)
     counts: Counts = field(default_factory=Counts)
@@ -151,8 +151,15 @@ class ApplyEngine:
         prepared = conflicts.prepare(transactions)
         return Pending(transactions, prepared, conflicts.fallback_stamps - before)
 
-    def decide(self, pending: Pending, observed: Sequence[Observed] = ()) -> Decision:
-        """Decide every change of ``pending``, given what each of its probes found."""
+    def decide(
+        self, pending: Pending, observed: Sequence[Observed] = (), *, lazy: bool = False
+    ) -> Decision:
+        """Decide every change of ``pending``, given what each of its probes found.
+
+        ``lazy``: :attr:`Decision.writes` is an iterator that plans each write as it is taken
+        (consume it once, in order), so a streaming target sends the first chunk while the
+        rest is still being planned; ``counts.changes`` and ``counts.writes`` are complete
+        once it is consumed. Conflicts are decided before it returns, either way."""
         decision = Decision()
         changes: Sequence[RowChange] | Iterator[RowChange]
         if pending.prepared is None:
@@ -162,26 +169,27 @@ class ApplyEngine:
             changes = resolution.changes
             decision.entries, decision.tombstones = resolution.entries, resolution.tombstones
         counts = decision.counts
-        for writes in self._plan(changes, counts):
-            decision.writes.extend(writes)
-        counts.writes = len(decision.writes)
         counts.conflicts = len(decision.entries)
         counts.tombstones = len(decision.tombstones)
         counts.fallback_stamps = pending.fallback_stamps
+        writes = self._plan(changes, counts)
+        decision.writes = writes if lazy else list(writes)
         return decision
 
-    def _plan(self, changes: Any, counts: Counts) -> Iterator[list[Write]]:
+    def _plan(self, changes: Iterable[RowChange], counts: Counts) -> Iterator[Write]:
         """The writes of ``changes``, as they complete (drc.apply.plan.Planner)."""
         planner, tables = Planner(self.no_primary_key), self.tables
-        planned = 0
         for change in changes:
-            planned += 1
+            counts.changes += 1
             table = tables.table(change.schema, change.table)
             try:
                 writes = planner.add(change, table)
             except MissingColumnError:  # maybe altered since it was read: read it again
                 table = tables.table(change.schema, change.table, refresh=True)
                 writes = planner.add(change, table)
-            yield writes
-        yield planner.finish()
-        counts.changes = planned
+            if writes:
+                counts.writes += len(writes)
+                yield from writes
+        writes = planner.finish()
+        counts.writes += len(writes)
+        yield from writes
