@@ -142,13 +142,14 @@ def _run(
         session.run_setup(journal.create_statements(), "creating the catch-up tables")
         unfinished = session.query(journal.select_run(channel.name), "reading the catch-up run")
         session.commit()
+        resuming = False
         if unfinished:
-            kept, partitions = journal.parse_run(unfinished[0])
-            if kept > start:
+            kept, kept_partitions = journal.parse_run(unfinished[0])
+            if kept > start:  # same range and partitions: its committed batches are skipped
                 if to is not None and to != kept:
                     out(f"an unfinished catch-up of {channel.name} replays up to {kept}; "
                         f"--to {to} is ignored until it is done")  # fmt: skip
-                to = kept
+                to, partitions, resuming = kept, kept_partitions, True
         token = channel.secret()
         listing = _listing(channel, token, start, to)
         end = to or listing.last_scn or start
@@ -157,6 +158,9 @@ def _run(
             out(f"channel {channel.name} is caught up at {start}: nothing to replay")
             _finish(session, channel, held, start, listing.epoch)
             return None, summary
+        if not resuming:  # a new run: no earlier run's batch counts as done
+            for statement in journal.finish(channel.name):
+                session.execute(statement, "forgetting an earlier catch-up run")
         session.execute(journal.start_run(channel.name, end, partitions), "recording the run")
         session.commit()
         infos = [s for s in listing.segments if s.last_scn is not None and s.prev_scn < end]
