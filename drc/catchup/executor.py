@@ -27,7 +27,7 @@ from __future__ import annotations
 import fcntl
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,6 +191,7 @@ def read_span(
     pieces: Iterable[Slice],
     span: Span,
     primary_keys: Mapping[tuple[str, str], Sequence[str]],
+    count: Callable[[int], Any] = lambda _n: None,
 ) -> Iterator[tuple[int, tuple[Position, bytes]]]:
     """The row changes of ``span`` in these slices (after the chain), routed to their
     partitions and already reduced per slice: a slice is a contiguous part of the stream, so
@@ -207,6 +208,7 @@ def read_span(
                     continue
                 kept = chain(decode_transaction(record.payload, 0)[0])
                 if kept is not None and kept.changes:
+                    count(len(kept.changes))
                     for part, item in route(kept, primary_keys, job.partitions):
                         routed.setdefault(part, []).append(item)
             for part, items in routed.items():
