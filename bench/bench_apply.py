@@ -105,22 +105,10 @@ def checksums(server: ServerInfo, schema: str) -> list[object]:
     return sums
 
 
-def drc_apply(
-    dc2: ServerInfo,
-    url: str,
-    schema: str,
-    end: tuple[str, int],
-    workdir: Path,
-    grouping: bool,
-    *,
-    label: str = "",
-    extra_toml: str = "",
-) -> float:
-    """Seconds for a `python -m drc.apply` process to apply everything up to ``end``.
-
-    ``extra_toml`` is appended to its config (e.g. a ``[conflicts]`` section); ``label`` names
-    the channel (default: its grouping)."""
-    name = f"bench-{schema}-{label or ('grouped' if grouping else 'single')}"
+def channel_config(
+    dc2: ServerInfo, url: str, schema: str, name: str, copy: str, workdir: Path, extra: str = ""
+) -> Path:
+    """A dc2 config with one channel ``name`` applying dc1's ``schema`` into ``copy``."""
     config = workdir / f"{name}.toml"
     config.write_text(f"""
 [datacenter]
@@ -137,9 +125,29 @@ name = "{name}"
 origin = "dc1"
 remote = ["{url}"]
 tables = ["{schema}.*"]
-map_tables = {{ "{schema}.*" = "{schema}_drc.*" }}
-max_txns_per_commit = {500 if grouping else 1}
-{extra_toml}""")  # fmt: skip
+map_tables = {{ "{schema}.*" = "{copy}.*" }}
+{extra}""")  # fmt: skip
+    return config
+
+
+def drc_apply(
+    dc2: ServerInfo,
+    url: str,
+    schema: str,
+    end: tuple[str, int],
+    workdir: Path,
+    grouping: bool,
+    *,
+    label: str = "",
+    extra_toml: str = "",
+) -> float:
+    """Seconds for a `python -m drc.apply` process to apply everything up to ``end``.
+
+    ``extra_toml`` is appended to its config (e.g. a ``[conflicts]`` section); ``label`` names
+    the channel (default: its grouping)."""
+    name = f"bench-{schema}-{label or ('grouped' if grouping else 'single')}"
+    extra = f"max_txns_per_commit = {500 if grouping else 1}\n{extra_toml}"
+    config = channel_config(dc2, url, schema, name, f"{schema}_drc", workdir, extra)
     log = workdir / f"{name}.log"
     target = (split_binlog_name(end[0])[1], end[1])
     with open(log, "wb") as out:

@@ -32,7 +32,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_apply import Served, checksums, copy_schema, drc_apply  # noqa: E402
+from bench.bench_apply import (  # noqa: E402
+    Served,
+    channel_config,
+    checksums,
+    copy_schema,
+    drc_apply,
+)
 from bench.bench_replicator import _first_binlog, connect, native_replication, position  # noqa: E402
 from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
 
@@ -127,24 +133,7 @@ class PeakRss:
 def catchup(dc2: ServerInfo, url: str, workdir: Path, partitions: int) -> tuple[float, float, str]:
     """Seconds and peak MB of `drc catchup` (local mode) into cu_cu; its summary line."""
     name = "bench-cu-catchup"
-    config = workdir / f"{name}.toml"
-    config.write_text(f"""
-[datacenter]
-name = "dc2"
-[source]
-host = "{dc2.host}"
-port = {dc2.port}
-user = "{dc2.user}"
-password = "{dc2.password}"
-[replicator]
-buffer_dir = "{workdir / "unused"}"
-[[channels]]
-name = "{name}"
-origin = "dc1"
-remote = ["{url}"]
-tables = ["{SCHEMA}.*"]
-map_tables = {{ "{SCHEMA}.*" = "{SCHEMA}_cu.*" }}
-""")  # fmt: skip
+    config = channel_config(dc2, url, SCHEMA, name, f"{SCHEMA}_cu", workdir)
     argv = [sys.executable, "-m", "drc.cli", "catchup", "--config", str(config), "--channel",
             name, "--master", "local[2]", "--partitions", str(partitions)]  # fmt: skip
     began = time.perf_counter()

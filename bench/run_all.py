@@ -17,6 +17,7 @@ BENCHMARKS = [  # in data-flow order
     "bench_api.py",
     "bench_apply.py",
     "bench_conflicts.py",
+    "bench_catchup.py",
     "bench_latency.py",
     "bench_group.py",
 ]

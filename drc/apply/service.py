@@ -68,26 +68,22 @@ def target_settings(target: Any) -> TargetSettings:
     return settings
 
 
+_TIMING = ("clock", "wall_clock", "sleep")
+
+
 def build_channel(
     channel: ChannelConfig,
     target: Any,
     *,
-    conflicts: ConflictsConfig | None = None,
-    datacenter: str = "",
-    subscriber_factory: SubscriberFactory | None = None,
-    connect: Callable[..., Any] | None = None,
     kind: type[ApplyChannel] = ApplyChannel,
-    **timing: Any,
+    **options: Any,
 ) -> ApplyChannel:
     """A channel writing into ``target`` (TargetSettings, or anything :func:`target_settings`
-    takes); ``conflicts``: the config's [conflicts]. ``subscriber_factory`` and ``connect``
-    replace the pull API client and pymysql.connect (tests); ``timing``: the channel's clock,
-    wall_clock and sleep."""
-    parts = build_parts(
-        channel, target, conflicts=conflicts, datacenter=datacenter,
-        subscriber_factory=subscriber_factory, connect=connect,
-    )  # fmt: skip
-    return kind(channel, parts, **timing)
+    takes). ``options``: those of :func:`build_parts` (``conflicts``: the config's [conflicts],
+    ``datacenter``, and ``subscriber_factory`` / ``connect`` replacing the pull API client and
+    pymysql.connect in tests), and the channel's ``clock``, ``wall_clock`` and ``sleep``."""
+    timing = {name: options.pop(name) for name in _TIMING if name in options}
+    return kind(channel, build_parts(channel, target, **options), **timing)
 
 
 def build_parts(

@@ -61,7 +61,8 @@ class Summary:
     to: SCN
     segments: int = 0
     bytes: int = 0
-    changes: int = 0
+    changes: int = 0  # row changes decoded (after the filter chain)
+    shuffled: int = 0  # net changes of the slices, sent to the partitions
     reduced: int = 0
     rows: int = 0
     conflicts: int = 0
@@ -142,13 +143,14 @@ def _run(
         session.run_setup(journal.create_statements(), "creating the catch-up tables")
         unfinished = session.query(journal.select_run(channel.name), "reading the catch-up run")
         session.commit()
+        resuming = False
         if unfinished:
-            kept, partitions = journal.parse_run(unfinished[0])
-            if kept > start:
+            kept, kept_partitions = journal.parse_run(unfinished[0])
+            if kept > start:  # same range and partitions: its committed batches are skipped
                 if to is not None and to != kept:
                     out(f"an unfinished catch-up of {channel.name} replays up to {kept}; "
                         f"--to {to} is ignored until it is done")  # fmt: skip
-                to = kept
+                to, partitions, resuming = kept, kept_partitions, True
         token = channel.secret()
         listing = _listing(channel, token, start, to)
         end = to or listing.last_scn or start
@@ -157,6 +159,9 @@ def _run(
             out(f"channel {channel.name} is caught up at {start}: nothing to replay")
             _finish(session, channel, held, start, listing.epoch)
             return None, summary
+        if not resuming:  # a new run: no earlier run's batch counts as done
+            for statement in journal.finish(channel.name):
+                session.execute(statement, "forgetting an earlier catch-up run")
         session.execute(journal.start_run(channel.name, end, partitions), "recording the run")
         session.commit()
         infos = [s for s in listing.segments if s.last_scn is not None and s.prev_scn < end]
@@ -226,10 +231,12 @@ def _replay(
             (info, k, job.partitions) for info in infos for k in range(job.partitions)
             if info.prev_scn < step.end and info.last_scn > step.after  # type: ignore[operator]
         ]  # fmt: skip
-        results = _apply_span(sc, job, step, pieces, definitions, out, f"span {done}/{spans}")
+        what = f"span {done}/{spans}"
+        decoded, results = _apply_span(sc, job, step, pieces, definitions, out, what)
+        summary.changes += decoded
         definitions.unpersist()
         for result in results:
-            summary.changes += result.changes
+            summary.shuffled += result.changes
             summary.reduced += result.reduced
             summary.rows += result.rows
             summary.conflicts += result.conflicts
@@ -241,9 +248,9 @@ def _replay(
             f"; slowest partition: {slowest.reduce_s:.1f}s reducing, {slowest.write_s:.1f}s "
             "writing")  # fmt: skip
         out(f"span {done}/{spans} ({step.after}, {step.end}] in "
-            f"{time.monotonic() - span_began:.1f}s: {summary.changes} changes decoded, reduced "
-            f"to {summary.reduced}, {summary.rows} rows written ({summary.rows / elapsed:.0f}/s)"
-            f"{where}")  # fmt: skip
+            f"{time.monotonic() - span_began:.1f}s: {summary.changes} changes decoded "
+            f"({summary.shuffled} after each slice's reduction), reduced to {summary.reduced}, "
+            f"{summary.rows} rows written ({summary.rows / elapsed:.0f}/s){where}")  # fmt: skip
 
 
 def _apply_span(
@@ -254,15 +261,18 @@ def _apply_span(
     definitions: Any,
     out: Callable[[str], None],
     what: str,
-) -> list[PartitionResult]:
+) -> tuple[int, list[PartitionResult]]:
+    """The row changes decoded, and what each partition did."""
     if not pieces:
-        return []
+        return 0, []
     key = f"{span.after}..{span.end}"
     partitions = job.partitions
 
+    decoded = sc.accumulator(0)
+
     def read(part: Iterator[executor.Slice]) -> Iterator[Any]:
         keys = {name: t.primary_key for name, t in definitions.value.items()}
-        return executor.read_span(job, part, span, keys)
+        return executor.read_span(job, part, span, keys, decoded.add)
 
     def apply(index: int, items: Iterator[Any]) -> Iterator[PartitionResult]:
         rows = (item for _, item in items)
@@ -271,7 +281,8 @@ def _apply_span(
     with _progress(sc, out, what):
         routed = sc.parallelize(list(pieces), len(pieces)).mapPartitions(read)
         shuffled = routed.partitionBy(partitions, lambda part: part)
-        return list(shuffled.mapPartitionsWithIndex(apply).collect())
+        results = list(shuffled.mapPartitionsWithIndex(apply).collect())
+    return int(decoded.value), results
 
 
 def _ddl_transactions(

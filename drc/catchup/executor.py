@@ -27,7 +27,7 @@ from __future__ import annotations
 import fcntl
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,11 +125,17 @@ def copy(job: Job, info: SegmentInfo, source: SegmentSource) -> Path:
 def _records(
     job: Job, piece: Slice, source: SegmentSource, after: SCN
 ) -> Iterator[tuple[Record, bool]]:
-    """The records of a segment copy after ``after``, each with whether it is this slice's."""
+    """The records of a segment copy after ``after``, each with whether it is this slice's:
+    slice k of n is the k-th of n runs of consecutive records of the segment, so a slice is a
+    contiguous part of the stream."""
     info, k, n = piece
     path = copy(job, info, source)
-    for index, record in enumerate(read_segment_file(path, job.epoch, info.seq, after)):
-        yield record, index % n == k
+    low, high = info.records * k // n, info.records * (k + 1) // n
+    for index, record in enumerate(read_segment_file(path, job.epoch, info.seq)):
+        if index >= high:
+            return
+        if record.scn > after:
+            yield record, index >= low
 
 
 def scan(job: Job, infos: Iterable[SegmentInfo], after: SCN, to: SCN) -> Iterator[SegmentScan]:
@@ -185,12 +191,16 @@ def read_span(
     pieces: Iterable[Slice],
     span: Span,
     primary_keys: Mapping[tuple[str, str], Sequence[str]],
+    count: Callable[[int], Any] = lambda _n: None,
 ) -> Iterator[tuple[int, tuple[Position, bytes]]]:
-    """Every row change of ``span`` in these slices (after the chain), routed to its partition.
-    Only a slice's own records are decoded: the tasks of one segment share the decoding."""
+    """The row changes of ``span`` in these slices (after the chain), routed to their
+    partitions and already reduced per slice: a slice is a contiguous part of the stream, so
+    reducing the slices' net changes again gives the span's, and a hot row crosses the shuffle
+    once per slice instead of once per change. Only a slice's own records are decoded."""
     chain = job.chain()
     with job.source() as source:
         for piece in pieces:
+            routed: dict[int, list[tuple[Position, Change]]] = {}
             for record, mine in _records(job, piece, source, span.after):
                 if record.scn > span.end or (record.scn == span.end and not span.end_included):
                     break
@@ -198,8 +208,43 @@ def read_span(
                     continue
                 kept = chain(decode_transaction(record.payload, 0)[0])
                 if kept is not None and kept.changes:
-                    for part, (position, item) in route(kept, primary_keys, job.partitions):
-                        yield part, (position, _encode(item))
+                    count(len(kept.changes))
+                    for part, item in route(kept, primary_keys, job.partitions):
+                        routed.setdefault(part, []).append(item)
+            for part, items in routed.items():
+                for position, net in _combined(items, primary_keys):
+                    yield part, (position, _encode(net))
+
+
+def _combined(
+    items: list[tuple[Position, Change]], primary_keys: Mapping[tuple[str, str], Sequence[str]]
+) -> Iterator[tuple[Position, Change]]:
+    """The net changes of a contiguous run, each at the position of its key's last change
+    (keyless and tombstone rows: every change at its own position)."""
+    keys = {(c.change.schema, c.change.table): _reducible(c, primary_keys) for _, c in items}
+    ends: dict[tuple[Any, ...], Position] = {}
+    kept: dict[int, Position] = {}
+    for position, item in items:
+        columns = keys[(item.change.schema, item.change.table)]
+        if columns:
+            ends[_ref(item, columns)] = position
+        else:
+            kept[id(item)] = position
+    for net in reduce_changes([item for _, item in items], keys):
+        columns = keys[(net.change.schema, net.change.table)]
+        yield (ends[_ref(net, columns)] if columns else kept[id(net)]), net
+
+
+def _reducible(
+    item: Change, primary_keys: Mapping[tuple[str, str], Sequence[str]]
+) -> Sequence[str]:
+    table = (item.change.schema, item.change.table)
+    return () if is_tombstone_table(*table) else primary_keys.get(table, ())
+
+
+def _ref(item: Change, columns: Sequence[str]) -> tuple[Any, ...]:
+    change = item.change
+    return (change.schema, change.table, *(change.row[c] for c in columns))
 
 
 def _encode(item: Change) -> bytes:

@@ -67,14 +67,20 @@ def drop_everywhere(schema: str, *servers: ServerInfo) -> None:
 
 @contextmanager
 def serving(
-    server: ServerInfo, directory: Path, include: list[str], start: tuple[str, int], **options: Any
+    server: ServerInfo,
+    directory: Path,
+    include: list[str],
+    start: tuple[str, int],
+    buffer: dict[str, Any] | None = None,
+    **options: Any,
 ) -> Iterator[tuple[Capture, str]]:
-    """Capture ``server`` from ``start`` and serve the buffer; yields (capture, API URL)."""
+    """Capture ``server`` from ``start`` and serve the buffer; yields (capture, API URL).
+    ``buffer``: EventBuffer.open options (e.g. small segments)."""
     settings = CaptureOptions(
         capture=TableFilter.build(include), start_from=f"{start[0]}:{start[1]}",
         commit_max_ms=10, **options,
     )  # fmt: skip
-    with capturing(server, directory, settings) as capture:
+    with capturing(server, directory, settings, **(buffer or {})) as capture:
         deps = ApiDeps(buffer=capture.buffer, metastore=capture.metastore)
         api = ApiServer(create_app(deps), "127.0.0.1", 0, open_access=True).start()
         try:

@@ -16,16 +16,11 @@ from typing import Any
 
 import pytest
 
-from drc.api.app import create_app
-from drc.api.deps import ApiDeps
-from drc.api.server import ApiServer
 from drc.apply import build_channel
 from drc.catchup.driver import CatchupError, run_catchup
 from drc.config import load_config
-from drc.core.tablefilter import TableFilter
-from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.integration.capture import Capture, capturing, master_position
+from tests.integration.capture import Capture, master_position
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     Running,
@@ -36,6 +31,7 @@ from tests.integration.test_apply_support import (
     execute,
     mark_end,
     query,
+    serving,
     wait_end,
 )
 
@@ -54,18 +50,9 @@ def served(
     server: ServerInfo, tmp: Path, schema: str, **buffer: Any
 ) -> Iterator[tuple[Capture, str]]:
     """Capture ``server``'s ``schema`` from now into small segments and serve them."""
-    start = master_position(server)
-    options = CaptureOptions(
-        capture=TableFilter.build([f"{schema}.*"]), start_from=f"{start[0]}:{start[1]}",
-        commit_max_ms=5,
-    )  # fmt: skip
-    with capturing(server, tmp / "buf", options, segment_bytes=16384, **buffer) as capture:
-        deps = ApiDeps(buffer=capture.buffer, metastore=capture.metastore)
-        api = ApiServer(create_app(deps), "127.0.0.1", 0, open_access=True).start()
-        try:
-            yield capture, api.url
-        finally:
-            api.stop()
+    buffer = {"segment_bytes": 16384, **buffer}
+    with serving(server, tmp / "buf", [f"{schema}.*"], master_position(server), buffer) as found:
+        yield found
 
 
 def config_for(tmp: Path, target: ServerInfo, url: str, name: str, schema: str) -> Path:

@@ -3,13 +3,15 @@ whole, key moves split, tombstones with the key they date, stable across process
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from decimal import Decimal
 
+from drc.catchup.executor import _combined
 from drc.catchup.routing import partition_of, route, transactions
 from drc.core.events import Op, RowChange, Transaction
-from drc.core.reduce import Change
+from drc.core.reduce import Change, reduce_changes
 from drc.core.scn import SCN
 
 KEYS = {("db", "t"): ("id",), ("db", "log"): ()}
@@ -75,3 +77,39 @@ def test_reduced_changes_become_one_transaction_per_scn() -> None:
     ]
     out = transactions(changes)
     assert [(t.scn, t.timestamp, len(t.changes)) for t in out] == [(a, 5, 2), (b, 6, 1)]
+
+
+def _history(rng: random.Random, count: int) -> list[Transaction]:
+    """Valid random changes of a keyed and a keyless table (updates that move keys too)."""
+    rows: dict[int, int] = {}
+    out = []
+    for pos in range(1, count + 1):
+        key = rng.randint(1, 6)
+        if key not in rows:
+            rows[key] = rng.randint(0, 9)
+            change = ins("t", id=key, v=rows[key])
+        elif rng.random() < 0.3:
+            change = RowChange("db", "t", Op.DELETE, {"id": key, "v": rows.pop(key)}, None)
+        elif rng.random() < 0.2 and (free := [k for k in range(1, 7) if k not in rows]):
+            moved = rng.choice(free)
+            rows[moved] = rows.pop(key)
+            change = upd({"id": key, "v": rows[moved]}, id=moved, v=rows[moved])
+        else:
+            before, rows[key] = rows[key], rng.randint(0, 9)
+            change = upd({"id": key, "v": before}, id=key, v=rows[key])
+        out.append(txn(pos, change, ins("log", v=pos)))
+    return out
+
+
+def test_reducing_contiguous_runs_first_then_their_nets_gives_the_same_net_changes() -> None:
+    rng = random.Random(14)
+    for _ in range(200):
+        history = _history(rng, rng.randint(1, 40))
+        routed = [item for t in history for _, item in route(t, KEYS, 1)]
+        whole = reduce_changes([c for _, c in routed], KEYS)
+        cuts = sorted(rng.sample(range(len(routed) + 1), 2))
+        runs = [routed[: cuts[0]], routed[cuts[0] : cuts[1]], routed[cuts[1] :]]
+        nets = sorted((i for run in runs for i in _combined(run, KEYS)), key=lambda i: i[0])
+        assert [c.change for c in reduce_changes([c for _, c in nets], KEYS)] == [
+            c.change for c in whole
+        ]
