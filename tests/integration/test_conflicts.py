@@ -136,7 +136,8 @@ class Run:
     def conflicts(self, server: ServerInfo) -> list[dict[str, Any]]:
         conn = connect(server, cursorclass=pymysql.cursors.DictCursor)
         with conn.cursor() as cur:
-            cur.execute("SELECT * FROM drc.conflicts ORDER BY id")
+            # Only this module's tables: other tests on the shared sandbox log conflicts too.
+            cur.execute("SELECT * FROM drc.conflicts WHERE schema_name = %s ORDER BY id", (SCHEMA,))
             rows = list(cur.fetchall())
         conn.close()
         for row in rows:
