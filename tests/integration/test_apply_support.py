@@ -304,3 +304,22 @@ wait_ms = 100
 {extra}"""
     )
     return config
+
+
+@contextmanager
+def running_nodes(configs: dict[str, Path]) -> Iterator[dict[str, Any]]:
+    """Each datacenter's ``drc run`` (drc.node.Node, role all) in this process, stopped and
+    closed on exit; yields the nodes by datacenter."""
+    from drc.config import load_config
+    from drc.node import Node
+
+    stop = threading.Event()
+    nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
+    try:
+        for node in nodes.values():
+            node.start(stop)
+        yield nodes
+    finally:
+        stop.set()
+        for node in nodes.values():
+            node.close()

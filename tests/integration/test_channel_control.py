@@ -14,7 +14,6 @@ drives dc1's channel ``from-dc2`` with the ``drc channel`` CLI against dc1's API
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,12 +23,12 @@ import pytest
 from click.testing import CliRunner
 
 from drc.cli.main import cli
-from drc.config import load_config
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.servers import connect
+from tests.integration.test_apply_support import running_nodes
 
 SCHEMA = "ctl_db"
 CONFLICTS = """
@@ -100,16 +99,8 @@ def run(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) -
     configs = write_configs(
         sandbox, tmp_path_factory.mktemp("control"), schema=SCHEMA, extra=CONFLICTS
     )
-    stop = threading.Event()
-    nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in nodes.values():
-            node.start(stop)
+    with running_nodes(configs) as nodes:
         yield Run(sandbox.server("dc1"), sandbox.server("dc2"), nodes)
-    finally:
-        stop.set()
-        for node in nodes.values():
-            node.close()
 
 
 def _arrived(run: Run, key: int) -> bool:

@@ -12,18 +12,16 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import httpx
 import pytest
 
-from drc.config import load_config
-from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.servers import connect
+from tests.integration.test_apply_support import running_nodes
 
 SCHEMA = "ui_db"
 CHROMIUM_TIMEOUT_S = 90
@@ -84,11 +82,7 @@ def test_status_page_shows_both_datacenters_and_each_channels_lag(
     for server in (dc1, dc2):
         _setup(server)
     configs = write_configs(sandbox, tmp_path, schema=SCHEMA)
-    stop = threading.Event()
-    nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in nodes.values():
-            node.start(stop)
+    with running_nodes(configs) as nodes:
         _write(dc1, 1, 5)
         _write(dc2, 1001, 7)
         assert wait_for(lambda: _count(dc1) == 12 and _count(dc2) == 12, 60), "no convergence"
@@ -103,10 +97,6 @@ def test_status_page_shows_both_datacenters_and_each_channels_lag(
         dom = _render(f"{url}/ui", tmp_path, "--dump-dom")
         _render(f"{url}/ui", tmp_path, f"--screenshot={artifacts / 'status-page.png'}",
                 "--window-size=900,1400")  # fmt: skip
-    finally:
-        stop.set()
-        for node in nodes.values():
-            node.close()
 
     for dc in ("dc1", "dc2"):
         section = re.search(
