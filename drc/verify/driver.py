@@ -1,0 +1,315 @@
+"""``drc verify``: are a channel's source and target tables the same, row for row?
+
+plan (driver)        the channel's tables on the origin database (``[channels.origin_db]``),
+                     each checked against the target's definition, split into key ranges by
+                     the planner (drc.bulk.planner) on the source
+compare (executors)  every chunk on both servers at once: count + checksum, descending into
+                     differing chunks down to keys (drc.verify.compare); Spark tasks
+recheck (driver)     differing rows read again after both directions of replication passed
+                     the points they were read at, until confirmed, equal, or out of rounds
+                     (drc.verify.recheck, the rule in drc.core.settle)
+repair (driver)      with --repair, each confirmed difference written over on one side
+                     without echo, and logged (drc.verify.repair)
+
+The result is a :class:`Report`: per table rows checked, chunks, differences by kind, the
+first keys and the time; ``differences`` > 0 means the sides differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from drc.apply.lww_guard import GUARD_NAME, local_api_url
+from drc.apply.service import target_settings
+from drc.bulk.planner import CHUNK_ROWS, TablePlan, list_tables, plan_table
+from drc.config import ChannelConfig, DrcConfig
+from drc.core.chunks import Chunk
+from drc.core.rowsum import Difference, TableReport
+from drc.core.tablefilter import TableFilter
+from drc.verify import compare, repair
+from drc.verify.compare import ChunkResult, Sides, TableSpec
+from drc.verify.recheck import Follower, Recheck, Stream
+from drc.verify.sides import VerifyError, checkpoint_of, checkpoints_from, columns, connect
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 5.0
+
+
+@dataclass
+class Options:
+    tables: str | None = None  # --tables, source names
+    repair: bool = False
+    master: str = "local[*]"
+    chunk_rows: int = CHUNK_ROWS
+    leaf_rows: int = 1000
+    max_rounds: int = 6
+    wait_timeout_s: float = 60.0
+    keys_shown: int = 20
+
+
+@dataclass
+class Report:
+    channel: str
+    tables: list[TableReport] = field(default_factory=list)
+    seconds: float = 0.0
+    rounds: int = 0
+
+    @property
+    def differences(self) -> int:
+        problems = sum(len(t.differences) - t.repaired for t in self.tables)
+        return problems + sum(1 for t in self.tables if t.skipped)
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.tables)
+
+
+def run_verify(
+    config: DrcConfig,
+    channel_name: str,
+    options: Options | None = None,
+    *,
+    out: Callable[[str], None] = print,
+    session: Any = None,
+) -> Report:
+    """Compare the channel's source and target tables (see the module docstring). ``session``:
+    a running SparkSession to use (else one is built on ``options.master`` and stopped)."""
+    options = options or Options()
+    began = time.monotonic()
+    say = out
+    out = lambda line: say(f"[{time.monotonic() - began:6.1f}s] {line}")  # noqa: E731
+    channel = find_channel(config, channel_name)
+    sides = _sides(config, channel, options)
+    source, target = connect(sides.source), connect(sides.target)
+    report = Report(channel.name)
+    try:
+        specs, plans = _plan(source, target, channel, options, report, out)
+        chunks = [c for p in plans for c in p.chunks]
+        out(f"{len(specs)} tables, {len(chunks)} chunks of about {options.chunk_rows} rows")
+        results = _compare(sides, specs, chunks, options, session, out) if chunks else []
+        candidates = _tally(report, results)
+        if candidates:
+            _recheck(config, channel, source, target, specs, candidates, options, report, out)
+    finally:
+        source.close()
+        target.close()
+    report.seconds = time.monotonic() - began
+    return report
+
+
+def find_channel(config: DrcConfig, name: str) -> ChannelConfig:
+    for channel in config.channels:
+        if channel.name == name:
+            return channel
+    known = ", ".join(c.name for c in config.channels) or "none"
+    raise VerifyError(f"no channel named {name!r} in the config (channels: {known})")
+
+
+def _sides(config: DrcConfig, channel: ChannelConfig, options: Options) -> Sides:
+    if channel.origin_db is None:
+        raise VerifyError(
+            f"channel {channel.name} has no [channels.origin_db]: verify reads the origin "
+            f"datacenter's ({channel.origin}) database directly; add its host, port, user and "
+            "password_file to the channel (docs/verify.md)"
+        )
+    return Sides(
+        target_settings(channel.origin_db),
+        target_settings(config.target_or_source()),
+        options.leaf_rows,
+    )
+
+
+def _plan(
+    source: Any,
+    target: Any,
+    channel: ChannelConfig,
+    options: Options,
+    report: Report,
+    out: Callable[[str], None],
+) -> tuple[dict[str, TableSpec], list[TablePlan]]:
+    """Table specs and plans; tables that cannot be compared get a report with the reason."""
+    wanted = channel.table_filter()
+    asked = TableFilter.parse_list(options.tables) if options.tables else None
+    names = [(s, t) for s, t in list_tables(source, wanted) if asked is None or asked.matches(s, t)]
+    if not names:
+        raise VerifyError(
+            f"no table of the origin database matches channel {channel.name}'s tables"
+            + (f" and --tables {options.tables}" if options.tables else "")
+        )
+    specs, plans = {}, []
+    for schema, table in names:
+        name = f"{schema}.{table}"
+        mapped = channel.map_tables.get(name, name).split(".", 1)
+        entry = TableReport(name, ".".join(mapped))
+        spec, why = _spec(source, target, channel, (schema, table), (mapped[0], mapped[1]))
+        if spec is None:
+            entry.skipped = why
+            out(f"{name}: skipped, {why}")
+            report.tables.append(entry)
+            continue
+        plan = plan_table(source, schema, table, options.chunk_rows)
+        spec = TableSpec(spec.source, spec.target, spec.columns, spec.types, plan.index_columns)
+        entry.note, entry.chunks = plan.note, len(plan.chunks)
+        if plan.note:
+            out(f"{name}: {plan.note}")
+        specs[name] = spec
+        plans.append(plan)
+        report.tables.append(entry)
+    return specs, plans
+
+
+def _spec(
+    source: Any,
+    target: Any,
+    channel: ChannelConfig,
+    src: tuple[str, str],
+    dst: tuple[str, str],
+) -> tuple[TableSpec | None, str]:
+    if ".".join(src) in channel.map_columns:
+        return None, "its columns are renamed by map_columns, which verify does not compare"
+    mine, theirs = columns(source, *src), columns(target, *dst)
+    if not theirs:
+        return None, f"the target has no table {'.'.join(dst)} (a snapshot would create it)"
+    if [(c.name.lower(), c.definition) for c in mine] != [
+        (c.name.lower(), c.definition) for c in theirs
+    ]:
+        left = {(c.name, c.definition) for c in mine} ^ {(c.name, c.definition) for c in theirs}
+        shown = ", ".join(f"{n} {d}" for n, d in sorted(left)[:6]) or "the column order"
+        return None, f"the definitions differ between the sides ({shown}); align them first"
+    names = tuple(c.name for c in mine)
+    return TableSpec(src, dst, names, tuple(c.data_type for c in mine), ()), ""
+
+
+def _compare(
+    sides: Sides,
+    specs: dict[str, TableSpec],
+    chunks: Sequence[Chunk],
+    options: Options,
+    session: Any,
+    out: Callable[[str], None],
+) -> list[ChunkResult]:
+    """Every chunk compared in Spark tasks."""
+    from drc.spark.session import build_session
+
+    spark = session or build_session(options.master, "drc-verify")
+    try:
+        sc = spark.sparkContext
+        rows = sc.accumulator(0)
+        parts = min(len(chunks), max(sc.defaultParallelism * 4, len(chunks) // 8))
+
+        def run(part: Iterator[Chunk]) -> Iterator[ChunkResult]:
+            for result in compare.compare_partition(sides, specs, part):
+                rows.add(result.rows)
+                yield result
+
+        total = sum(c.estimated_rows for c in chunks)
+        with _progress(sc, rows, total, out):
+            return list(sc.parallelize(list(chunks), parts).mapPartitions(run).collect())
+    finally:
+        if session is None:
+            spark.stop()
+
+
+@contextmanager
+def _progress(sc: Any, rows: Any, total: int, out: Callable[[str], None]) -> Iterator[None]:
+    """A line every PROGRESS_EVERY_S: chunks (tasks) done, rows/s, ETA."""
+    stop = threading.Event()
+    began = time.monotonic()
+
+    def report() -> None:
+        tracker = sc.statusTracker()
+        while not stop.wait(PROGRESS_EVERY_S):
+            done = int(rows.value)
+            elapsed = time.monotonic() - began
+            tasks = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+            finished = sum(t.numCompletedTasks for t in tasks if t is not None)
+            count = sum(t.numTasks for t in tasks if t is not None)
+            rate = done / elapsed if elapsed else 0.0
+            eta = f"{(total - done) / rate:.0f}s" if rate and total > done else "unknown"
+            out(f"compared {done} rows ({rate:.0f}/s), {finished}/{count} tasks done, ETA {eta}")
+
+    thread = threading.Thread(target=report, name="verify-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _tally(report: Report, results: Sequence[ChunkResult]) -> dict[str, list[Difference]]:
+    by_name = {t.source: t for t in report.tables}
+    candidates: dict[str, list[Difference]] = {}
+    for result in results:
+        entry = by_name[result.table]
+        entry.rows += result.rows
+        entry.seconds += result.seconds
+        if result.differs:
+            entry.chunks_differing += 1
+        if result.candidates:
+            candidates.setdefault(result.table, []).extend(result.candidates)
+    return candidates
+
+
+def _recheck(
+    config: DrcConfig,
+    channel: ChannelConfig,
+    source: Any,
+    target: Any,
+    specs: dict[str, TableSpec],
+    candidates: dict[str, list[Difference]],
+    options: Options,
+    report: Report,
+    out: Callable[[str], None],
+) -> None:
+    count = sum(len(v) for v in candidates.values())
+    out(f"{count} rows differ; rechecking them as replication moves on")
+    forward = Follower(
+        lambda: [s for s in [checkpoint_of(target, channel.name)] if s is not None],
+        Stream(channel.remote, channel.secret(), channel.https_verify()),
+        [".".join(s.source) for s in specs.values()],
+        optional=False,
+    )
+    tokens = config.api.secrets()
+    local = config.conflicts.local_api or (local_api_url(config.api),)
+    reverse = Follower(
+        lambda: list(checkpoints_from(source, config.datacenter.name, [GUARD_NAME]).values()),
+        Stream(tuple(local), tokens[0] if tokens else None),
+        [".".join(s.target) for s in specs.values()],
+        optional=True,
+    )
+    outcome = Recheck(source, target, forward, reverse, max_rounds=options.max_rounds,
+                      wait_timeout_s=options.wait_timeout_s).run(specs, candidates)  # fmt: skip
+    report.rounds = outcome.rounds
+    by_name = {t.source: t for t in report.tables}
+    for (table, key), (kind, _) in outcome.confirmed.items():
+        by_name[table].differences.append(Difference(kind, key))
+    for (table, key), (kind, _) in outcome.unsettled.items():
+        by_name[table].unsettled.append(Difference(kind, key))
+    if options.repair and outcome.confirmed:
+        writer_source, writer_target = (connect(s, writes=True) for s in
+                                        (_settings(channel), _settings(config)))  # fmt: skip
+        try:
+            done = repair.repair_all(
+                writer_source, writer_target, specs, outcome.confirmed, config.conflicts,
+                config.datacenter.name, channel.origin, channel.name,
+            )  # fmt: skip
+        finally:
+            writer_source.close()
+            writer_target.close()
+        for table, repaired in done.items():
+            by_name[table].repaired = repaired
+        out(f"repaired {sum(done.values())} rows (logged in the target's drc.verify_repairs)")
+
+
+def _settings(where: ChannelConfig | DrcConfig) -> Any:
+    if isinstance(where, ChannelConfig):
+        return target_settings(where.origin_db)
+    return target_settings(where.target_or_source())
