@@ -61,8 +61,15 @@ from drc.config import load_config
     type=click.IntRange(2, 100),
     help="Recheck rounds before a row that keeps changing is given up as unsettled.",
 )
+@click.option(
+    "--no-recheck",
+    is_flag=True,
+    help="Report differences as first found, without waiting for replication: only "
+    "for a pair nothing writes to (a stopped channel, a benchmark).",
+)
 def verify(config_path: str, channel_name: str, tables: str | None, repair: bool, fmt: str,
-           master: str, chunk_rows: int, keys_shown: int, rounds: int) -> None:  # fmt: skip
+           master: str, chunk_rows: int, keys_shown: int, rounds: int,
+           no_recheck: bool) -> None:  # fmt: skip
     """Check that a channel's source and target hold the same rows.
 
     Both servers compute a count and a checksum per key range (Spark tasks); differing ranges
@@ -84,7 +91,8 @@ def verify(config_path: str, channel_name: str, tables: str | None, repair: bool
         logging.getLogger(noisy).setLevel(logging.WARNING)
     config = load_config(config_path)
     options = Options(tables=tables, repair=repair, master=master, chunk_rows=chunk_rows,
-                      max_rounds=rounds, keys_shown=keys_shown)  # fmt: skip
+                      max_rounds=rounds, keys_shown=keys_shown,
+                      recheck=not no_recheck)  # fmt: skip
     progress = (lambda line: click.echo(line, err=True)) if fmt == "json" else click.echo
     result = run_verify(config, channel_name, options, out=progress)
     if fmt == "json":

@@ -52,6 +52,7 @@ class Options:
     max_rounds: int = 6
     wait_timeout_s: float = 60.0
     keys_shown: int = 20
+    recheck: bool = True  # False: report what the first comparison found (a frozen pair)
 
 
 @dataclass
@@ -270,6 +271,10 @@ def _recheck(
     out: Callable[[str], None],
 ) -> None:
     count = sum(len(v) for v in candidates.values())
+    if not options.recheck:
+        out(f"{count} rows differ (not rechecked: --no-recheck)")
+        _report_as_found(report, candidates)
+        return
     out(f"{count} rows differ; rechecking them as replication moves on")
     forward = Follower(
         lambda: [s for s in [checkpoint_of(target, channel.name)] if s is not None],
@@ -307,6 +312,12 @@ def _recheck(
         for table, repaired in done.items():
             by_name[table].repaired = repaired
         out(f"repaired {sum(done.values())} rows (logged in the target's drc.verify_repairs)")
+
+
+def _report_as_found(report: Report, candidates: dict[str, list[Difference]]) -> None:
+    by_name = {t.source: t for t in report.tables}
+    for table, found in candidates.items():
+        by_name[table].differences.extend(found)
 
 
 def _settings(where: ChannelConfig | DrcConfig) -> Any:
