@@ -111,6 +111,7 @@ def run_drc(path: Path) -> tuple[float, set[tuple[str, int]]]:
     seconds = time.monotonic() - began
     if done.returncode not in (0, 1):
         raise SystemExit(f"drc verify failed: {done.stderr[-2000:]}")
+    print("\n".join(ln for ln in done.stderr.splitlines() if ln.startswith("[ ")))
     report = json.loads(done.stdout)
     found = {(k["kind"], int(k["key"][0])) for t in report["tables"] for k in t["keys"]}
     return seconds, found
