@@ -99,10 +99,10 @@ def halt_refusal(halt: Halt | None, last: SCN | None, path: str) -> str | None:
         return None
     return (
         f"member {halt.member_id} (term {halt.term}) refused the group's source at SCN "
-        f"{halt.scn}: {halt.message} This member's buffer ends at {last}, before that SCN, so "
-        f"it cannot check the source against everything the group gave out. Start member "
-        f"{halt.member_id} (it holds those records; this member copies them when it leads), "
-        f"or, after rebuilding the group's buffers on purpose, delete the ZooKeeper node "
+        f"{halt.scn}: {halt.message.rstrip('.')}. This member's buffer ends at {last}, before "
+        "that SCN, so it cannot check the source against everything the group gave out. "
+        f"Start member {halt.member_id} (it holds those records; this member copies them when "
+        "it leads), or, after rebuilding the group's buffers on purpose, delete the ZooKeeper node "
         f"{path}/halt"
     )
 

@@ -245,14 +245,17 @@ def test_zookeeper_down_for_twice_the_session_timeout_loses_and_repeats_nothing(
         assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
 
 
-def _refused(member: Member, says: str) -> None:
-    """``member`` starts, stops by itself with an error saying ``says``, and no traceback."""
-    member.start()
-    assert member.proc is not None
-    assert member.proc.wait(timeout=60) != 0
-    text = member.log.read_text()
-    assert says in text, text[-2000:]
-    assert "Traceback" not in text
+def _refused(*expected: tuple[Member, str]) -> None:
+    """Each member, started at once, stops by itself with an error saying its text, and no
+    traceback."""
+    for member, _says in expected:
+        member.start()
+    for member, says in expected:
+        assert member.proc is not None
+        assert member.proc.wait(timeout=60) != 0
+        text = member.log.read_text()
+        assert says in text, text[-2000:]
+        assert "Traceback" not in text
 
 
 def test_a_second_member_with_the_same_id_or_another_datacenters_source_is_refused(
@@ -263,8 +266,10 @@ def test_a_second_member_with_the_same_id_or_another_datacenters_source_is_refus
     stranger = Group.create(
         sandbox, dc2, tmp_path / "other", 1, SESSION_S, group.datacenter, first=4
     )  # member r4 of this group, reading dc2's server
-    _refused(twin.members[0], "give each member its own")
-    _refused(stranger.members[0], "another datacenter")
+    _refused(
+        (twin.members[0], "give each member its own"),
+        (stranger.members[0], "another datacenter"),
+    )
     group.wait_roles(["follower", "follower", "leader"])
 
 
@@ -283,8 +288,10 @@ def test_with_a_source_servers_list_a_twin_or_another_datacenters_servers_are_re
         stranger = Group.create(
             sandbox, dc2, tmp_path / "other", 1, SESSION_S, name, servers=theirs, first=3
         )
-        _refused(twin.members[0], "give each member its own")
-        _refused(stranger.members[0], "another datacenter")
+        _refused(
+            (twin.members[0], "give each member its own"),
+            (stranger.members[0], "another datacenter"),
+        )
         group.wait_roles(["follower", "leader"])
     finally:
         group.stop()
