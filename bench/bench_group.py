@@ -1,31 +1,53 @@
-"""A replicator group follower's copy throughput against the leader's capture, same backlog.
+"""A replicator group: failover time and the apply-side lag spike over leader kills, and a
+follower's copy throughput against the leader's capture.
 
-On a fresh one-datacenter sandbox: N transactions are written first; then member r1 starts
-alone from the position before them (it leads and captures the backlog from the binlog), and
-once it holds everything member r2 starts empty and copies the leader's buffer and history
-through the pull API. Each rate is transactions over the time from its process start to its
-buffer's last SCN reaching the end. Usage:
+Failover (``--part failover``): a fresh two-datacenter sandbox; three members of dc1's group
+(2 s session timeout), an apply channel into dc2 reading the group through ``zk://``, and a
+probe inserting ``--rate`` single-row transactions a second on dc1, each recording its commit
+time. dc2 is polled every 50 ms; a row's lag is the time from its commit on dc1 to the poll
+that first saw it on dc2 (so +-50 ms). The leader is killed with SIGKILL ``--kills`` times,
+``--gap`` seconds apart, and restarted. Reported: failover time (kill to a new member answering
+/v1/status as leader) and, per kill, the largest lag of rows committed from the kill until the
+next one, against the lag of rows committed in the seconds before the first kill.
 
-    python bench/bench_group.py [--txns 20000] [--rows 5] [--quick]
+Throughput (``--part throughput``): on a fresh one-datacenter sandbox, N transactions are
+written first; then member r1 starts alone from the position before them (it leads and
+captures the backlog from the binlog), and once it holds everything member r2 starts empty
+and copies the leader's buffer and history through the pull API. Each rate is transactions
+over the time from its process start to its buffer's last SCN reaching the end. Usage:
+
+    python bench/bench_group.py [--part all|failover|throughput] [--kills 10] [--rate 100]
+                                [--txns 20000] [--rows 5] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
+import signal
+import statistics
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from drc.eventbuffer import EventBuffer  # noqa: E402
 from drc.sandbox.group import member_config, start_member  # noqa: E402
-from drc.sandbox.procs import free_port, stop_pid  # noqa: E402
+from drc.sandbox.procs import free_port, start_detached, stop_pid, wait_for  # noqa: E402
 from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
+
+DB = "bench_grp"
+POLL_S = 0.05
+STEADY_S = 4.0  # the steady-state lag: rows committed in the last seconds before the 1st kill
 
 
 def connect(server: ServerInfo, **kw: object) -> pymysql.connections.Connection:
@@ -44,56 +66,95 @@ def position(server: ServerInfo) -> tuple[str, int]:
     return file, int(pos)
 
 
+def fresh_table(server: ServerInfo) -> None:
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute(f"CREATE DATABASE {DB}")
+        cur.execute(f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v VARCHAR(60), n INT)")
+    conn.close()
+
+
 def write(server: ServerInfo, txns: int, rows: int) -> None:
+    fresh_table(server)
     conn = connect(server, autocommit=False)
     with conn.cursor() as cur:
-        cur.execute("DROP DATABASE IF EXISTS bench_grp")
-        cur.execute("CREATE DATABASE bench_grp")
-        cur.execute("CREATE TABLE bench_grp.t (id INT PRIMARY KEY, v VARCHAR(60), n INT)")
         for t in range(txns):
             values = [(t * rows + k, f"row {t} {k} " + "x" * 30, k) for k in range(rows)]
-            cur.executemany("INSERT INTO bench_grp.t VALUES (%s, %s, %s)", values)
+            cur.executemany(f"INSERT INTO {DB}.t VALUES (%s, %s, %s)", values)
             conn.commit()
     conn.close()
 
 
-def reached(buffer_dir: Path, end: tuple[int, int]) -> bool:
+def last_scn_at(buffer_dir: Path) -> tuple[int, int] | None:
     try:
         reader = EventBuffer.open_read_only(buffer_dir)
     except Exception:
-        return False
+        return None
     try:
         last = reader.last_scn
-        return last is not None and (last.log_index, last.log_pos) >= end
+        return None if last is None else (last.log_index, last.log_pos)
     finally:
         reader.close()
+
+
+def reached(buffer_dir: Path, end: tuple[int, int]) -> bool:
+    last = last_scn_at(buffer_dir)
+    return last is not None and last >= end
+
+
+@dataclass
+class Member:
+    member_id: str
+    config: Path
+    log: Path
+    url: str
+    pid: int = 0
+
+    def start(self) -> None:
+        self.pid = start_member(self.config, self.log)
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+    def role(self) -> str | None:
+        try:
+            response = httpx.get(self.url + "/v1/status", timeout=1.0)
+            return str(response.json().get("role")) if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+
+def make_member(
+    base: Path, server: ServerInfo, zk: str, member: str, dc: str, start: str = "current"
+) -> Member:
+    port = free_port()
+    config = member_config(
+        base / member, datacenter=dc, member_id=member, source_host=server.host,
+        source_port=server.port, user=server.user, password=server.password, zookeeper=zk,
+        port=port, start_from=start,
+    )  # fmt: skip
+    return Member(member, config, base / member / "replicator.log", f"http://127.0.0.1:{port}")
 
 
 def timed_member(
     base: Path, server: ServerInfo, zk: str, member: str, start: str, end: tuple[int, int],
     started: list[tuple[int, str]],
 ) -> float:  # fmt: skip
-    port = free_port()
-    config = member_config(
-        base / member, datacenter="bench", member_id=member, source_host=server.host,
-        source_port=server.port, user=server.user, password=server.password, zookeeper=zk,
-        port=port, start_from=start,
-    )  # fmt: skip
+    made = make_member(base, server, zk, member, "bench", start)
     began = time.monotonic()
-    started.append((start_member(config, base / member / "replicator.log"), str(config)))
+    made.start()
+    started.append((made.pid, str(made.config)))
     while not reached(base / member / "buffer", end):
         time.sleep(0.05)
     return time.monotonic() - began
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--txns", type=int, default=20000)
-    parser.add_argument("--rows", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="a smoke run (2000 transactions)")
-    args = parser.parse_args()
-    if args.quick:
-        args.txns = 2000
+def throughput(args: argparse.Namespace) -> None:
     directory = Path(tempfile.mkdtemp(prefix="drc-bgrp-"))
     box = Sandbox(directory)
     started: list[tuple[int, str]] = []
@@ -107,7 +168,7 @@ def main() -> None:
         leader_s = timed_member(directory, server, zk, "r1", f"{file}:{pos}", end, started)
         follower_s = timed_member(directory, server, zk, "r2", "current", end, started)
         lead, follow = args.txns / leader_s, args.txns / follower_s
-        print(f"{args.txns} txns x {args.rows} rows")
+        print(f"\n{args.txns} txns x {args.rows} rows")
         print(f"leader captures the backlog: {leader_s:.1f} s, {lead:,.0f} txn/s")
         print(f"follower copies it:          {follower_s:.1f} s, {follow:,.0f} txn/s")
         print(f"follower / leader: {follow / lead:.2f}x")
@@ -116,6 +177,189 @@ def main() -> None:
             stop_pid(pid, config)
         box.down()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@dataclass
+class Probe:
+    """Rows committed on dc1 (id -> commit time) and first seen on dc2 (id -> poll time)."""
+
+    committed: dict[int, float] = field(default_factory=dict)
+    seen: dict[int, float] = field(default_factory=dict)
+    stop_writing: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def write(self, server: ServerInfo, rate: float) -> None:
+        conn = connect(server)
+        n = 0
+        began = time.monotonic()
+        with conn.cursor() as cur:
+            while not self.stop_writing.is_set():
+                n += 1
+                cur.execute(f"INSERT INTO {DB}.t VALUES (%s, 'probe', 0)", (n,))
+                self.committed[n] = time.monotonic()
+                time.sleep(max(0.0, began + n / rate - time.monotonic()))
+        conn.close()
+
+    def watch(self, server: ServerInfo) -> None:
+        conn = connect(server)
+        last = 0
+        with conn.cursor() as cur:
+            while not self.stop.is_set():
+                cur.execute(f"SELECT id FROM {DB}.t WHERE id > %s", (last,))
+                now = time.monotonic()
+                for (row_id,) in cur.fetchall():
+                    self.seen.setdefault(row_id, now)
+                    last = max(last, row_id)
+                time.sleep(POLL_S)
+        conn.close()
+
+    def lags(self, start: float, end: float) -> list[float]:
+        """Lag of each row committed in [start, end) that reached dc2."""
+        seen = self.seen
+        return [seen[i] - t for i, t in self.committed.items() if start <= t < end and i in seen]
+
+
+def apply_config(directory: Path, dc2: ServerInfo, url: str) -> Path:
+    secret = directory / "dc2.password"
+    secret.write_text(dc2.password)
+    secret.chmod(0o600)
+    config = directory / "dc2-apply.toml"
+    q = json.dumps
+    config.write_text(
+        f"""[datacenter]
+name = "dc2"
+[source]
+host = {q(dc2.host)}
+port = {dc2.port}
+user = {q(dc2.user)}
+password_file = {q(str(secret))}
+[replicator]
+buffer_dir = {q(str(directory / "unused"))}
+[[channels]]
+name = "bench_grp"
+origin = "dc1"
+remote = [{q(url)}]
+tables = ["{DB}.*"]
+wait_ms = 200
+max_commit_delay_ms = 20
+"""
+    )
+    return config
+
+
+def leader_of(members: list[Member], exclude: Member | None = None) -> Member | None:
+    leaders = [m for m in members if m is not exclude and m.role() == "leader"]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def failover(args: argparse.Namespace) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="drc-bgfo-"))
+    box = Sandbox(directory)
+    members: list[Member] = []
+    apply_pid = 0
+    probe = Probe()
+    try:
+        description = box.up(datacenters=2)
+        dc1, dc2 = description.servers
+        zk = description.zookeeper.connect
+        fresh_table(dc1)
+        fresh_table(dc2)
+        members = [make_member(directory, dc1, zk, f"r{n}", "bench") for n in (1, 2, 3)]
+        for member in members:
+            member.start()
+        if not wait_for(lambda: leader_of(members) is not None, 60, 0.2):
+            raise SystemExit("no leader elected")
+        config = apply_config(directory, dc2, f"zk://{zk}/drc-sandbox/bench")
+        argv = [sys.executable, "-m", "drc.apply", "--config", str(config)]
+        apply_pid = start_detached(argv, directory / "apply.log")
+        threads = [
+            threading.Thread(target=probe.write, args=(dc1, args.rate), daemon=True),
+            threading.Thread(target=probe.watch, args=(dc2,), daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        if not wait_for(lambda: bool(probe.seen), 120, 0.2):
+            raise SystemExit(f"the apply channel applies nothing: see {directory / 'apply.log'}")
+        time.sleep(args.warmup)  # from the first row applied: the steady state
+        kills, times = kill_leaders(members, args.kills, args.gap)
+        end = time.monotonic()
+        probe.stop_writing.set()
+        threads[0].join(timeout=30)
+        wait_for(lambda: len(probe.seen) >= len(probe.committed), 120, 0.5)
+        probe.stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        report(probe, kills, times, end, args)
+    finally:
+        probe.stop_writing.set()
+        probe.stop.set()
+        if apply_pid:
+            stop_pid(apply_pid, str(directory / "dc2-apply.toml"))
+        for member in members:
+            stop_pid(member.pid, str(member.config))
+        box.down()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def kill_leaders(members: list[Member], kills: int, gap: float) -> tuple[list[float], list[float]]:
+    """Kill the leader ``kills`` times; the kill instants and each failover's time."""
+    at: list[float] = []
+    took: list[float] = []
+    for _ in range(kills):
+        leader = leader_of(members)
+        while leader is None:
+            time.sleep(0.1)
+            leader = leader_of(members)
+        killed = time.monotonic()
+        leader.kill()
+        at.append(killed)
+        while leader_of(members, exclude=leader) is None:
+            time.sleep(0.05)
+        took.append(time.monotonic() - killed)
+        leader.start()
+        time.sleep(max(0.0, killed + gap - time.monotonic()))
+    return at, took
+
+
+def report(
+    probe: Probe, kills: list[float], took: list[float], end: float, args: argparse.Namespace
+) -> None:
+    before = sorted(probe.lags(kills[0] - STEADY_S, kills[0]))
+    bounds = [*kills, end]
+    peaks = [max(probe.lags(bounds[i], bounds[i + 1]) or [0.0]) for i in range(len(kills))]
+    lost = len(probe.committed) - len(probe.seen)
+    print(f"\n{len(kills)} leader kills, {args.gap:.0f} s apart, probe {args.rate:.0f} txn/s")
+    print("| | min | median | max |")
+    print("| --- | ---: | ---: | ---: |")
+    for what, values in (("failover time", took), ("apply lag peak after a kill", peaks)):
+        low, mid, high = min(values), statistics.median(values), max(values)
+        print(f"| {what} (s) | {low:.2f} | {mid:.2f} | {high:.2f} |")
+    p99 = before[int(0.99 * (len(before) - 1))] if before else 0.0
+    median = statistics.median(before) if before else 0.0
+    print(
+        f"\nlag in the {STEADY_S:.0f} s before the first kill: median {median * 1000:.0f} ms, "
+        f"p99 {p99 * 1000:.0f} ms"
+    )
+    print(f"rows committed {len(probe.committed)}, not seen on dc2: {lost}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("all", "failover", "throughput"), default="all")
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--gap", type=float, default=8.0, help="seconds between kills")
+    parser.add_argument("--rate", type=float, default=100.0, help="probe txn/s on dc1")
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds before 1st kill")
+    parser.add_argument("--txns", type=int, default=20000)
+    parser.add_argument("--rows", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.txns, args.kills, args.warmup = 2000, 2, 5.0
+    if args.part in ("all", "failover"):
+        failover(args)
+    if args.part in ("all", "throughput"):
+        throughput(args)
 
 
 if __name__ == "__main__":

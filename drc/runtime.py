@@ -170,23 +170,24 @@ def build_member(
         buffer,
         metastore,
         tokens[0] if tokens else None,
-        # With several source servers (failover) the server_id changes on a switch; capture's
-        # GTID containment check (drc.replicator.failover) refuses another datacenter's server.
-        (lambda: None) if len(source) > 1 else (lambda: _first_source_server_id(source)),
+        lambda: _source_server_ids(source),
         verify=verify,
     )
 
 
-def _first_source_server_id(sources: list[SourceSettings]) -> int:
-    """The server_id of the single configured source (the group's identity check)."""
-    failure: Exception | None = None
+def _source_server_ids(sources: list[SourceSettings]) -> frozenset[int] | None:
+    """The server_ids of the configured source servers that answer (the group's identity
+    check, drc.replicator.group); None when none does."""
+    found: set[int] = set()
+    failure: RetriableError | None = None
     for settings in sources:
         try:
-            return inspect_source(settings).server_id
+            found.add(inspect_source(settings).server_id)
         except RetriableError as exc:
             failure = exc
-    assert failure is not None
-    raise failure
+    if not found and failure is not None:
+        raise failure
+    return frozenset(found) or None
 
 
 def guards_local_triggers(config: DrcConfig) -> bool:
@@ -236,7 +237,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         peers=peer_status(config).snapshot,
         admin_tokens=config.api.admin_secrets(),
         desk=lambda: service.desk,
-        back_to_source=BinlogBackfill(service.replicator),
+        back_to_source=_back_to_source(service),
         group=None if service.group is None else service.group.status,
         failures=lambda: [] if service.failures is None else service.failures(),
         heartbeat=lambda: None if service.heartbeat is None else service.heartbeat(),
@@ -267,6 +268,13 @@ def build_apply_api(
             f"{exc}; if the replicator role runs on this host, give the apply role its own "
             "port with [api] apply_port"
         ) from exc
+
+
+def _back_to_source(service: ReplicatorService) -> Callable[..., list[Any]]:
+    """Pulls older than the buffer: read the source binlog again; a group's follower asks its
+    leader instead (drc.replicator.member)."""
+    local = BinlogBackfill(service.replicator)
+    return local if service.group is None else service.group.back_to_source(local)
 
 
 def _tokens(config: DrcConfig) -> tuple[str, ...]:

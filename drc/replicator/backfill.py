@@ -110,7 +110,7 @@ class BinlogBackfill:
         finally:
             stream.close()
             assembler.reset()
-        out.append(_record(Transaction(oldest, oldest.server_id, None, 0, ())))
+        out.append(start_marker(oldest))
         return out
 
 
@@ -130,6 +130,11 @@ def _marker(committed: Committed) -> Transaction:
         (),
         gtid_position=committed.gtid_position,
     )
+
+
+def start_marker(oldest: SCN) -> Record:
+    """An empty record at the buffer's start ``oldest``: a reader's ``next`` moves on to it."""
+    return _record(Transaction(oldest, oldest.server_id, None, 0, ()))
 
 
 def _record(txn: Transaction) -> Record:
@@ -152,4 +157,4 @@ def _gone(after: SCN, oldest: SCN, why: str) -> ScnTooOldError:
     )
 
 
-__all__ = ["SOURCE_SEGMENT", "BinlogBackfill"]
+__all__ = ["SOURCE_SEGMENT", "BinlogBackfill", "start_marker"]

@@ -9,21 +9,30 @@ Same SCNs, same bytes: a reader can move between members at any SCN.
 Terms (drc.core.term): a follower copies only from the member ZooKeeper names as leader, and
 refuses a batch served under an older term than that leader's or than its own buffer holds;
 the buffer's term is raised to the batch's before the append.
+
+:class:`ViaLeader` is a follower's back to source: a pull older than its buffer is asked of the
+leader, which serves it from its own buffer or by reading the source binlog again
+(drc.replicator.backfill). Only the leader reads the source, so followers never open binlog
+connections of their own (whose replica server ids could clash with the leader's).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from drc.api import wire
 from drc.client import http
-from drc.client.errors import ProtocolError
+from drc.client.errors import ApiRequestError, ApiTlsError, ProtocolError
 from drc.client.records import pull_history, pull_raw
-from drc.core.errors import FatalError
+from drc.core.errors import FatalError, RetriableError, ScnTooOldError
 from drc.core.scn import SCN
 from drc.core.term import check_records
+from drc.eventbuffer.reader import Record
 from drc.metastore.store import RawEntry
+from drc.replicator.backfill import SOURCE_SEGMENT, start_marker
 from drc.replicator.fencing import GroupBuffer
 
 log = logging.getLogger(__name__)
@@ -80,3 +89,43 @@ def _entry(e: Any, url: str) -> RawEntry:
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise ProtocolError(f"{url} sent a malformed history entry: {exc}") from exc
+
+
+class LeaderUnavailableError(RetriableError):
+    """A follower's back-to-source read could not be asked of the leader (none elected, or it
+    did not answer); the API answers 503 and the reader tries again or asks another member."""
+
+
+class ViaLeader:
+    """``backfill(after, oldest, max_records, max_bytes)`` of a follower: the records after
+    ``after`` up to its buffer's start ``oldest``, as the leader serves them (module docstring).
+
+    ``leader_url`` names the leader's API (None: no leader known now)."""
+
+    def __init__(
+        self, client: Any, token: str | None, leader_url: Callable[[], str | None]
+    ) -> None:
+        self._client = client
+        self._token = token
+        self._leader_url = leader_url
+
+    def __call__(self, after: SCN, oldest: SCN, max_records: int, max_bytes: int) -> list[Record]:
+        url = self._leader_url()
+        if url is None:
+            raise LeaderUnavailableError("no leader is elected now to read the source binlog")
+        try:
+            page = pull_raw(
+                self._client, url, after, wire.WAIT_NONE, self._token, max_records, max_bytes
+            )
+        except http.TooOld as exc:
+            raise ScnTooOldError(f"the group's leader {url} answered: {exc}", oldest) from exc
+        except (http.Transient, ProtocolError, ApiRequestError, ApiTlsError) as exc:
+            raise LeaderUnavailableError(f"the group's leader {url}: {exc}") from exc
+        out = [
+            Record(r.scn, r.payload, r.timestamp_ms, r.more, SOURCE_SEGMENT, 0)
+            for r in page.records
+            if r.scn <= oldest  # from there on this buffer serves
+        ]
+        if not out and page.records:  # nothing between after and the buffer's start
+            out.append(start_marker(oldest))
+        return out

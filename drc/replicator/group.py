@@ -3,8 +3,13 @@
 Layout under the group's path (``[group] path`` + ``/`` + datacenter)::
 
     group       persistent  {"datacenter": name}: a member of another datacenter is refused
-    source      persistent  {"server_id": n}: the source the leaders read (written at election)
+    source      persistent  {"server_ids": [n, ...]}: the source servers (primary, replicas) the
+                            leaders found answering; a member none of whose servers is among
+                            them is refused
     term        persistent  the term counter, raised by one (compare-and-set) at each election
+    halt        persistent  {"member", "term", "scn", "message"}: a leader refused the source
+                            (it diverged) at that SCN; a later leader whose buffer ends before
+                            it refuses too (see :func:`halt_refusal`)
     election/   kazoo's Election recipe (ephemeral sequential nodes, lowest leads)
     leader      ephemeral   {"member": id, "url": advertised API URL, "term": n}
     members/ID  ephemeral   {"member": id, "url": advertised API URL}: one live member per id
@@ -30,7 +35,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from drc.client import discovery
-from drc.core.errors import GroupConfigError, RetriableError
+from drc.core.errors import GroupConfigError, MalformedScnError, RetriableError
+from drc.core.scn import SCN
 from drc.core.term import Lease, next_term
 
 log = logging.getLogger(__name__)
@@ -63,6 +69,42 @@ class LeaderInfo:
 
 class ZkUnavailable(RetriableError):
     """ZooKeeper could not be reached or did not answer in time."""
+
+
+def source_mismatch(mine: frozenset[int] | None, recorded: frozenset[int]) -> str | None:
+    """Why a member whose configured source servers have ``mine`` server_ids (None: none
+    answered) does not read the group's source (``recorded``, empty: not known yet); None if
+    it does. One server in common suffices: a list may add a new replica or drop an old one."""
+    if not mine or not recorded or mine & recorded:
+        return None
+    return f"servers have server_id(s) {sorted(mine)}"
+
+
+@dataclass(frozen=True)
+class Halt:
+    """A leader's refusal of the source, kept for the leaders after it."""
+
+    member_id: str
+    term: int
+    scn: SCN | None  # the refusing leader's last SCN; None: unknown (every leader refuses)
+    message: str
+
+
+def halt_refusal(halt: Halt | None, last: SCN | None, path: str) -> str | None:
+    """Why a new leader whose buffer ends at ``last`` must not read the source after ``halt``
+    (None: it may, and capture checks the source against its own position, which then
+    includes every record the refusing leader held). A leader behind the refusal would check
+    an older position, which a diverged server may still contain, and continue silently."""
+    if halt is None or (last is not None and halt.scn is not None and last >= halt.scn):
+        return None
+    return (
+        f"member {halt.member_id} (term {halt.term}) refused the group's source at SCN "
+        f"{halt.scn}: {halt.message.rstrip('.')}. This member's buffer ends at {last}, before "
+        "that SCN, so it cannot check the source against everything the group gave out. "
+        f"Start member {halt.member_id} (it holds those records; this member copies them when "
+        "it leads), or, after rebuilding the group's buffers on purpose, delete the ZooKeeper node "
+        f"{path}/halt"
+    )
 
 
 def _dump(data: dict[str, Any]) -> bytes:
@@ -153,7 +195,7 @@ class ZkGroup:
 
     # -- membership ----------------------------------------------------------------------
 
-    def join(self, source_server_id: int | None) -> None:
+    def join(self, source_server_ids: frozenset[int] | None) -> None:
         """Check this member belongs here and register it; GroupConfigError if not."""
         s = self.settings
         c = self._client
@@ -166,38 +208,73 @@ class ZkGroup:
                 f"ZooKeeper path {s.path} belongs to datacenter {group.get('datacenter')!r}, "
                 f"not {s.datacenter!r}: give each datacenter its own [group] path"
             )
-        self.check_source(source_server_id)
+        self.check_source(source_server_ids)
         self._register()
 
-    def check_source(self, server_id: int | None) -> None:
-        """GroupConfigError if this member's source is not the group's (another datacenter's
-        server, say). ``None``: the source could not be asked; checked again at election."""
-        # With several [source] servers the runtime passes None: a switch changes the server_id,
-        # and capture's GTID containment check refuses a server of another datacenter instead.
-        recorded = self.source_server_id()
-        if server_id is None or recorded is None or recorded == server_id:
+    def check_source(self, server_ids: frozenset[int] | None) -> None:
+        """GroupConfigError if none of this member's source servers is one the group reads
+        (another datacenter's servers, say). ``server_ids``: those of the configured servers
+        that answered; None: none did, checked again at election."""
+        recorded = self.source_server_ids()
+        why = source_mismatch(server_ids, recorded)
+        if why is None:
             return
         raise GroupConfigError(
-            f"member {self.settings.member_id}'s [source] is server_id {server_id}, but group "
-            f"{self.settings.path} reads server_id {recorded}: is this member pointed at another "
-            "datacenter's source? Every member of a group must read the same source"
+            f"member {self.settings.member_id}'s [source] {why}, but group "
+            f"{self.settings.path} reads server_id(s) {sorted(recorded)}: is this member "
+            "pointed at another datacenter's source? Every member of a group must read the "
+            "same source servers (a primary and its replicas)"
         )
 
-    def source_server_id(self) -> int | None:
+    def source_server_ids(self) -> frozenset[int]:
+        """The server_ids of the group's source servers, as its leaders recorded them."""
         try:
             raw, _ = self._client.get(f"{self.settings.path}/source")
         except NoNodeError:
-            return None
-        value = _load(raw).get("server_id")
-        return value if isinstance(value, int) else None
+            return frozenset()
+        data = _load(raw)
+        found = data.get("server_ids", [data.get("server_id")])  # server_id: older groups
+        if not isinstance(found, list):
+            return frozenset()
+        return frozenset(v for v in found if isinstance(v, int))
 
-    def record_source(self, server_id: int) -> None:
+    def record_source(self, server_ids: frozenset[int]) -> None:
+        """Add ``server_ids`` (a leader's answering source servers) to the group's."""
         path = f"{self.settings.path}/source"
-        data = _dump({"server_id": server_id})
+        data = _dump({"server_ids": sorted(self.source_server_ids() | server_ids)})
         try:
             self._client.create(path, data)
         except NodeExistsError:
             self._client.set(path, data)
+
+    def record_halt(self, halt: Halt) -> None:
+        path = f"{self.settings.path}/halt"
+        data = _dump(
+            {
+                "member": halt.member_id,
+                "term": halt.term,
+                "scn": None if halt.scn is None else str(halt.scn),
+                "message": halt.message,
+            }
+        )
+        try:
+            self._client.create(path, data)
+        except NodeExistsError:
+            self._client.set(path, data)
+
+    def halt(self) -> Halt | None:
+        """The group's last source refusal (None: there was none). Unreadable content counts
+        as a refusal at an unknown SCN: only an operator can clear it."""
+        try:
+            raw, _ = self._client.get(f"{self.settings.path}/halt")
+        except NoNodeError:
+            return None
+        data = _load(raw)
+        try:
+            scn = SCN.parse(data["scn"]) if data.get("scn") else None
+            return Halt(str(data["member"]), int(data["term"]), scn, str(data["message"]))
+        except (KeyError, TypeError, ValueError, MalformedScnError):
+            return Halt("?", 0, None, f"(unreadable halt node: {raw[:200]!r})")
 
     def _create_or_check(self, path: str, data: dict[str, Any]) -> None:
         try:

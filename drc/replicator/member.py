@@ -12,6 +12,11 @@ out because ZooKeeper did not answer stops capture (cleanly, before the lease en
 when ZooKeeper confirms its session again. A leader whose session was lost, or that finds
 another member leading, is *deposed*: it never appends again (the buffer's fence refuses) and
 the process stops with an error saying why; its supervisor restarts it as a follower.
+
+A leader that refuses the source (it diverged: drc.replicator.failover) records the refusal in
+ZooKeeper before it stops, and a member elected after it whose buffer ends before that refusal
+refuses too (drc.replicator.group.halt_refusal): the group never continues silently. A
+follower serves pulls older than its buffer by asking the leader (back to source).
 """
 
 from __future__ import annotations
@@ -25,17 +30,20 @@ from typing import Any
 from drc.api import wire
 from drc.client import http
 from drc.client.errors import ProtocolError
-from drc.core.errors import FencedError, RetriableError
+from drc.core.errors import FencedError, RetriableError, SourceDivergedError
+from drc.core.scn import SCN
 from drc.core.term import check_append
+from drc.eventbuffer.reader import Record
 from drc.replicator.fencing import GroupBuffer
-from drc.replicator.follower import Copier
-from drc.replicator.group import GroupSettings, LeaderInfo, ZkGroup
+from drc.replicator.follower import Copier, ViaLeader
+from drc.replicator.group import GroupSettings, Halt, LeaderInfo, ZkGroup, halt_refusal
 from drc.replicator.replicator import Replicator
 
 log = logging.getLogger(__name__)
 FOLLOW_WAIT_MS = 500
 RETRY_S = 0.3
 STOP_MARGIN = 0.5  # of the lease: capture stops when less than this share of it is left
+Backfill = Callable[[SCN, SCN, int, int], list[Record]]
 
 
 class GroupMemberRunner:
@@ -46,17 +54,18 @@ class GroupMemberRunner:
         buffer: GroupBuffer,
         metastore: Any,
         token: str | None,
-        source_server_id: Callable[[], int | None],
+        source_server_ids: Callable[[], frozenset[int] | None],
         clock: Callable[[], float] = time.monotonic,
         verify: Any = True,
     ) -> None:
         self.settings = settings
         self._replicator = replicator
         self._buffer = buffer
-        self._source_server_id = source_server_id
+        self._source_server_ids = source_server_ids
         self._clock = clock
         self._client = http.make_client(token, verify=verify)
         self._copier = Copier(buffer, metastore, self._client, token)
+        self._via_leader = ViaLeader(self._client, token, self._leader_url)
         self.role = "joining"
         self.leader: LeaderInfo | None = None
         self._group: ZkGroup | None = None
@@ -79,6 +88,20 @@ class GroupMemberRunner:
             "lease_ok": lease_ok,
         }
 
+    def back_to_source(self, local: Backfill) -> Backfill:
+        """The pull API's back to source for this member: ``local`` (reading the source
+        binlog) while it leads, else the leader's answer (drc.replicator.follower.ViaLeader)."""
+
+        def backfill(after: SCN, oldest: SCN, max_records: int, max_bytes: int) -> list[Record]:
+            reads = local if self.role == "leader" else self._via_leader
+            return reads(after, oldest, max_records, max_bytes)
+
+        return backfill
+
+    def _leader_url(self) -> str | None:
+        leader = self.leader
+        return None if leader is None or leader.member_id == self._me else leader.url
+
     # -- the loop ------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
@@ -91,7 +114,7 @@ class GroupMemberRunner:
                 try:
                     if not group.connect(stop):
                         return
-                    group.join(self._server_id())
+                    group.join(self._server_ids())
                     group.campaign()
                     self._follow(group, stop)
                     if group.elected.is_set() and not stop.is_set():
@@ -109,9 +132,9 @@ class GroupMemberRunner:
     def _me(self) -> str:
         return self.settings.member_id
 
-    def _server_id(self) -> int | None:
+    def _server_ids(self) -> frozenset[int] | None:
         try:
-            return self._source_server_id()
+            return self._source_server_ids()
         except RetriableError as exc:
             log.warning("source not reachable to check its identity yet: %s", exc)
             return None
@@ -155,42 +178,73 @@ class GroupMemberRunner:
         self.leader = LeaderInfo(self._me, self.settings.advertise_url, term)
         log.info("member %s leads the group with term %d", self._me, term)
         self._catch_up(group, stop)
-        server_id = self._server_id()
-        if server_id is not None:
-            group.check_source(server_id)
-            group.record_source(server_id)
-        # TODO(srcfail): resume the source by the GTID recorded with the buffer's last SCN
-        # once that is recorded; today capture resumes from that SCN's binlog coordinates,
-        # which holds while the source server is the same one.
-        while not stop.is_set():
-            self._capture_while_safe(group, stop)
-            if stop.is_set():
-                return
-            if group.lease.revoked is None:
-                log.warning(
-                    "member %s (term %d) stopped capture: %s; it resumes when ZooKeeper "
-                    "confirms its session",
-                    self._me,
-                    term,
-                    group.lease.why_not(self._clock())
-                    or "ZooKeeper has not confirmed its session lately and the lease is ending",
-                )
-                self.role = "leader (paused)"
-            while not (stop.is_set() or group.lease.revoked or self._lease_left(group) > 0):
-                stop.wait(0.05)
-            why = group.lease.revoked
-            if why is not None:
-                self.role = "deposed"
-                self._buffer.fence = self._refuse
-                message = (
-                    f"member {self._me} led term {term} but {why}; another member may lead "
-                    "now, so it stops and never appends again. Restart it to rejoin as a follower"
-                )
-                log.error(message)
-                raise FencedError(message)
-            if self._buffer.uncommitted:  # appended when the lease ran out: drop, read again
-                self._buffer.reopen()
-            self.role = "leader"
+        self._check_halt(group)
+        server_ids = self._server_ids()
+        if server_ids:
+            group.check_source(server_ids)
+            group.record_source(server_ids)
+        try:
+            while not stop.is_set():
+                self._capture_while_safe(group, stop)
+                if stop.is_set():
+                    return
+                self._pause_until_safe(group, term, stop)
+        except SourceDivergedError as exc:
+            self._halt(group, term, exc)
+            raise
+
+    def _pause_until_safe(self, group: ZkGroup, term: int, stop: threading.Event) -> None:
+        """Capture stopped because the lease got short: wait until ZooKeeper confirms the
+        session again, or stop for good (FencedError) when it is lost."""
+        if group.lease.revoked is None:
+            log.warning(
+                "member %s (term %d) stopped capture: %s; it resumes when ZooKeeper "
+                "confirms its session",
+                self._me,
+                term,
+                group.lease.why_not(self._clock())
+                or "ZooKeeper has not confirmed its session lately and the lease is ending",
+            )
+            self.role = "leader (paused)"
+        while not (stop.is_set() or group.lease.revoked or self._lease_left(group) > 0):
+            stop.wait(0.05)
+        why = group.lease.revoked
+        if why is not None:
+            self.role = "deposed"
+            self._buffer.fence = self._refuse
+            message = (
+                f"member {self._me} led term {term} but {why}; another member may lead "
+                "now, so it stops and never appends again. Restart it to rejoin as a follower"
+            )
+            log.error(message)
+            raise FencedError(message)
+        if self._buffer.uncommitted:  # appended when the lease ran out: drop, read again
+            self._buffer.reopen()
+        self.role = "leader"
+
+    def _check_halt(self, group: ZkGroup) -> None:
+        """SourceDivergedError when an earlier leader refused the source at an SCN beyond
+        this buffer (drc.replicator.group.halt_refusal)."""
+        why = halt_refusal(group.halt(), self._buffer.last_scn, self.settings.path)
+        if why is not None:
+            self.role = "refused"
+            message = f"member {self._me} will not read the source: {why}"
+            log.error(message)
+            raise SourceDivergedError(message)
+
+    def _halt(self, group: ZkGroup, term: int, exc: SourceDivergedError) -> None:
+        """Keep the refusal in ZooKeeper before giving up the lead, so that a member elected
+        next refuses too even if its buffer is behind this one (a diverged server may still
+        contain its older position)."""
+        self.role = "refused"
+        self._buffer.fence = self._refuse
+        try:
+            group.record_halt(Halt(self._me, term, self._buffer.last_scn, str(exc)))
+        except Exception as zk_exc:  # ZooKeeper unreachable: the next leaders still check
+            log.error("could not record the source refusal in ZooKeeper: %s", zk_exc)
+        log.error(
+            "member %s (term %d) refused the source and stops leading: %s", self._me, term, exc
+        )
 
     def _fence(self, group: ZkGroup, term: int) -> None:
         why = group.lease.why_not(self._clock())

@@ -53,21 +53,28 @@ def member_config(
     session_timeout_s: float = SESSION_TIMEOUT_S,
     start_from: str = "current",
     extra: str = "",
+    servers: tuple[str, ...] = (),
 ) -> Path:
-    """Write a member's config (and its password file) under ``base``; returns its path."""
+    """Write a member's config (and its password file) under ``base``; returns its path.
+    ``servers``: the source's servers ("host:port", a primary and its replicas) instead of
+    ``source_host``/``source_port``; ``extra``: more TOML appended (its own tables)."""
     base.mkdir(parents=True, exist_ok=True)
     secret = base / "password"
     secret.write_text(password)
     secret.chmod(0o600)
     config = base / "drc.toml"
     q = json.dumps  # a JSON string is a valid TOML basic string, escapes included
+    where = (
+        f"servers = {q(list(servers))}"
+        if servers
+        else f"host = {q(source_host)}\nport = {source_port}"
+    )
     config.write_text(
         f"""[datacenter]
 name = {q(datacenter)}
 
 [source]
-host = {q(source_host)}
-port = {source_port}
+{where}
 user = {q(user)}
 password_file = {q(str(secret))}
 replica_server_id = {_replica_server_id(datacenter, member_id)}

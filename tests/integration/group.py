@@ -90,9 +90,14 @@ class Group:
         count: int = 3,
         session_timeout_s: float = 2.0,
         name: str = "grp",
+        servers: tuple[str, ...] = (),
+        extra: str = "",
+        first: int = 1,
     ) -> Group:
+        """``count`` members r{first}.. reading ``server`` (or the source ``servers``,
+        "host:port" each), ``extra`` TOML added to each config."""
         group = cls(name, server, sandbox.zookeeper.connect, directory, session_timeout_s)
-        for number in range(1, count + 1):
+        for number in range(first, first + count):
             member_id = f"r{number}"
             base = directory / member_id
             port = free_port()
@@ -100,7 +105,7 @@ class Group:
                 base, datacenter=name, member_id=member_id, source_host=server.host,
                 source_port=server.port, user=server.user, password=server.password,
                 zookeeper=sandbox.zookeeper.connect, port=port,
-                session_timeout_s=session_timeout_s,
+                session_timeout_s=session_timeout_s, servers=servers, extra=extra,
             )  # fmt: skip
             url = f"http://127.0.0.1:{port}"
             group.members.append(Member(member_id, base, config, url, base / "replicator.log"))

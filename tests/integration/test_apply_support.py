@@ -271,19 +271,28 @@ def _free_port() -> int:
 
 
 def apply_process_config(
-    tmp: Path, target: ServerInfo, url: str, channel: str, tables: list[str], **options: Any
+    tmp: Path,
+    target: ServerInfo,
+    url: str,
+    channel: str,
+    tables: list[str],
+    *,
+    local: str = "dc2",
+    origin: str = "dc1",
+    **options: Any,
 ) -> Path:
-    """A config for ``python -m drc.apply``: one channel from dc1 into ``target`` as the apply
-    user (``options``: more channel keys, e.g. ``max_txns_per_commit=50``)."""
+    """A config for ``python -m drc.apply``: one channel from ``origin`` into ``target`` (of
+    datacenter ``local``) as the apply user (``options``: more channel keys, e.g.
+    ``max_txns_per_commit=50``)."""
     secret = tmp / "apply.password"
     secret.write_text(APPLY_PASSWORD)
     secret.chmod(0o600)
     extra = "".join(f"{key} = {json.dumps(value)}\n" for key, value in options.items())
-    config = tmp / "dc2.toml"
+    config = tmp / f"{local}.toml"
     config.write_text(
         f"""
 [datacenter]
-name = "dc2"
+name = "{local}"
 [source]
 host = "{target.host}"
 port = {target.port}
@@ -297,7 +306,7 @@ user = "{APPLY_USER}"
 password_file = "{secret}"
 [[channels]]
 name = "{channel}"
-origin = "dc1"
+origin = "{origin}"
 remote = ["{url}"]
 tables = {json.dumps(tables)}
 wait_ms = 100

@@ -1,6 +1,7 @@
 """Back to source on real MariaDB: a pull from before the buffer's start (retention deleted those
 segments) is served from the source binlog with the same SCNs and the same record bytes the
-replicator stored, and gets 410 once the binlog is purged (drc.replicator.backfill)."""
+replicator stored, and gets 410 once the binlog is purged (drc.replicator.backfill); in a
+replicator group a follower serves it too (through its leader, on real ZooKeeper)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from drc.api import wire
 from drc.config import DrcConfig
 from drc.core.codec import decode_transaction, peek_length
 from drc.core.scn import SCN
+from drc.eventbuffer import EventBuffer
 from drc.runtime import ReplicatorService, build_replicator
-from drc.sandbox.sandbox import ServerInfo
+from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.capture import master_position, serving, source_section
+from tests.integration.group import Group, last_scn, records
 from tests.integration.servers import connect
 
 TOKEN = "bts-token"
@@ -43,9 +46,9 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
     )
 
 
-@pytest.fixture
-def served(dc1: ServerInfo, tmp_path: Path) -> Iterator[tuple[ReplicatorService, str]]:
-    conn = connect(dc1)
+def _fresh_tables(server: ServerInfo) -> None:
+    """bts_db's tables, empty, at the start of a new binlog file."""
+    conn = connect(server)
     with conn.cursor() as cur:
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("DROP DATABASE IF EXISTS bts_db")
@@ -53,6 +56,11 @@ def served(dc1: ServerInfo, tmp_path: Path) -> Iterator[tuple[ReplicatorService,
         cur.execute("CREATE TABLE bts_db.t (id INT PRIMARY KEY, v TEXT)")
         cur.execute("CREATE TABLE bts_db.skipped (id INT PRIMARY KEY)")
     conn.close()
+
+
+@pytest.fixture
+def served(dc1: ServerInfo, tmp_path: Path) -> Iterator[tuple[ReplicatorService, str]]:
+    _fresh_tables(dc1)
     service = build_replicator(_config(dc1, tmp_path, master_position(dc1)))
     service.replicator.prepare()
     url = service.start_api().url
@@ -163,3 +171,52 @@ def test_a_pull_older_than_the_buffer_is_served_from_the_binlog_then_410_once_pu
     assert gone.status_code == 410, gone.text
     assert gone.json()["error"] == wire.ERROR_SCN_TOO_OLD
     assert "purged" in gone.json()["message"]
+
+
+def _stored_in(directory: Path) -> list[tuple[SCN, bytes]]:
+    return [(scn, payload) for scn, payload, _ts, _more in records(directory)]
+
+
+def test_a_follower_serves_a_pull_older_than_every_members_buffer_from_the_source(
+    sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path
+) -> None:
+    _fresh_tables(dc1)
+    retention = "[replicator.buffer]\nsegment_mb = 1\nretain_gb = 0.002\n"  # about 2 MB
+    name = f"bts{time.time_ns() % 10**9}"
+    group = Group.create(sandbox, dc1, tmp_path, 3, 2.0, name, extra=retention)
+    group.start()
+    try:
+        leader = group.wait_leader(30)
+        group.wait_started(leader)
+        group.wait_roles(["follower", "follower", "leader"])
+        start = last_scn(leader.buffer_dir)
+        assert start is not None
+        written = _write(dc1, 1, txns=40, rows=10)
+        group.wait_caught_up(_source_scn(dc1))
+        stored = _with_changes(_stored_in(group.members[0].buffer_dir))
+        original = [(scn, data) for scn, data in stored if scn > start]
+        written += _write(dc1, 100_000, txns=400, rows=10)  # retention drops the start
+        group.wait_caught_up(_source_scn(dc1))
+        for member in group.members:
+            with EventBuffer.open_read_only(member.buffer_dir) as buffer:
+                assert buffer.oldest_servable > original[-1][0], member.member_id
+        follower = next(m for m in group.members if (m.status() or {}).get("role") == "follower")
+        end = last_scn(follower.buffer_dir)
+        assert end is not None
+        pulled = _pull(follower.url, start, end)
+    finally:
+        group.stop()
+    again = [(scn, data) for scn, data in _with_changes(pulled) if scn <= original[-1][0]]
+    assert again == original, "the same SCNs and bytes as the members stored"
+    rows = [
+        c.after["id"]
+        for _s, d in pulled
+        for c in decode_transaction(d)[0].changes
+        if (c.schema, c.table) == ("bts_db", "t") and c.after is not None
+    ]
+    assert rows == written, "the source part and the buffer part join without gap or repeat"
+
+
+def _source_scn(server: ServerInfo) -> SCN:
+    file, pos = master_position(server)
+    return SCN(0, 0, int(file.rsplit(".", 1)[1]), pos)

@@ -245,22 +245,56 @@ def test_zookeeper_down_for_twice_the_session_timeout_loses_and_repeats_nothing(
         assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
 
 
-def test_a_second_member_with_the_same_id_or_another_datacenters_source_is_refused(
-    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
-) -> None:
-    group.wait_started(group.wait_leader(30))
-    twin = Group.create(sandbox, group.server, tmp_path / "twin", 1, SESSION_S, group.datacenter)
-    stranger = Group.create(sandbox, dc2, tmp_path / "other", 4, SESSION_S, group.datacenter)
-    stranger.members = stranger.members[3:]  # member r4 of this group, reading dc2's server
-    for extra, says in ((twin, "give each member its own"), (stranger, "another datacenter")):
-        member = extra.members[0]
+def _refused(*expected: tuple[Member, str]) -> None:
+    """Each member, started at once, stops by itself with an error saying its text, and no
+    traceback."""
+    for member, _says in expected:
         member.start()
+    for member, says in expected:
         assert member.proc is not None
         assert member.proc.wait(timeout=60) != 0
         text = member.log.read_text()
         assert says in text, text[-2000:]
         assert "Traceback" not in text
+
+
+def test_a_second_member_with_the_same_id_or_another_datacenters_source_is_refused(
+    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    group.wait_started(group.wait_leader(30))
+    twin = Group.create(sandbox, group.server, tmp_path / "twin", 1, SESSION_S, group.datacenter)
+    stranger = Group.create(
+        sandbox, dc2, tmp_path / "other", 1, SESSION_S, group.datacenter, first=4
+    )  # member r4 of this group, reading dc2's server
+    _refused(
+        (twin.members[0], "give each member its own"),
+        (stranger.members[0], "another datacenter"),
+    )
     group.wait_roles(["follower", "follower", "leader"])
+
+
+def test_with_a_source_servers_list_a_twin_or_another_datacenters_servers_are_refused(
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    down = f"127.0.0.1:{free_port()}"  # a configured replica that is down
+    mine = (f"{dc1.host}:{dc1.port}", down)
+    name = f"grl{time.time_ns() % 10**9}"
+    group = Group.create(sandbox, dc1, tmp_path / "group", 2, SESSION_S, name, servers=mine)
+    group.start()
+    try:
+        group.wait_started(group.wait_leader(30))
+        twin = Group.create(sandbox, dc1, tmp_path / "twin", 1, SESSION_S, name, servers=mine)
+        theirs = (f"{dc2.host}:{dc2.port}", down)
+        stranger = Group.create(
+            sandbox, dc2, tmp_path / "other", 1, SESSION_S, name, servers=theirs, first=3
+        )
+        _refused(
+            (twin.members[0], "give each member its own"),
+            (stranger.members[0], "another datacenter"),
+        )
+        group.wait_roles(["follower", "leader"])
+    finally:
+        group.stop()
 
 
 @pytest.mark.slow

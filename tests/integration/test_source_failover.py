@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ from tests.integration.servers import connect
 CAPTURE = CaptureOptions(capture=TableFilter.build(["fo_db.*"]), retry_max_s=1.0)
 
 
-@pytest.fixture
-def group() -> Iterator[SandboxDescription]:
+@contextmanager
+def one_datacenter_with_replica() -> Iterator[SandboxDescription]:
+    """A sandbox of its own: dc1's server and its GTID replica, and a ZooKeeper."""
     directory = Path(tempfile.mkdtemp(prefix="drc-fo-"))
     box = Sandbox(directory)
     try:
@@ -49,7 +51,13 @@ def group() -> Iterator[SandboxDescription]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _sql(server: ServerInfo, *statements: str) -> list[tuple[object, ...]]:
+@pytest.fixture
+def group() -> Iterator[SandboxDescription]:
+    with one_datacenter_with_replica() as description:
+        yield description
+
+
+def sql(server: ServerInfo, *statements: str) -> list[tuple[object, ...]]:
     conn = connect(server)
     try:
         with conn.cursor() as cur:
@@ -60,17 +68,17 @@ def _sql(server: ServerInfo, *statements: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
-def _caught_up(replica: ServerInfo, primary: ServerInfo) -> None:
-    [(pos,)] = _sql(primary, "SELECT @@gtid_binlog_pos")
-    [(waited,)] = _sql(replica, f"SELECT MASTER_GTID_WAIT('{pos}', 60)")
+def caught_up(replica: ServerInfo, primary: ServerInfo) -> None:
+    [(pos,)] = sql(primary, "SELECT @@gtid_binlog_pos")
+    [(waited,)] = sql(replica, f"SELECT MASTER_GTID_WAIT('{pos}', 60)")
     assert waited == 0, f"replica did not reach {pos}"
 
 
 def _with_table(group: SandboxDescription) -> tuple[ServerInfo, ServerInfo]:
     """dc1's primary and replica, both holding the empty table fo_db.t."""
     primary, replica = group.server("dc1"), group.replica("dc1")
-    _sql(primary, "CREATE DATABASE fo_db", "CREATE TABLE fo_db.t (id INT PRIMARY KEY, v TEXT)")
-    _caught_up(replica, primary)
+    sql(primary, "CREATE DATABASE fo_db", "CREATE TABLE fo_db.t (id INT PRIMARY KEY, v TEXT)")
+    caught_up(replica, primary)
     return primary, replica
 
 
@@ -89,12 +97,17 @@ def _wait_for_ids(capture: Capture, count: int, timeout: float = 120.0) -> list[
         time.sleep(0.3)
 
 
-class _Writer:
+class Writer:
     """Single-row insert transactions into whichever server is the primary, until stopped;
-    ``pause``/``resume`` bracket a planned switchover."""
+    ``pause``/``resume`` bracket a planned switchover. Ids ``first``, ``first + step``, ..."""
 
-    def __init__(self, primary: ServerInfo) -> None:
+    def __init__(
+        self, primary: ServerInfo, table: str = "fo_db.t", first: int = 1, step: int = 1
+    ) -> None:
         self.primary = primary
+        self.table = table
+        self.first = first
+        self.step = step
         self.written: list[int] = []
         self.running = threading.Event()
         self.running.set()
@@ -103,16 +116,16 @@ class _Writer:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        next_id = 1
+        next_id = self.first
         while not self.stop.is_set():
             if not self.running.is_set():
                 self.idle.set()
                 self.running.wait(0.1)
                 continue
             self.idle.clear()
-            _sql(self.primary, f"INSERT INTO fo_db.t VALUES ({next_id}, 'v{next_id}')")
+            sql(self.primary, f"INSERT INTO {self.table} VALUES ({next_id}, 'v{next_id}')")
             self.written.append(next_id)
-            next_id += 1
+            next_id += self.step
             time.sleep(0.002)
 
     def pause(self) -> None:
@@ -128,7 +141,7 @@ def test_a_promoted_replica_continues_capture_with_change_id_plus_one_nothing_lo
     group: SandboxDescription, tmp_path: Path
 ) -> None:
     primary, replica = _with_table(group)
-    writer = _Writer(primary)
+    writer = Writer(primary)
     with capturing(primary, tmp_path / "buf", CAPTURE, also=(replica,)) as capture:
         capture.wait_for(master_position(primary))  # the start is fixed before writes begin
         writer.thread.start()
@@ -136,9 +149,9 @@ def test_a_promoted_replica_continues_capture_with_change_id_plus_one_nothing_lo
         # Planned switchover: writes stop on the old primary, the replica catches up and is
         # promoted, writes go on there, and the old primary goes away.
         writer.pause()
-        _caught_up(replica, primary)
+        caught_up(replica, primary)
         mariadb.promote(Path(replica.socket))
-        _sql(primary, "SET GLOBAL read_only = 1")
+        sql(primary, "SET GLOBAL read_only = 1")
         writer.resume_on(replica)
         stop_pid(primary.pid, primary.marker)
         time.sleep(2)
@@ -162,15 +175,15 @@ def test_a_diverged_replica_is_refused_naming_both_positions(
     group: SandboxDescription, tmp_path: Path
 ) -> None:
     primary, replica = _with_table(group)
-    _sql(replica, "STOP SLAVE")
-    _sql(replica, "INSERT INTO fo_db.t VALUES (1000, 'only on the replica')")
+    sql(replica, "STOP SLAVE")
+    sql(replica, "INSERT INTO fo_db.t VALUES (1000, 'only on the replica')")
     with capturing(primary, tmp_path / "buf", CAPTURE) as capture:
         capture.wait_for(master_position(primary))
         for n in range(1, 21):
-            _sql(primary, f"INSERT INTO fo_db.t VALUES ({n}, 'v')")
+            sql(primary, f"INSERT INTO fo_db.t VALUES ({n}, 'v')")
         _wait_for_ids(capture, 20)
-    [(buffer_pos,)] = _sql(primary, "SELECT @@gtid_binlog_pos")
-    [(replica_pos,)] = _sql(replica, "SELECT @@gtid_binlog_pos")
+    [(buffer_pos,)] = sql(primary, "SELECT @@gtid_binlog_pos")
+    [(replica_pos,)] = sql(replica, "SELECT @@gtid_binlog_pos")
     stop_pid(primary.pid, primary.marker)  # the old primary is gone: only the replica is left
 
     with pytest.raises(SourceDivergedError) as refused:  # noqa: PT012
@@ -184,11 +197,11 @@ def test_a_diverged_replica_is_refused_naming_both_positions(
 def test_another_datacenters_server_is_refused(
     dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
 ) -> None:
-    _sql(dc1, "CREATE DATABASE IF NOT EXISTS fo_db")
-    _sql(dc1, "CREATE TABLE IF NOT EXISTS fo_db.t (id INT PRIMARY KEY, v TEXT)")
+    sql(dc1, "CREATE DATABASE IF NOT EXISTS fo_db")
+    sql(dc1, "CREATE TABLE IF NOT EXISTS fo_db.t (id INT PRIMARY KEY, v TEXT)")
     with capturing(dc1, tmp_path / "buf", CAPTURE) as capture:
         capture.wait_for(master_position(dc1))
-        _sql(dc1, "REPLACE INTO fo_db.t VALUES (1, 'dc1')")
+        sql(dc1, "REPLACE INTO fo_db.t VALUES (1, 'dc1')")
         _wait_for_ids(capture, 1)
     with pytest.raises(SourceDivergedError, match="another datacenter"):  # noqa: PT012
         with capturing(dc2, tmp_path / "buf", CAPTURE) as capture:
