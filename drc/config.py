@@ -394,6 +394,13 @@ class ConflictsConfig(_Model):
         return any(t.policy != "off" for t in self.tables)
 
 
+NO_TARGET_FOR_SERVERS = (
+    "[source] servers lists several servers, so apply cannot guess which one to write to: add a "
+    "[target] section naming the current primary (a virtual IP or proxy that follows it, so a "
+    "switchover needs no config change)"
+)
+
+
 class DrcConfig(_Model):
     datacenter: DatacenterConfig
     source: SourceConfig
@@ -425,10 +432,18 @@ class DrcConfig(_Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _apply_needs_one_target(self) -> DrcConfig:
+        if self.channels and self.target is None and len(self.source.servers) > 1:
+            raise ValueError(NO_TARGET_FOR_SERVERS)
+        return self
+
     def target_or_source(self) -> TargetConfig:
         """Apply writes into [target], or into the [source] database when none is given."""
         if self.target is not None:
             return self.target
+        if len(self.source.servers) > 1:
+            raise ValueError(NO_TARGET_FOR_SERVERS)
         src = self.source
         target = TargetConfig(
             host=src.host, port=src.port, user=src.user, password=src.password,

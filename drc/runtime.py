@@ -28,7 +28,7 @@ from drc.replicator.assembler import FragmentLimits
 from drc.replicator.backfill import BinlogBackfill
 from drc.replicator.fencing import FencedMetaStore, GroupBuffer
 from drc.replicator.group import GroupSettings
-from drc.replicator.heartbeat import HeartbeatWriter, connector
+from drc.replicator.heartbeat import HeartbeatWriter, connector, writable_connector
 from drc.replicator.member import GroupMemberRunner
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, inspect_source
@@ -213,6 +213,14 @@ def build_heartbeat(config: DrcConfig) -> HeartbeatWriter | None:
     interval = config.replicator.heartbeat_interval_s
     if not interval:
         return None
+    if config.target is None and len(config.source.servers) > 1:
+        servers = [
+            target_settings(config.source.model_copy(update={"host": host, "port": port}))
+            for host, port in config.source.addresses()
+        ]
+        return HeartbeatWriter(
+            config.datacenter.name, writable_connector(servers), interval, writable_only=True
+        )
     settings = target_settings(config.target_or_source())
     return HeartbeatWriter(config.datacenter.name, connector(settings), interval)
 

@@ -13,7 +13,10 @@ The row write must NOT carry skip_replication: it has to reach the other datacen
 which pull with skip_drc. A failing write (source down, read-only, no privilege) is logged and
 counted, never fatal: capture goes on, and the other side's lag grows, which is the truth about
 what it has seen. The session user is [target]'s (else [source]'s): it needs CREATE, INSERT and
-UPDATE on ``drc.*``, which the apply user has.
+UPDATE on ``drc.*``, which the apply user has. With several ``[source] servers`` and no
+[target], the beat goes to the one that is writable (``read_only = 0``), checked before every
+beat: after a switchover the old primary is read-only, and a privileged user could still write
+there, into a binlog nobody reads any more.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class HeartbeatWriter:
         connect: Callable[[], Any],
         interval_s: float,
         *,
+        writable_only: bool = False,
         wall_clock: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -74,6 +78,7 @@ class HeartbeatWriter:
         self.interval_s = interval_s
         self.stats = HeartbeatStats()
         self._connect = connect
+        self._writable_only = writable_only  # re-check read_only before each beat
         self._wall_clock, self._clock = wall_clock, clock
         self._conn: Any = None
         self._logged = -LOG_EVERY_S
@@ -93,6 +98,9 @@ class HeartbeatWriter:
         beat_ms = int(self._wall_clock() * 1000)
         try:
             conn = self._open()
+            if self._writable_only and is_read_only(conn):
+                self._close()
+                conn = self._open()
             with conn.cursor() as cur:
                 cur.execute(BEAT, (self.datacenter, beat_ms))
         except (pymysql.MySQLError, OSError, EOFError) as exc:
@@ -128,6 +136,36 @@ class HeartbeatWriter:
                 conn.close()
             except (pymysql.MySQLError, OSError, EOFError):
                 pass  # already gone
+
+
+class NoWritableServer(pymysql.err.OperationalError):
+    """None of the listed servers is reachable and writable."""
+
+
+def writable_connector(servers: list[Any], timeout_s: float = 5.0) -> Callable[[], Any]:
+    """Opens a session on the first of ``servers`` (TargetSettings) whose read_only is 0."""
+    connects = [connector(settings, timeout_s) for settings in servers]
+    names = ", ".join(f"{settings.host}:{settings.port}" for settings in servers)
+
+    def connect() -> Any:
+        for open_session in connects:
+            try:
+                conn = open_session()
+            except (pymysql.MySQLError, OSError):
+                continue
+            if not is_read_only(conn):
+                return conn
+            conn.close()
+        raise NoWritableServer(f"no writable server among {names}")
+
+    return connect
+
+
+def is_read_only(conn: Any) -> bool:
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.read_only")
+        row = cur.fetchone()
+    return bool(row and int(row[0]))
 
 
 def connector(settings: Any, timeout_s: float = 5.0) -> Callable[[], Any]:

@@ -80,3 +80,19 @@ def test_long_poll_limits_are_read_and_validated(tmp_path: Path) -> None:
         load_config(_write(tmp_path, BASE + "[api]\nmax_long_polls = 5\n"))
     with pytest.raises(ConfigError, match="max_long_polls"):
         load_config(_write(tmp_path, BASE + "[api]\nmax_long_polls = 0\n"))
+
+
+def test_channels_with_several_source_servers_need_a_target(tmp_path: Path) -> None:
+    servers = BASE.replace(
+        'user = "drc"', 'user = "drc"\nservers = ["10.0.0.1:3306", "10.0.0.2:3306"]'
+    )
+    channel = (
+        '\n[[channels]]\nname = "from-dc2"\norigin = "dc2"\nremote = ["http://10.0.1.1:8421"]\n'
+    )
+    with pytest.raises(ConfigError, match=r"add a\s+\[target\]"):
+        load_config(_write(tmp_path, servers + channel))
+    with_target = (
+        servers + '\n[target]\nhost = "10.0.0.9"\nuser = "drc"\npassword = "p"\n' + channel
+    )
+    assert load_config(_write(tmp_path, with_target)).target_or_source().host == "10.0.0.9"
+    assert load_config(_write(tmp_path, servers)).channels == ()
