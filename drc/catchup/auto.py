@@ -56,6 +56,7 @@ class _State:
     state: str = "idle"
     backlog_mb: float | None = None
     runs: int = 0
+    ended_at: SCN | None = None  # the channel's applied SCN when the last catch-up ended
 
 
 class AutoCatchup:
@@ -92,6 +93,7 @@ class AutoCatchup:
                 with self._lock:
                     state.process = None
                     state.state = "idle" if code == 0 else f"failed (exit {code})"
+                state.ended_at = channel.stats.last_scn
             applied = channel.stats.last_scn
             if applied is None:
                 continue  # not started yet
@@ -99,6 +101,8 @@ class AutoCatchup:
             if unfinished is not None:  # the channel waits for it: finish it
                 self._start(channel, state, f"resuming the interrupted {unfinished.describe()}")
                 continue
+            if applied == state.ended_at:
+                continue  # (paused) not yet streaming from the checkpoint the catch-up wrote
             size = self._backlog(channel.channel, applied)
             state.backlog_mb = round(size, 1)
             if size >= channel.channel.catchup_backlog_mb:

@@ -5,7 +5,6 @@ in a slow test), then handed over to a streaming channel."""
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -55,10 +54,13 @@ def served(
         yield found
 
 
-def config_for(tmp: Path, target: ServerInfo, url: str, name: str, schema: str) -> Path:
+def config_for(
+    tmp: Path, target: ServerInfo, url: str, name: str, schema: str, **options: Any
+) -> Path:
+    """``options``: more channel keys (e.g. ``catchup_backlog_mb``)."""
     return apply_process_config(
         tmp, target, url, name, [f"{schema}.*"], no_primary_key="match_whole_row",
-        max_commit_delay_ms=20,
+        max_commit_delay_ms=20, **options,
     )  # fmt: skip
 
 
@@ -193,60 +195,6 @@ def _writer(server: ServerInfo, schema: str) -> str:
         f"    cur.execute('UPDATE {schema}.hot SET n = n + 1 WHERE id = 2')\n"
         "    time.sleep(0.01)\n"
     )
-
-
-@pytest.mark.slow
-def test_killing_the_catchup_driver_midway_then_running_it_again_ends_equal(
-    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
-) -> None:
-    schema = "catchup_kill"
-    prepare(dc1, dc2, schema)
-    with served(dc1, tmp_path, schema) as (capture, url):
-        execute(dc1, f"CREATE DATABASE {schema}", *(t.replace(SCHEMA, schema) for t in TABLES))
-        workload(dc1, schema, seed=9, txns=1500, ddl_at=None)
-        capture.wait_for(master_position(dc1))
-        path = config_for(tmp_path, dc2, url, "kill", schema)
-        argv = [sys.executable, "-m", "drc.cli", "catchup", "--config", str(path), "--channel",
-                "kill", "--master", "local[2]", "--partitions", "3", "--batch-changes", "5",
-                "--lease-ttl", "3"]  # fmt: skip
-        log = tmp_path / "catchup.log"
-        with open(log, "wb") as output:
-            proc = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # fmt: skip
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline and proc.poll() is None:
-                if _done_batches(dc2) >= 3:
-                    break
-                time.sleep(0.02)
-            assert proc.poll() is None, "killed midway: " + log.read_text()[-3000:]
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        finally:
-            _kill_group(proc)
-        assert 0 < _done_batches(dc2), "it had committed some batches"
-        assert checkpoint_of(dc2, "kill") != str(capture.buffer.last_scn), "not the range end"
-        again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-        assert "already done by an earlier run" in again.stdout
-    assert_same(dc1, dc2, schema)
-
-
-def _done_batches(server: ServerInfo) -> int:
-    try:
-        return int(query(server, "SELECT COUNT(*) FROM drc.catchup_done")[0][0])
-    except Exception:  # not created yet
-        return 0
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """The killed driver's Spark JVM and Python workers (its process group) go too."""
-    try:
-        import os
-
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def test_a_range_whose_segments_are_gone_is_refused_and_nothing_is_written(

@@ -53,6 +53,9 @@ def test_a_catchup_starts_past_the_threshold_once_and_is_reported() -> None:
     assert auto.status("a") == {"state": "idle", "backlog_mb": 10.0, "runs": 0}
     assert auto.status("off") is None
     processes[0].code, backlog["b"] = 3, 0.0
+    auto.check()  # measured again only once the channel moved (from the catch-up's checkpoint)
+    assert auto.status("b") == {"state": "failed (exit 3)", "backlog_mb": 5000.0, "runs": 1}
+    auto.channels[1].stats.last_scn = SCN(1, 1, 1, 9)
     auto.check()
     assert auto.status("b") == {"state": "failed (exit 3)", "backlog_mb": 0.0, "runs": 1}
 
