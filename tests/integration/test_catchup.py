@@ -281,15 +281,21 @@ def test_lww_catchup_decides_and_logs_conflicts_as_streaming_does(
         _lww_rows(dc2, db)
     with served(dc1, tmp_path, "cl") as (capture, url):
         conn = connect(dc1)
-        with conn.cursor() as cur:  # the remote backlog: every key changed once
+        with conn.cursor() as cur:  # the remote backlog
             for k in range(1, 41):
                 cur.execute(
                     "UPDATE cl.t SET v = %s, ts = %s WHERE id = %s", (f"r{k}", _at(k * 10), k)
                 )
             for k in range(41, 51):
                 cur.execute("DELETE FROM cl.t WHERE id = %s", (k,))
-            for k in range(61, 71):
+            for k in range(61, 76):
                 cur.execute("INSERT INTO cl.t VALUES (%s, %s, %s)", (k, f"r{k}", _at(k * 10)))
+            for k in range(1, 21):  # hot keys: changed again after the local write's time
+                for step in (7, 8):
+                    cur.execute("UPDATE cl.t SET v = %s, ts = %s WHERE id = %s",
+                                (f"r{k}.{step}", _at(k * 10 + step), k))  # fmt: skip
+            for k in range(71, 76):  # made and removed in the range, meeting a local row
+                cur.execute("DELETE FROM cl.t WHERE id = %s", (k,))
         conn.close()
         for db in ("cl_s", "cl_c"):  # concurrent local writes, the same on both copies
             conn = connect(dc2)
@@ -300,7 +306,7 @@ def test_lww_catchup_decides_and_logs_conflicts_as_streaming_does(
                                 (f"l{k}", _at(ms), k))  # fmt: skip
                 for k in (45, 46):  # update of rows the remote deleted
                     cur.execute(f"UPDATE {db}.t SET v = 'l', ts = %s WHERE id = %s", (_at(999), k))
-                for k in range(61, 66):  # insert-insert
+                for k in (*range(61, 66), *range(71, 76)):  # insert-insert
                     cur.execute(f"INSERT INTO {db}.t VALUES (%s, 'l', %s)", (k, _at(k * 10 + 1)))
             conn.close()
         capture.wait_for(master_position(dc1))
@@ -321,10 +327,14 @@ def test_lww_catchup_decides_and_logs_conflicts_as_streaming_does(
     logged = [
         query(
             dc2,
-            "SELECT primary_key, kind, decision, result_row FROM drc.conflicts "
-            "WHERE channel = %s ORDER BY primary_key",
+            "SELECT scn, origin_time, table_name, primary_key, kind, policy, decision, reason, "
+            "local_row, incoming_before, incoming_after, result_row FROM drc.conflicts "
+            "WHERE channel = %s ORDER BY scn, primary_key",
             (name,),
         )  # fmt: skip
         for name in ("lww-s", "lww-c")
     ]
-    assert len(logged[0]) >= 20 and logged[0] == logged[1]
+    assert logged[0] == logged[1], "the same entries: one per conflicting change, not per key"
+    hot = [row for row in logged[0] if row[3] == '{"id":2}']
+    assert [row[6] for row in hot] == ["local", "incoming"], "r2 loses, r2.7 wins, r2.8 applies"
+    assert len(logged[0]) >= 40
