@@ -108,7 +108,7 @@ def kill_midway(argv: list[str], server: ServerInfo, log: Path) -> None:
     assert done_batches(server) > 0
 
 
-def backlog(dc1: ServerInfo, schema: str, capture: Any, txns: int = 1500) -> None:
+def backlog(dc1: ServerInfo, schema: str, capture: Any, txns: int = 800) -> None:
     execute(dc1, f"CREATE DATABASE {schema}", *(t.replace(SCHEMA, schema) for t in TABLES))
     workload(dc1, schema, seed=9, txns=txns, ddl_at=None)
     capture.wait_for(master_position(dc1))
@@ -225,7 +225,7 @@ def test_killing_the_executors_python_workers_midway_is_retried_and_ends_equal(
     schema = "catchup_worker"
     prepare(dc1, dc2, schema)
     with served(dc1, tmp_path, schema) as (capture, url):
-        backlog(dc1, schema, capture)
+        backlog(dc1, schema, capture, txns=1500)  # a longer apply stage to kill workers in
         argv = argv_for(config_for(tmp_path, dc2, url, "worker", schema), "worker", "30")
         log = tmp_path / "catchup.log"
         with driver(argv, log) as proc:
