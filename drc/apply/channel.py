@@ -154,6 +154,7 @@ class ApplyChannel:
         self.lease_owner = ""  # a catch-up driver's own channel applies under its lease
         self._lease_taken: object = None  # the lease's taken_at when the checkpoint was read
         self.catchup_unfinished: journal.Run | None = None  # waited for (drc.catchup.auto)
+        self._catchup_logged: tuple[str, float] = ("", 0.0)  # a wait is logged every 30 s
         # An operator's pause/skip/rewind (drc.apply.control). With ``hold_on_error`` a change
         # the target rejects leaves the channel stopped but alive, waiting for one of them.
         self.control = ChannelControl()
@@ -645,6 +646,11 @@ class ApplyChannel:
             self.stats.waits += 1
             self.progress.target_waiting(str(exc))
         self.stats.last_error = str(exc)
+        if isinstance(exc, CatchupRunningError | CatchupUnfinishedError):  # may last for hours
+            now = self._clock()
+            if str(exc) == self._catchup_logged[0] and now - self._catchup_logged[1] < 30.0:
+                return
+            self._catchup_logged = (str(exc), now)
         log.warning("channel %s: %s; retrying in %.2fs", self.name, exc, delay)
 
 

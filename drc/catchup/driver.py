@@ -12,6 +12,12 @@ steps               drc.core.reduce.plan_steps: spans of row changes, DDL betwee
   DDL (driver)      the streaming channel's own exactly-once DDL path (ApplyChannel.apply_ddl)
 finish              one transaction: the checkpoint at the range end, the run forgotten, the
                     lease released: streaming continues from exactly there
+
+Killed or failed before the finish, the run stays recorded and the streaming channel waits
+for it (drc.apply.channel: it would apply the range again); a re-run resumes it with its
+range, partitions and batch size, skipping the batches committed. A failed driver releases
+the lease at once; a killed one's expires. Spark tries a failed task again (local masters as
+``local[N,4]``); the retried task skips the batches its first attempt committed.
 """
 
 from __future__ import annotations
