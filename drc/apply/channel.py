@@ -66,14 +66,18 @@ from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import Observed
 from drc.apply.control import ChannelControl, ControlError, Request, Stoppage
 from drc.apply.engine import ApplyEngine
-from drc.apply.errors import CatchupRunningError, CheckpointMismatchError
+from drc.apply.errors import (
+    CatchupRunningError,
+    CatchupUnfinishedError,
+    CheckpointMismatchError,
+)
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.stats import ApplyStats
 from drc.apply.target import Target
-from drc.catchup import lease
+from drc.catchup import journal, lease
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
 from drc.core.errors import DrcError, FatalError
@@ -149,6 +153,8 @@ class ApplyChannel:
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
         self.lease_owner = ""  # a catch-up driver's own channel applies under its lease
         self._lease_taken: object = None  # the lease's taken_at when the checkpoint was read
+        self.catchup_unfinished: journal.Run | None = None  # waited for (drc.catchup.auto)
+        self._catchup_logged: tuple[str, float] = ("", 0.0)  # a wait is logged every 30 s
         # An operator's pause/skip/rewind (drc.apply.control). With ``hold_on_error`` a change
         # the target rejects leaves the channel stopped but alive, waiting for one of them.
         self.control = ChannelControl()
@@ -223,8 +229,10 @@ class ApplyChannel:
         self.target.commit()
         if self.conflicts is not None:
             self.conflicts.setup()
-        self.target.run_setup([lease.create_statement()], "creating the catch-up lease table")
-        owner, held, taken = self._lease_state()
+        self.target.run_setup(
+            [lease.create_statement(), *journal.create_statements()], "creating the catch-up tables"
+        )
+        owner, held, taken, _run = self._lease_state()
         # Held by a catch-up: the checkpoint read below is not the one to stream from.
         self._lease_taken = _MOVED if held and owner != self.lease_owner else taken
         row = self.target.read_checkpoint(self.name)
@@ -397,17 +405,31 @@ class ApplyChannel:
         effects.conflicts = decision.counts.conflicts
         return effects
 
-    def _lease_state(self) -> tuple[str, bool, object]:
-        found = self.target.query(lease.state_statement(self.name), "reading the catch-up lease")
-        return (str(found[0][0]), bool(found[0][1]), found[0][2]) if found else ("", False, None)
+    def _lease_state(self) -> tuple[str, bool, object, journal.Run | None]:
+        """The catch-up lease (owner, held now, taken_at) and the channel's unfinished run."""
+        found = self.target.query(journal.channel_state(self.name), "reading the catch-up lease")
+        if not found:
+            return "", False, None, None
+        row = found[0]
+        return str(row[0]), bool(row[1]), row[2], journal.parse_run(self.name, row[3:])
 
     def _handover(self, group: Group, row: checkpoint.CheckpointRow) -> checkpoint.CheckpointRow:
         """Inside the apply transaction (drc.catchup.lease): wait while a live catch-up holds
-        the channel; after one ran, go on from the checkpoint it wrote, dropping what it
-        applied (nothing skipped: the stream after it is still in the group or to come)."""
-        owner, held, taken = self._lease_state()
+        the channel, or while an interrupted one's run is unfinished (the target holds part of
+        its range beyond the checkpoint); after one ran, go on from the checkpoint it wrote,
+        dropping what it applied (nothing skipped: the stream after it is still in the group
+        or to come)."""
+        owner, held, taken, run = self._lease_state()
+        if self.lease_owner and not (held and owner == self.lease_owner):
+            raise lease.LeaseLostError(
+                f"catch-up {self.lease_owner} lost the lease of channel {self.name}: nothing "
+                "more is written; run the catch-up again"
+            )
+        self.catchup_unfinished = run if run is not None and not held else None
         if held and owner != self.lease_owner:
             raise CatchupRunningError(f"bulk catch-up {owner} holds channel {self.name}")
+        if self.catchup_unfinished is not None:
+            raise CatchupUnfinishedError(self._unfinished_message(self.catchup_unfinished))
         if taken == self._lease_taken:
             return row
         found = self.target.query(checkpoint.select(self.name), "reading the checkpoint")
@@ -425,6 +447,19 @@ class ApplyChannel:
             row,
             scn=self._applied,
             pending_ddl_scn=pending if pending and pending > self._applied else None,
+        )
+
+    def _unfinished_message(self, run: journal.Run) -> str:
+        how = (
+            "drc run starts it (automatic catch-up), or run"
+            if self.channel.catchup_backlog_mb > 0
+            else "run"
+        )
+        return (
+            f"channel {self.name} waits: the interrupted {run.describe()} applied part of its "
+            f"range beyond the checkpoint {self._applied}, and streaming it again would apply "
+            f"that twice. To finish it, {how} `drc catchup --config FILE --channel {self.name}` "
+            "(what the run committed is skipped)"
         )
 
     def _record(self, group: Group, effects: plan.Effects) -> None:
@@ -611,6 +646,11 @@ class ApplyChannel:
             self.stats.waits += 1
             self.progress.target_waiting(str(exc))
         self.stats.last_error = str(exc)
+        if isinstance(exc, CatchupRunningError | CatchupUnfinishedError):  # may last for hours
+            now = self._clock()
+            if str(exc) == self._catchup_logged[0] and now - self._catchup_logged[1] < 30.0:
+                return
+            self._catchup_logged = (str(exc), now)
         log.warning("channel %s: %s; retrying in %.2fs", self.name, exc, delay)
 
 

@@ -7,7 +7,9 @@
     |   +-- TargetUnavailableError  the target is down or dropped the connection (2003/2006/2013..)
     |       +-- TargetReadOnlyError the target refuses writes (read_only, 1290/1836)
     |       +-- CatchupRunningError a bulk catch-up holds the channel (drc.catchup.lease)
-    |                               both: wait and retry without limit, nothing is lost
+    |       +-- CatchupUnfinishedError  an interrupted catch-up run applied part of its range
+    |                               beyond the checkpoint: wait for `drc catchup` to finish it
+    |                               all: wait and retry without limit, nothing is lost
     +-- FatalError                  the channel stops; its checkpoint was not advanced
         +-- ApplyError              the target rejected a statement for another reason
         |   +-- RetriesExhaustedError  a lock conflict that kept coming back
@@ -45,6 +47,12 @@ class TargetUnavailableError(RetriableError):
 
 class CatchupRunningError(TargetUnavailableError):
     """A live bulk catch-up holds the channel's lease (drc.catchup.lease): wait for it."""
+
+
+class CatchupUnfinishedError(TargetUnavailableError):
+    """An interrupted bulk catch-up run (drc.catchup.journal) applied part of its range beyond
+    the channel's checkpoint: streaming from the checkpoint would apply it twice (keyless
+    tables' rows duplicated), so the channel waits until a catch-up finishes the run."""
 
 
 class TargetReadOnlyError(TargetUnavailableError):

@@ -7,8 +7,11 @@ it add up to ``catchup_backlog_mb`` (a channel key; 0 turns it off), the node st
 streaming channel goes on running: it waits while the catch-up holds the lease and streams from
 the checkpoint the catch-up wrote (drc.apply.channel), so nothing else is needed to resume.
 
-One catch-up per channel at a time; its state (``idle``, ``running``, ``failed (exit N)``) and
-the backlog last measured are in the channel's entry of ``/v1/status`` (``drc status``). A
+A channel waiting for an interrupted catch-up run to be finished (drc.catchup.journal: the
+target holds part of its range beyond the checkpoint) gets its catch-up started at the next
+check whatever its backlog. One catch-up per channel at a time; its state (``idle``,
+``running``, ``failed (exit N)``) and the backlog last measured are in the channel's entry of
+``/v1/status`` (``drc status``). A
 catch-up still running when the node stops is left to finish: stopping it would leave its range
 half applied until it is run again.
 """
@@ -53,6 +56,7 @@ class _State:
     state: str = "idle"
     backlog_mb: float | None = None
     runs: int = 0
+    ended_at: SCN | None = None  # the channel's applied SCN when the last catch-up ended
 
 
 class AutoCatchup:
@@ -64,13 +68,13 @@ class AutoCatchup:
         config_path: str,
         channels: Sequence[Any],
         *,
-        every_s: float = CHECK_EVERY_S,
+        every_s: float | None = None,  # CHECK_EVERY_S
         backlog: Callable[[ChannelConfig, SCN], float] = segment_backlog_mb,
         spawn: Callable[[list[str]], Any] = subprocess.Popen,
     ) -> None:
         self.config_path = config_path
         self.channels = [c for c in channels if c.channel.catchup_backlog_mb > 0]
-        self.every_s = every_s
+        self.every_s = CHECK_EVERY_S if every_s is None else every_s
         self._backlog, self._spawn = backlog, spawn
         self._states = {c.name: _State() for c in self.channels}
         self._lock = threading.Lock()
@@ -89,19 +93,26 @@ class AutoCatchup:
                 with self._lock:
                     state.process = None
                     state.state = "idle" if code == 0 else f"failed (exit {code})"
+                state.ended_at = channel.stats.last_scn
             applied = channel.stats.last_scn
             if applied is None:
                 continue  # not started yet
+            unfinished = getattr(channel, "catchup_unfinished", None)
+            if unfinished is not None:  # the channel waits for it: finish it
+                self._start(channel, state, f"resuming the interrupted {unfinished.describe()}")
+                continue
+            if applied == state.ended_at:
+                continue  # (paused) not yet streaming from the checkpoint the catch-up wrote
             size = self._backlog(channel.channel, applied)
             state.backlog_mb = round(size, 1)
             if size >= channel.channel.catchup_backlog_mb:
-                self._start(channel, state, size)
+                why = f"backlog of {size:.0f} MB (catchup_backlog_mb = "
+                self._start(channel, state, why + f"{channel.channel.catchup_backlog_mb})")
 
-    def _start(self, channel: Any, state: _State, size: float) -> None:
+    def _start(self, channel: Any, state: _State, why: str) -> None:
         argv = [sys.executable, "-m", "drc.cli", "catchup", "--config", self.config_path,
                 "--channel", channel.name, "--master", channel.channel.catchup_master]  # fmt: skip
-        log.info("channel %s: backlog of %.0f MB (catchup_backlog_mb = %s): starting a bulk "
-                 "catch-up", channel.name, size, channel.channel.catchup_backlog_mb)  # fmt: skip
+        log.info("channel %s: %s: starting a bulk catch-up", channel.name, why)
         with self._lock:
             state.process = self._spawn(argv)
             state.state, state.runs = "running", state.runs + 1

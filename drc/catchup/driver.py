@@ -12,6 +12,12 @@ steps               drc.core.reduce.plan_steps: spans of row changes, DDL betwee
   DDL (driver)      the streaming channel's own exactly-once DDL path (ApplyChannel.apply_ddl)
 finish              one transaction: the checkpoint at the range end, the run forgotten, the
                     lease released: streaming continues from exactly there
+
+Killed or failed before the finish, the run stays recorded and the streaming channel waits
+for it (drc.apply.channel: it would apply the range again); a re-run resumes it with its
+range, partitions and batch size, skipping the batches committed. A failed driver releases
+the lease at once; a killed one's expires. Spark tries a failed task again (local masters as
+``local[N,4]``); the retried task skips the batches its first attempt committed.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.reduce import DdlStep, Span, plan_steps
 from drc.core.scn import SCN
-from drc.spark.session import build_session
+from drc.spark.session import build_session, with_task_retries
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +115,12 @@ def run_catchup(
         job, summary = _run(config, channel, settings, streaming, held, to, master,
                             (partitions, batch_changes), out, renewer)  # fmt: skip
         return summary
-    except CatchupError:  # refused before anything was replayed: hand the channel back now
+    except BaseException:
+        # Hand the channel back now, so a re-run need not wait for the lease to expire. An
+        # unfinished run stays recorded: streaming waits for a catch-up to finish it. A batch
+        # still being written checked the lease under a shared lock: the release waits for it.
         renewer.stop()
-        conn = _connect(settings)
-        try:
-            lease.release(conn, renewer.lease)
-        finally:
-            conn.close()
+        _release(settings, renewer.lease)
         raise
     finally:
         renewer.stop()
@@ -141,16 +146,15 @@ def _run(
     session = TargetSession(settings)
     try:
         session.run_setup(journal.create_statements(), "creating the catch-up tables")
-        unfinished = session.query(journal.select_run(channel.name), "reading the catch-up run")
+        found = session.query(journal.select_run(channel.name), "reading the catch-up run")
         session.commit()
-        resuming = False
-        if unfinished:
-            kept, kept_partitions = journal.parse_run(unfinished[0])
-            if kept > start:  # same range and partitions: its committed batches are skipped
-                if to is not None and to != kept:
-                    out(f"an unfinished catch-up of {channel.name} replays up to {kept}; "
-                        f"--to {to} is ignored until it is done")  # fmt: skip
-                to, partitions, resuming = kept, kept_partitions, True
+        run = journal.parse_run(channel.name, found[0]) if found else None
+        resuming = run is not None and run.to > start
+        if run is not None and resuming:  # the same range and cuts: committed batches skipped
+            if to is not None and to != run.to:
+                out(f"--to {to} is ignored until the unfinished run is done")
+            out(f"resuming the interrupted {run.describe()}: what it committed is skipped")
+            to, partitions, batch_changes = run.to, run.partitions, run.batch_changes
         token = channel.secret()
         listing = _listing(channel, token, start, to)
         end = to or listing.last_scn or start
@@ -162,14 +166,15 @@ def _run(
         if not resuming:  # a new run: no earlier run's batch counts as done
             for statement in journal.finish(channel.name):
                 session.execute(statement, "forgetting an earlier catch-up run")
-        session.execute(journal.start_run(channel.name, end, partitions), "recording the run")
-        session.commit()
+            recorded = journal.start_run(channel.name, end, partitions, batch_changes, held.owner)
+            session.execute(recorded, "recording the run")
+            session.commit()
         infos = [s for s in listing.segments if s.last_scn is not None and s.prev_scn < end]
         job = Job(channel, settings, config.conflicts, config.datacenter.name, held.owner,
                   listing.url, listing.epoch, token, partitions, batch_changes)  # fmt: skip
         out(f"catch-up of {channel.name}: ({start}, {end}] from {listing.url}, {len(infos)} "
             f"segments, master {master}, {partitions} partitions")  # fmt: skip
-        spark = build_session(master, f"drc-catchup-{channel.name}")
+        spark = build_session(with_task_retries(master), f"drc-catchup-{channel.name}")
         try:
             _replay(spark, job, streaming, session, infos, summary, out, renewer)
         finally:
@@ -356,6 +361,17 @@ def _listing(channel: ChannelConfig, token: str | None, after: SCN, to: SCN | No
         except Exception as exc:  # this replicator is unreachable: ask the next one
             failures.append(f"{url}: {exc}")
     raise CatchupError("no remote replicator answered: " + "; ".join(failures))
+
+
+def _release(settings: TargetSettings, held: lease.Lease) -> None:
+    try:
+        conn = _connect(settings)
+        try:
+            lease.release(conn, held)
+        finally:
+            conn.close()
+    except Exception as exc:  # the target is away: the lease expires on its own
+        log.warning("releasing the catch-up lease of %s failed: %s", held.channel, exc)
 
 
 def _take(

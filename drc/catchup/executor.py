@@ -9,8 +9,9 @@ SHA-256 checked before a byte is used) into a local directory, where a later sta
 run on the same host finds them again.
 
 Applying a partition (:func:`apply_partition`): its changes sorted into stream order, reduced
-to the net change per key (drc.core.reduce), cut into batches of ``batch_changes``; each batch
-is one target transaction::
+to the net change per key (drc.core.reduce), cut into batches of about ``batch_changes`` (only
+between two transactions: a delete and its tombstone row stay together); each batch is one
+target transaction::
 
     probe          the rows of tables with a conflict policy, read and locked (FOR UPDATE)
     lease          the channel's lease row, shared lock: still this run's, or stop
@@ -20,6 +21,15 @@ is one target transaction::
     decide         drc.apply.engine, exactly as streaming decides
     write          the writes (pipelined, skip_replication session), conflict log, tombstones,
                    the batch's done row, COMMIT
+
+Tables with a conflict policy are not reduced (neither per slice nor per partition): a key's
+changes are decided one by one in SCN order, as streaming decides them, so a key that meets a
+concurrent local write gets the same decisions and the same conflict log entries (one per
+change, not one per key), and an insert later deleted in the range still meets the local row
+it conflicts with. Known difference: a key-changing update is split by the router (its old and
+new keys may go to two partitions), so the delete of its old key is dated like a delete
+without a tombstone (drc.apply.conflict_rules.derived_delete_stamp) where streaming dates it
+by the new row's timestamp.
 """
 
 from __future__ import annotations
@@ -197,7 +207,9 @@ def read_span(
     partitions and already reduced per slice: a slice is a contiguous part of the stream, so
     reducing the slices' net changes again gives the span's, and a hot row crosses the shuffle
     once per slice instead of once per change. Only a slice's own records are decoded."""
-    chain = job.chain()
+    parts = job.parts()
+    chain = Chain(parts.filters)
+    reducible = {t: k for t, k in primary_keys.items() if t not in in_order(parts, [t])}
     with job.source() as source:
         for piece in pieces:
             routed: dict[int, list[tuple[Position, Change]]] = {}
@@ -212,7 +224,7 @@ def read_span(
                     for part, item in route(kept, primary_keys, job.partitions):
                         routed.setdefault(part, []).append(item)
             for part, items in routed.items():
-                for position, net in _combined(items, primary_keys):
+                for position, net in _combined(items, reducible):
                     yield part, (position, _encode(net))
 
 
@@ -240,6 +252,26 @@ def _reducible(
 ) -> Sequence[str]:
     table = (item.change.schema, item.change.table)
     return () if is_tombstone_table(*table) else primary_keys.get(table, ())
+
+
+def in_order(parts: Any, tables: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The tables (target names) with a conflict policy: never reduced (module docstring)."""
+    handling = parts.conflicts
+    if handling is None:
+        return set()
+    return {t for t in tables if handling.engine.policies.get(*t) is not None}
+
+
+def batches(changes: Sequence[Change], size: int) -> Iterator[list[Change]]:
+    """``changes`` cut into batches of at least ``size`` (the last may be smaller), only where
+    the SCN changes: the same input gives the same batches."""
+    start = 0
+    while start < len(changes):
+        end = min(start + size, len(changes))
+        while end < len(changes) and changes[end].scn == changes[end - 1].scn:
+            end += 1
+        yield list(changes[start:end])
+        start = end
 
 
 def _ref(item: Change, columns: Sequence[str]) -> tuple[Any, ...]:
@@ -287,13 +319,17 @@ def apply_partition(
     keys: dict[tuple[str, str], Sequence[str]] = {
         (c.change.schema, c.change.table): () for c in ordered
     }
+    parts = job.parts()
+    # Not reduced: tombstone rows (read, not written: they stay as they came, see routing)
+    # and tables with a policy (decided change by change, as streaming does).
+    kept = in_order(parts, definitions)
     keys.update(
-        {n: t.primary_key for n, t in definitions.items() if not is_tombstone_table(*n)}
-    )  # tombstone rows are read, not written: they stay as they came (drc.catchup.routing)
+        {n: t.primary_key for n, t in definitions.items()
+         if not is_tombstone_table(*n) and n not in kept}
+    )  # fmt: skip
     reduced = reduce_changes(ordered, keys)
     result.reduced = len(reduced)
     result.reduce_s = time.monotonic() - began
-    parts = job.parts()
     session: TargetSession = parts.target
     handling = parts.conflicts
     engine = ApplyEngine(
@@ -302,8 +338,7 @@ def apply_partition(
     )  # fmt: skip
     policy = RetryPolicy(retries=job.channel.retries)
     try:
-        for number, start in enumerate(range(0, len(reduced), job.batch_changes)):
-            batch = reduced[start : start + job.batch_changes]
+        for number, batch in enumerate(batches(reduced, job.batch_changes)):
 
             def attempt(batch: list[Change] = batch, number: int = number) -> Effects | None:
                 return _write_batch(job, session, engine, handling, span_key, part, number, batch)

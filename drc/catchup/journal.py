@@ -6,6 +6,9 @@
     | to_scn      | VARCHAR(96) | the range end the run chose (a re-run keeps it: the same   |
     |             |             | range gives the same spans, partitions and batches)        |
     | partitions  | INT         | how many partitions its spans were cut into                |
+    | batch_      | INT         | net changes per batch (a re-run cuts the same batches);    |
+    |   changes   |             |                                                            |
+    | owner       | VARCHAR(128)| the lease owner that started it (drc.catchup.lease)        |
     | started_at  | DATETIME(6) | UTC                                                        |
     +-------------+-------------+------------------------------------------------------------+
 
@@ -24,15 +27,25 @@ target holds both or neither, and a re-run skips exactly the batches that commit
 tables' inserts are not idempotent: this is what keeps them exactly once). The run's final
 transaction writes the channel checkpoint at the range end, deletes both kinds of rows and
 releases the lease (drc.catchup.lease), so streaming continues from exactly there.
+
+While a ``catchup_run`` row exists the target holds part of its range beyond the channel
+checkpoint: the streaming channel reads it with the lease (:func:`channel_state`) and applies
+nothing until a catch-up finished the run (drc.apply.channel, CatchupUnfinishedError);
+``drc run`` with automatic catch-up starts that catch-up itself (drc.catchup.auto).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from drc.apply.sql import Statement, ident
+from drc.catchup import lease
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
 
 _RUN = f"{ident(CHECKPOINT_SCHEMA)}.{ident('catchup_run')}"
+_LEASE = f"{ident(CHECKPOINT_SCHEMA)}.{ident(lease.TABLE)}"
 _DONE = f"{ident(CHECKPOINT_SCHEMA)}.{ident('catchup_done')}"
 
 
@@ -40,8 +53,9 @@ def create_statements() -> list[str]:
     return [
         f"CREATE DATABASE IF NOT EXISTS {ident(CHECKPOINT_SCHEMA)}",
         f"CREATE TABLE IF NOT EXISTS {_RUN} (`channel` VARCHAR(64) NOT NULL, "
-        "`to_scn` VARCHAR(96) NOT NULL, `partitions` INT NOT NULL, `started_at` DATETIME(6) "
-        "NOT NULL, PRIMARY KEY (`channel`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        "`to_scn` VARCHAR(96) NOT NULL, `partitions` INT NOT NULL, `batch_changes` INT NOT NULL, "
+        "`owner` VARCHAR(128) NOT NULL, `started_at` DATETIME(6) NOT NULL, "
+        "PRIMARY KEY (`channel`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
         f"CREATE TABLE IF NOT EXISTS {_DONE} (`channel` VARCHAR(64) NOT NULL, "
         "`span` VARCHAR(200) NOT NULL, `part` INT NOT NULL, `batch` INT NOT NULL, "
         "`changes` INT NOT NULL, PRIMARY KEY (`channel`, `span`, `part`, `batch`)) "
@@ -49,19 +63,57 @@ def create_statements() -> list[str]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """An unfinished run of a channel, as ``catchup_run`` keeps it."""
+
+    channel: str
+    to: SCN
+    partitions: int
+    batch_changes: int
+    owner: str
+    started_at: object  # datetime, UTC
+
+    def describe(self) -> str:
+        return f"catch-up run {self.owner} (started {self.started_at} UTC, up to {self.to})"
+
+
+_COLUMNS = ("to_scn", "partitions", "batch_changes", "owner", "started_at")
+
+
 def select_run(channel: str) -> Statement:
-    return Statement(f"SELECT `to_scn`, `partitions` FROM {_RUN} WHERE `channel` = %s", (channel,))
+    columns = ", ".join(ident(c) for c in _COLUMNS)
+    return Statement(f"SELECT {columns} FROM {_RUN} WHERE `channel` = %s", (channel,))
 
 
-def parse_run(row: tuple[object, ...]) -> tuple[SCN, int]:
-    return SCN.parse(str(row[0])), int(str(row[1]))
+def parse_run(channel: str, row: Sequence[object]) -> Run | None:
+    """A row of :func:`select_run` (None: all NULL, no run)."""
+    to, partitions, batch_changes, owner, started = row
+    if to is None:
+        return None
+    return Run(channel, SCN.parse(str(to)), int(str(partitions)), int(str(batch_changes)),
+               str(owner), started)  # fmt: skip
 
 
-def start_run(channel: str, to: SCN, partitions: int) -> Statement:
+def channel_state(channel: str) -> Statement:
+    """The streaming channel's check inside its apply transaction: the lease as
+    drc.catchup.lease.state_statement reads it (owner, held now, taken_at, with its shared
+    lock), then the unfinished run's :func:`select_run` columns (NULLs: none). No lease row
+    means no catch-up ever took the channel, so no run either."""
+    columns = ", ".join(f"r.{ident(c)}" for c in _COLUMNS)
     return Statement(
-        f"REPLACE INTO {_RUN} (`channel`, `to_scn`, `partitions`, `started_at`) "
-        "VALUES (%s, %s, %s, UTC_TIMESTAMP(6))",
-        (channel, str(to), partitions),
+        f"SELECT l.`owner`, l.`expires_at` > UTC_TIMESTAMP(6), l.`taken_at`, {columns} "
+        f"FROM {_LEASE} l LEFT JOIN {_RUN} r ON r.`channel` = l.`channel` "
+        "WHERE l.`channel` = %s LOCK IN SHARE MODE",
+        (channel,),
+    )
+
+
+def start_run(channel: str, to: SCN, partitions: int, batch_changes: int, owner: str) -> Statement:
+    return Statement(
+        f"REPLACE INTO {_RUN} (`channel`, `to_scn`, `partitions`, `batch_changes`, `owner`, "
+        "`started_at`) VALUES (%s, %s, %s, %s, %s, UTC_TIMESTAMP(6))",
+        (channel, str(to), partitions, batch_changes, owner),
     )
 
 

@@ -68,8 +68,9 @@ def catchup(config_path: str, channel_name: str, to: SCN | None, master: str,
     Takes the channel's lease (a streaming channel in `drc run` waits meanwhile), replays from
     its checkpoint to --to with the same filters and conflict decisions as streaming, applies
     DDL in order between the ranges it splits, and writes the checkpoint at the end: streaming
-    continues from exactly there. Killed, it can be run again: what it committed is skipped.
-    Progress lines go to stdout; see docs/catchup.md.
+    continues from exactly there. Killed, run it again: it resumes the interrupted run and
+    skips what it committed (meanwhile the streaming channel waits for it; `drc run` with
+    automatic catch-up starts it itself). Progress lines go to stdout; see docs/catchup.md.
     """
     from drc.catchup.driver import run_catchup
     from drc.spark.session import check_master

@@ -230,6 +230,13 @@ def _channel_lines(channel: dict[str, Any], indent: str) -> Iterator[str]:
     error = channel.get("error")
     if error:
         yield f"{indent}  error: {error}"
+    catchup = channel.get("catchup")
+    if catchup:
+        backlog = catchup.get("backlog_mb")
+        yield (
+            f"{indent}  bulk catch-up: {catchup.get('state')}, "
+            f"backlog {'?' if backlog is None else backlog} MB, {catchup.get('runs')} runs"
+        )
 
 
 @contextmanager

@@ -28,7 +28,8 @@ from pyspark.sql import SparkSession
 DRIVER_MEMORY = "512m"
 EXECUTOR_MEMORY = "512m"
 SHUFFLE_PARTITIONS = 8
-_LOCAL = re.compile(r"local(\[(\*|[1-9][0-9]{0,3})\])?", re.ASCII)
+_LOCAL = re.compile(r"local(\[(\*|[1-9][0-9]{0,3})(,[1-9][0-9]{0,2})?\])?", re.ASCII)
+TASK_TRIES = 4  # spark.task.maxFailures' default on a cluster
 _CLUSTER = re.compile(
     r"spark://([A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:]{2,39}\]):([0-9]{1,5})", re.ASCII
 )
@@ -36,7 +37,8 @@ _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 
 
 def check_master(master: str) -> str:
-    """``master`` if it is ``local``, ``local[*]``, ``local[N]`` or ``spark://HOST:PORT``;
+    """``master`` if it is ``local``, ``local[*]``, ``local[N]`` (``local[N,F]``: a failed
+    task tried F times) or ``spark://HOST:PORT``;
     ValueError saying what is accepted otherwise."""
     cluster = _CLUSTER.fullmatch(master)
     if _LOCAL.fullmatch(master) or (cluster and 0 < int(cluster[2]) < 65536):
@@ -45,6 +47,15 @@ def check_master(master: str) -> str:
         f"--master {master[:80]!r} is not a Spark master DRC runs on: use local[*], local[N] "
         "or spark://HOST:PORT (a standalone cluster, e.g. `drc sandbox up --spark`)"
     )
+
+
+def with_task_retries(master: str, tries: int = TASK_TRIES) -> str:
+    """``master`` with a failed task tried again up to ``tries`` times in local mode too, as
+    on a cluster (``local[N]`` fails the job at a task's first failure: ``local[N,F]``)."""
+    local = _LOCAL.fullmatch(master)
+    if local is None or local[3]:
+        return master
+    return f"local[{local[2] or 1},{tries}]"
 
 
 def session_conf(

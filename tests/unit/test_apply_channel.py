@@ -3,6 +3,7 @@ retries and waits, with a fake clock and sleep."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from typing import Any
 
@@ -163,6 +164,33 @@ def test_a_read_only_target_is_waited_for_and_nothing_is_lost() -> None:
     channel = harness.run()
     assert channel.stats.waits == 8 and len(harness.slept) == 8
     assert len(fake.writes()) == 1 and fake.checkpoints["from-dc1"][0] == "1:11:1:20"
+
+
+def test_a_channel_waits_for_an_interrupted_catchup_run_then_streams_after_its_end() -> None:
+    fake = target()
+    killed_run = (str(scn(20)), 3, 5, "host:7:abc", dt.datetime(2026, 1, 1))
+    waited: list[str] = []
+
+    def catchup() -> tuple[Any, ...]:
+        if not waited:  # its lease expired, its run unfinished
+            return ("host:7:abc", 0, "t0", *killed_run)
+        return ("", 0, "t1", None, None, None, None, None)  # a re-run finished it
+
+    def sleep(_delay: float) -> None:
+        waited.append(harness.channel.report()["error"])
+        fake.checkpoints["from-dc1"] = (str(scn(20)), "dc1", None, None)  # written by the re-run
+
+    fake.catchup = catchup
+    harness = Harness(fake, [batch(1, *(txn(n, ins("t", id=n)) for n in (10, 20, 30)))])
+    harness.channel._sleep = sleep
+    channel = harness.run()
+    assert channel.stats.waits == 1, "waiting (status, metrics: state waiting)"
+    assert "interrupted catch-up run host:7:abc" in waited[0]
+    assert "drc catchup --config FILE --channel from-dc1" in waited[0]
+    written = fake.writes()
+    assert len(written) == 1 and "VALUES (30)" in written[0], "only what came after the run"
+    assert fake.checkpoints["from-dc1"][0] == str(scn(30))
+    assert channel.catchup_unfinished is None
 
 
 def test_a_target_that_is_down_at_start_is_waited_for() -> None:

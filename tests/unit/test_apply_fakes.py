@@ -72,6 +72,8 @@ class FakeTarget:
     rollbacks: int = 0
     down: bool = False
     journal: dict[tuple[str, str, int], str] = field(default_factory=dict)  # -> state
+    # The channel's catch-up lease and run (drc.catchup.journal.channel_state); None: no row.
+    catchup: Callable[[], tuple[Any, ...] | None] = lambda: None
 
     def __post_init__(self) -> None:
         self.tables.setdefault(("drc", "checkpoint"), (tuple(checkpoint.COLUMNS), ("channel",)))
@@ -267,7 +269,9 @@ class FakeCursor:
         if "`ddl_journal`" in sql:
             return self._journal(sql)
         if "`catchup_lease`" in sql:
-            return 0  # no catch-up ever took the channel
+            found = target.catchup()  # None: no catch-up ever took the channel
+            self.rows = [] if found is None else [found]
+            return len(self.rows)
         if sql.startswith("SHOW CREATE TABLE"):
             schema, table = (n.replace("``", "`") for n in re.findall(r"`((?:[^`]|``)*)`", sql))
             columns, key = target.tables[(schema, table)]

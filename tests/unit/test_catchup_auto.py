@@ -1,12 +1,15 @@
-"""Automatic catch-up: started once a channel's backlog passes its threshold, one at a time,
-its state reported; channels with the threshold at 0 are never watched."""
+"""Automatic catch-up: started once a channel's backlog passes its threshold, or at once for a
+channel waiting for an interrupted run, one at a time, its state reported; channels with the
+threshold at 0 are never watched."""
 
 from __future__ import annotations
 
+import datetime as dt
 from types import SimpleNamespace
 from typing import Any
 
 from drc.catchup.auto import AutoCatchup
+from drc.catchup.journal import Run
 from drc.config import ChannelConfig
 from drc.core.scn import SCN
 
@@ -50,6 +53,9 @@ def test_a_catchup_starts_past_the_threshold_once_and_is_reported() -> None:
     assert auto.status("a") == {"state": "idle", "backlog_mb": 10.0, "runs": 0}
     assert auto.status("off") is None
     processes[0].code, backlog["b"] = 3, 0.0
+    auto.check()  # measured again only once the channel moved (from the catch-up's checkpoint)
+    assert auto.status("b") == {"state": "failed (exit 3)", "backlog_mb": 5000.0, "runs": 1}
+    auto.channels[1].stats.last_scn = SCN(1, 1, 1, 9)
     auto.check()
     assert auto.status("b") == {"state": "failed (exit 3)", "backlog_mb": 0.0, "runs": 1}
 
@@ -64,3 +70,22 @@ def test_a_channel_not_started_yet_is_not_measured() -> None:
     auto = AutoCatchup("x.toml", [channel("a", 1, at=None)], backlog=backlog, spawn=print)
     auto.check()
     assert asked == []
+
+
+def test_a_channel_waiting_for_an_interrupted_run_gets_its_catchup_whatever_its_backlog() -> None:
+    started: list[list[str]] = []
+    process = FakeProcess()
+
+    def spawn(argv: list[str]) -> FakeProcess:
+        started.append(argv)
+        return process
+
+    waiting = channel("a", 1000)
+    auto = AutoCatchup("dc2.toml", [waiting], backlog=lambda _c, _a: 0.0, spawn=spawn)
+    auto.check()
+    assert started == []
+    waiting.catchup_unfinished = Run("a", SCN(1, 1, 1, 90), 3, 5, "h:1:x", dt.datetime(2026, 1, 1))
+    auto.check()
+    auto.check()  # running: not started twice
+    assert len(started) == 1 and started[0][-6:-4] == ["--config", "dc2.toml"]
+    assert auto.status("a") == {"state": "running", "backlog_mb": 0.0, "runs": 1}

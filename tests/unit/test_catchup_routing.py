@@ -8,7 +8,7 @@ import subprocess
 import sys
 from decimal import Decimal
 
-from drc.catchup.executor import _combined
+from drc.catchup.executor import _combined, batches
 from drc.catchup.routing import partition_of, route, transactions
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.reduce import Change, reduce_changes
@@ -113,3 +113,15 @@ def test_reducing_contiguous_runs_first_then_their_nets_gives_the_same_net_chang
         assert [c.change for c in reduce_changes([c for _, c in nets], KEYS)] == [
             c.change for c in whole
         ]
+
+
+def test_batches_are_cut_between_transactions_only_and_alike_every_time() -> None:
+    def at(n: int) -> Change:
+        return Change(SCN(1, 1, 1, n), 0, RowChange("d", "t", Op.INSERT, None, {"id": n}))
+
+    changes = [at(scn) for scn in (1, 2, 2, 2, 3, 4, 4, 5)]
+    cut = [[c.scn.log_pos for c in batch] for batch in batches(changes, 2)]
+    assert cut == [[1, 2, 2, 2], [3, 4, 4], [5]]
+    assert cut == [[c.scn.log_pos for c in batch] for batch in batches(changes, 2)]
+    assert [len(b) for b in batches(changes, 100)] == [8]
+    assert list(batches([], 2)) == []

@@ -6,11 +6,19 @@ import sys
 
 import pytest
 
-from drc.spark.session import check_master, session_conf
+from drc.spark.session import check_master, session_conf, with_task_retries
 
 
 @pytest.mark.parametrize(
-    "master", ["local", "local[*]", "local[4]", "spark://127.0.0.1:7077", "spark://spark-1.dc:7077"]
+    "master",
+    [
+        "local",
+        "local[*]",
+        "local[4]",
+        "local[2,3]",
+        "spark://127.0.0.1:7077",
+        "spark://spark-1.dc:7077",
+    ],
 )
 def test_local_and_standalone_masters_are_accepted(master: str) -> None:
     assert check_master(master) == master
@@ -22,6 +30,14 @@ def test_local_and_standalone_masters_are_accepted(master: str) -> None:
 def test_other_masters_are_refused_saying_what_works(master: str) -> None:
     with pytest.raises(ValueError, match=r"local\[\*\]"):
         check_master(master)
+
+
+def test_local_masters_try_a_failed_task_again_as_a_cluster_does() -> None:
+    assert with_task_retries("local[2]") == "local[2,4]"
+    assert with_task_retries("local[*]", 3) == "local[*,3]"
+    assert with_task_retries("local") == "local[1,4]"
+    assert with_task_retries("local[2,1]") == "local[2,1]", "asked for explicitly"
+    assert with_task_retries("spark://h:7077") == "spark://h:7077"  # spark.task.maxFailures
 
 
 def test_local_and_loopback_drivers_bind_to_loopback_with_small_heaps() -> None:
