@@ -176,7 +176,7 @@ def verify_families(deps: ApiDeps) -> list[Family]:
             rows.add(table["rows"], **labels)
             unsettled.add(table["unsettled"], **labels)
             for kind, count in table["differences"].items():
-                differences.add(count, kind=kind, **labels)
+                differences.add(count, **labels, kind=kind)
     return [running, runs, finished, took, due, rows, differences, unsettled, skipped]
 
 

@@ -71,6 +71,7 @@ class Difference:
 
     kind: str
     key: tuple[Any, ...]
+    repair: str | None = None  # what --repair does (or would do) about it, e.g. target:upsert
 
 
 def compare_sums(
@@ -124,7 +125,10 @@ def first_keys(differences: Iterable[Difference], limit: int) -> list[dict[str, 
     for diff in differences:
         if len(out) >= limit:
             break
-        out.append({"kind": diff.kind, "key": [_plain(v) for v in diff.key]})
+        entry: dict[str, Any] = {"kind": diff.kind, "key": [_plain(v) for v in diff.key]}
+        if diff.repair is not None:
+            entry["repair"] = diff.repair
+        out.append(entry)
     return out
 
 

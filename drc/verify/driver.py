@@ -337,19 +337,21 @@ def _recheck(
                       wait_timeout_s=options.wait_timeout_s,
                       sleep=lambda s: _sleep(options, s)).run(specs, candidates)  # fmt: skip
     report.rounds = outcome.rounds
+    decisions = repair.decide_all(source, target, specs, outcome.confirmed, config.conflicts,
+                                  config.datacenter.name, channel.origin)  # fmt: skip
     by_name = {t.source: t for t in report.tables}
     for (table, key), (kind, _) in outcome.confirmed.items():
-        by_name[table].differences.append(Difference(kind, key))
+        decided = decisions.get((table, key))
+        action = None if decided is None else decided[0].action
+        by_name[table].differences.append(Difference(kind, key, action))
     for (table, key), (kind, _) in outcome.unsettled.items():
         by_name[table].unsettled.append(Difference(kind, key))
-    if options.repair and outcome.confirmed:
+    if options.repair and decisions:
         writer_source, writer_target = (connect(s, writes=True) for s in
                                         (_settings(channel), _settings(config)))  # fmt: skip
         try:
-            done = repair.repair_all(
-                writer_source, writer_target, specs, outcome.confirmed, config.conflicts,
-                config.datacenter.name, channel.origin, channel.name,
-            )  # fmt: skip
+            done = repair.repair_all(writer_source, writer_target, specs, outcome.confirmed,
+                                     decisions, channel.name)  # fmt: skip
         finally:
             writer_source.close()
             writer_target.close()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drc.config import ChannelConfig, DrcConfig
+from drc.core.rowsum import first_keys
 from drc.verify.driver import SPARK_CONF, Options, Report, run_verify
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ NICE = 10
 RECHECK_EVERY_S = 5.0  # a due run whose channel is not ready looks again after this
 JOB_GROUP = "drc-periodic-verify"
 RESULTS = ("equal", "differ", "failed")
+KEYS_SHOWN = 20  # keys of differing rows kept per table
 
 
 @dataclass
@@ -81,6 +83,7 @@ def summary(report: Report) -> dict[str, Any]:
                 "target": t.target,
                 "rows": t.rows,
                 "differences": t.counts(),
+                "keys": first_keys(t.differences, KEYS_SHOWN),
                 "unsettled": len(t.unsettled),
                 "skipped": t.skipped,
             }
@@ -100,11 +103,13 @@ class PeriodicVerify:
         channel_state: Callable[[str], dict[str, Any] | None],
         *,
         runner: Callable[..., Report] = run_verify,
+        spark: Callable[[str], Any] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self._state_of = channel_state
         self._runner = runner
+        self._session_on = spark or self._spark
         self._now = wall_clock
         start = wall_clock()
         self.channels = {
@@ -197,7 +202,7 @@ class PeriodicVerify:
         )  # fmt: skip
         result, error, report = "failed", None, None
         try:
-            session = self._spark(schedule.master)
+            session = self._session_on(schedule.master)
             report = self._runner(self.config, entry.channel.name, options, session=session,
                                   out=lambda line: log.debug("verify %s: %s",
                                                              entry.channel.name, line))  # fmt: skip
