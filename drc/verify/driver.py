@@ -257,6 +257,7 @@ def _compare(
     total = sum(c.estimated_rows for c in chunks)
     if options.job_group:  # drc run cancels it to stop at once
         sc.setJobGroup(options.job_group, "drc verify", interruptOnCancel=True)
+    _check_stop(options)  # a job submitted after the cancel would run to its end
     with _progress(sc, rows, total, out):
         return list(sc.parallelize(pieces, len(pieces)).mapPartitions(run).collect())
 

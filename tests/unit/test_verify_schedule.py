@@ -117,3 +117,49 @@ def test_a_failed_run_is_counted_and_the_schedule_goes_on(monkeypatch: pytest.Mo
     status = verifier.status("from-dc1")
     assert status is not None and status["runs"]["failed"] >= 1
     assert status["last_error"] == "OSError: origin unreachable" and status["last"] is None
+
+
+class FakeServer:
+    """Answers the recheck's queries: one row image, the binlog end, the server id."""
+
+    def __init__(self, row: tuple[Any, ...] | None) -> None:
+        self.row = row
+        self.result: list[tuple[Any, ...]] = []
+
+    def cursor(self) -> FakeServer:
+        return self
+
+    def __enter__(self) -> FakeServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def execute(self, text: str, params: tuple[Any, ...] = ()) -> None:
+        if text.startswith("SHOW MASTER STATUS"):
+            self.result = [("mysql-bin.000001", 400)]
+        elif "@@server_id" in text:
+            self.result = [(1,)]
+        else:
+            self.result = [self.row] if self.row is not None else []
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.result
+
+
+def test_a_channel_that_does_not_pass_the_point_leaves_rows_unsettled() -> None:
+    from drc.verify.compare import TableSpec
+    from drc.verify.recheck import Follower, Recheck
+
+    spec = TableSpec(("d", "t"), ("d", "t"), ("id", "v"), ("int", "int"), ("id",))
+    stalled = Follower(lambda: [], None, ["d.t"], optional=False)  # no checkpoint: never passes
+    clock = Clock()
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    outcome = Recheck(FakeServer((1, 5)), FakeServer((1, 6)), stalled, stalled,
+                      wait_timeout_s=10, sleep=sleep, clock=clock).run(
+        {"d.t": spec}, {"d.t": [Difference("different", (1,))]})  # fmt: skip
+    assert outcome.confirmed == {}  # never confirmed without the channel passing
+    assert list(outcome.unsettled) == [("d.t", (1,))]
