@@ -1,21 +1,25 @@
 """`drc verify` against `pt-table-sync --print` (percona-toolkit) on the same table pair, same run.
 
 A fresh sandbox gets the same ``--rows``-row table on dc1 and dc2 (written on each with
-sql_log_bin=0), then ``--diffs`` rows are changed, deleted and inserted on dc2 only. Both tools
-compare dc1 (source) with dc2 (target):
+sql_log_bin=0), then ``--diffs`` rows are changed, deleted and inserted on dc2 only. Three
+ways compare dc1 (source) with dc2 (target), ``--repeat`` times each, in turn:
   - ``drc verify --channel from-dc1 --format json --no-recheck`` (Spark local[2], JVM start
-    included; no replication runs, so there is nothing to recheck);
-  - ``pt-table-sync --print`` with both DSNs (its chunked checksums, then the differing rows);
-each timed from start to exit. Reported: seconds, rows/s, and the differences each found
-(DRC's must be exactly the injected ones). Usage:
+    included; no replication runs, so there is nothing to recheck), from start to exit;
+  - the same comparison in this process on a Spark session started before (as `drc run`'s
+    periodic verify keeps one): the time of run_verify alone;
+  - ``pt-table-sync --print`` with both DSNs (its chunked checksums, then the differing rows),
+    from start to exit.
+Reported: each run's seconds with the load average before it, the worst of each, rows/s at the
+worst, and the differences each found (DRC's must be exactly the injected ones). Usage:
 
-    python bench/bench_verify.py [--rows 1000000] [--diffs 30]
+    python bench/bench_verify.py [--rows 1000000] [--diffs 30] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -117,6 +121,18 @@ def run_drc(path: Path) -> tuple[float, set[tuple[str, int]]]:
     return seconds, found
 
 
+def run_warm(path: Path, session: object) -> tuple[float, set[tuple[str, int]]]:
+    from drc.config import load_config
+    from drc.verify.driver import Options, run_verify
+
+    began = time.monotonic()
+    report = run_verify(load_config(path), "from-dc1", Options(recheck=False),
+                        out=lambda _line: None, session=session)  # fmt: skip
+    seconds = time.monotonic() - began
+    found = {(d.kind, int(d.key[0])) for t in report.tables for d in t.differences}
+    return seconds, found
+
+
 def run_pt(tmp: Path, dc1: ServerInfo, dc2: ServerInfo) -> tuple[float, int]:
     if shutil.which("pt-table-sync") is None:
         raise SystemExit("pt-table-sync is missing: run `make setup` (Debian percona-toolkit)")
@@ -142,6 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--diffs", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="drc-bv-"))
     box = Sandbox(tmp / "sbx")
@@ -152,14 +169,35 @@ def main() -> None:
         fill(dc2, args.rows)
         expected = inject(dc2, args.rows, args.diffs)
         path = config(tmp, dc1, dc2)
-        drc_s, found = run_drc(path)
-        pt_s, pt_found = run_pt(tmp, dc1, dc2)
-        print(f"rows {args.rows}, injected differences {len(expected)}")
-        print(f"drc verify       {drc_s:7.1f}s  {args.rows / drc_s:9.0f} rows/s  found "
-              f"{len(found)} (exactly the injected: {found == expected})")  # fmt: skip
-        print(f"pt-table-sync    {pt_s:7.1f}s  {args.rows / pt_s:9.0f} rows/s  printed "
-              f"{pt_found} statements")  # fmt: skip
-        print(f"speed-up {pt_s / drc_s:.2f}x")
+        from drc.spark.session import build_session
+        from drc.verify.driver import SPARK_CONF
+
+        session = build_session("local[2]", "drc-bench-verify", conf=SPARK_CONF)
+        times: dict[str, list[tuple[float, float]]] = {"cli": [], "warm": [], "pt": []}
+        exact = {"cli": True, "warm": True}
+        pt_found = 0
+        for n in range(args.repeat):
+            for name in ("cli", "warm", "pt"):
+                load = os.getloadavg()[0]
+                if name == "pt":
+                    seconds, pt_found = run_pt(tmp, dc1, dc2)
+                else:
+                    runner = run_drc if name == "cli" else lambda p: run_warm(p, session)
+                    seconds, found = runner(path)
+                    exact[name] = exact[name] and found == expected
+                times[name].append((seconds, load))
+                print(f"run {n + 1} {name:4} {seconds:7.1f}s (load average {load:.1f})",
+                      flush=True)  # fmt: skip
+        session.stop()
+        worst = {name: max(s for s, _ in runs) for name, runs in times.items()}
+        print(f"rows {args.rows}, injected differences {len(expected)}, worst of {args.repeat}")
+        for name, label in (("cli", "drc verify (CLI, cold Spark)"),
+                            ("warm", "drc verify (warm session)")):  # fmt: skip
+            print(f"{label:30} {worst[name]:7.1f}s {args.rows / worst[name]:9.0f} rows/s "
+                  f"exactly the injected: {exact[name]}; x{worst['pt'] / worst[name]:.2f} "
+                  "pt-table-sync")  # fmt: skip
+        print(f"{'pt-table-sync --print':30} {worst['pt']:7.1f}s "
+              f"{args.rows / worst['pt']:9.0f} rows/s printed {pt_found} statements")  # fmt: skip
     finally:
         box.down()
         shutil.rmtree(tmp, ignore_errors=True)

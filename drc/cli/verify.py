@@ -47,6 +47,13 @@ from drc.config import load_config
     help="Rows per chunk compared by checksum.",
 )
 @click.option(
+    "--streams",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Chunk comparisons each Spark task runs at once (they wait on the servers).",
+)
+@click.option(
     "--keys",
     "keys_shown",
     default=20,
@@ -68,7 +75,7 @@ from drc.config import load_config
     "for a pair nothing writes to (a stopped channel, a benchmark).",
 )
 def verify(config_path: str, channel_name: str, tables: str | None, repair: bool, fmt: str,
-           master: str, chunk_rows: int, keys_shown: int, rounds: int,
+           master: str, chunk_rows: int, streams: int, keys_shown: int, rounds: int,
            no_recheck: bool) -> None:  # fmt: skip
     """Check that a channel's source and target hold the same rows.
 
@@ -91,7 +98,7 @@ def verify(config_path: str, channel_name: str, tables: str | None, repair: bool
         logging.getLogger(noisy).setLevel(logging.WARNING)
     config = load_config(config_path)
     options = Options(tables=tables, repair=repair, master=master, chunk_rows=chunk_rows,
-                      max_rounds=rounds, keys_shown=keys_shown,
+                      streams=streams, max_rounds=rounds, keys_shown=keys_shown,
                       recheck=not no_recheck)  # fmt: skip
     progress = (lambda line: click.echo(line, err=True)) if fmt == "json" else click.echo
     result = run_verify(config, channel_name, options, out=progress)

@@ -4,6 +4,7 @@ Both servers of a comparison compute the same SQL over their rows, so only count
 checksums cross the network (pt-table-checksum's idea)::
 
     row hash     CRC32(CONCAT_WS('#', v1, v2, ..., CONCAT(ISNULL(c1), ISNULL(c2), ...)))
+                 (ISNULL flags of the nullable columns only, as pt-table-checksum does)
     chunk        COUNT(*), COALESCE(BIT_XOR(row hash), 0) over the chunk's key range
 
 where ``vN`` is the column as text: a character column cast to BINARY (its bytes, so columns
@@ -33,14 +34,21 @@ DIFFERENT = "different"  # on both, not equal
 KINDS = (MISSING, EXTRA, DIFFERENT)
 
 
-def row_hash(quoted: Sequence[str], types: Sequence[str]) -> str:
-    """The row hash expression over the quoted columns (``types``: their DATA_TYPE)."""
+def row_hash(
+    quoted: Sequence[str], types: Sequence[str], nullable: Sequence[bool] | None = None
+) -> str:
+    """The row hash expression over the quoted columns (``types``: their DATA_TYPE;
+    ``nullable``: which may hold NULL, all when not given). Measured on 1M rows of five
+    columns, the string conversions cost most of it: COUNT(*) alone takes about a quarter of
+    the time, CRC32 of the key alone a half; MD5 instead of CRC32 doubles it."""
     values = [
         f"CAST({q} AS BINARY)" if t.lower() in TEXT_TYPES else q
         for q, t in zip(quoted, types, strict=True)
     ]
-    flags = "CONCAT(" + ", ".join(f"ISNULL({q})" for q in quoted) + ")"
-    return f"CRC32(CONCAT_WS('#', {', '.join([*values, flags])}))"
+    flagged = [q for q, n in zip(quoted, nullable or [True] * len(quoted), strict=True) if n]
+    if flagged:
+        values.append("CONCAT(" + ", ".join(f"ISNULL({q})" for q in flagged) + ")")
+    return f"CRC32(CONCAT_WS('#', {', '.join(values)}))"
 
 
 def chunk_sum(table: str, hash_expr: str, where: str) -> str:
@@ -63,6 +71,7 @@ class Difference:
 
     kind: str
     key: tuple[Any, ...]
+    repair: str | None = None  # what --repair does (or would do) about it, e.g. target:upsert
 
 
 def compare_sums(
@@ -116,7 +125,10 @@ def first_keys(differences: Iterable[Difference], limit: int) -> list[dict[str, 
     for diff in differences:
         if len(out) >= limit:
             break
-        out.append({"kind": diff.kind, "key": [_plain(v) for v in diff.key]})
+        entry: dict[str, Any] = {"kind": diff.kind, "key": [_plain(v) for v in diff.key]}
+        if diff.repair is not None:
+            entry["repair"] = diff.repair
+        out.append(entry)
     return out
 
 

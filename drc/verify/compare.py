@@ -1,9 +1,15 @@
-"""One chunk compared on both servers: counts and checksums, then down to rows where they differ.
+"""Chunks compared on both servers: counts and checksums, then down to rows where they differ.
 
-Runs inside a Spark task (one partition of chunks, one connection to each side, the two
-sides queried at once)::
+Runs inside a Spark task. A task gets a run of adjacent chunks and compares them in
+``streams`` threads (the servers do the work, the threads wait on them), each with one
+connection to either side, kept for all its chunks, the two sides queried at once. A thread
+checksums several adjacent chunks in one query while they agree, as many as keep the query
+near ``target_s`` (drc.core.chunks.Stride, pt-table-checksum's adaptive chunk size)::
 
-    chunk:  COUNT + BIT_XOR(row hash) on source and target     (drc.core.rowsum)
+    stride: COUNT + BIT_XOR(row hash) over k adjacent chunks     (drc.core.rowsum)
+            equal                   -> done (k chunks)
+            differ                  -> each chunk of the stride on its own:
+    chunk:  COUNT + BIT_XOR(row hash) on source and target
             equal                   -> done
             differ, big             -> split at every leaf_rows-th key of the source
                                        (drc.bulk.planner.walk_boundaries), sums again
@@ -16,6 +22,8 @@ differences found are candidates: drc.verify.recheck decides which are real.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,9 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drc.apply import sql
-from drc.apply.sink import TargetSettings
 from drc.bulk.planner import chunk_where, walk_boundaries
-from drc.core.chunks import Chunk, from_boundaries
+from drc.core.chunks import Chunk, Stride, from_boundaries, merged, split_even, take_adjacent
 from drc.core.rowsum import (
     Difference,
     chunk_sum,
@@ -34,7 +41,9 @@ from drc.core.rowsum import (
     row_hash,
     row_sums,
 )
-from drc.verify.sides import connect, query
+from drc.verify.sides import Endpoint, connect, query
+
+STRIDE_TARGET_S = 0.25  # a checksum query covers as many adjacent chunks as take about this
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +56,14 @@ class TableSpec:
     columns: tuple[str, ...]
     types: tuple[str, ...]
     key: tuple[str, ...]
+    nullable: tuple[bool, ...] | None = None  # None: all may be NULL
 
     @property
     def name(self) -> str:
         return ".".join(self.source)
 
     def hash_expr(self) -> str:
-        return row_hash([sql.ident(c) for c in self.columns], self.types)
+        return row_hash([sql.ident(c) for c in self.columns], self.types, self.nullable)
 
     def quoted_key(self) -> list[str]:
         return [sql.ident(c) for c in self.key]
@@ -63,9 +73,11 @@ class TableSpec:
 class Sides:
     """What an executor needs to reach both servers (pickled to the tasks)."""
 
-    source: TargetSettings
-    target: TargetSettings
+    source: Endpoint
+    target: Endpoint
     leaf_rows: int = 1000
+    streams: int = 2  # chunk comparisons a task runs at once
+    stride_target_s: float = STRIDE_TARGET_S
 
 
 @dataclass
@@ -108,19 +120,85 @@ class Pair:
 def compare_partition(
     sides: Sides, specs: dict[str, TableSpec], chunks: Iterable[Chunk]
 ) -> Iterator[ChunkResult]:
-    """Every chunk of the partition compared (a Spark mapPartitions function)."""
-    pair = Pair(sides)
+    """Every chunk of the partition compared, ``sides.streams`` at once (a Spark
+    mapPartitions function); results come as they are done."""
+    runs = [r for r in split_even(list(chunks), sides.streams) if r]
+    if len(runs) <= 1:
+        yield from compare_run(sides, specs, runs[0] if runs else [])
+        return
+    done: queue.Queue[Any] = queue.Queue()
+    stop = threading.Event()
+
+    def work(run: list[Chunk]) -> None:
+        try:
+            for result in compare_run(sides, specs, run, stop):
+                done.put(result)
+        except BaseException as exc:  # handed to the task's thread, which raises it
+            done.put(exc)
+        finally:
+            done.put(None)
+
+    threads = [threading.Thread(target=work, args=(r,), daemon=True) for r in runs]
+    for thread in threads:
+        thread.start()
+    running = len(threads)
     try:
-        for chunk in chunks:
-            spec = specs[f"{chunk.schema}.{chunk.table}"]
-            yield compare_chunk(pair.for_table(spec), spec, chunk)
+        while running:
+            item = done.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def compare_run(
+    sides: Sides,
+    specs: dict[str, TableSpec],
+    run: list[Chunk],
+    stop: threading.Event | None = None,
+) -> Iterator[ChunkResult]:
+    """Chunks in order on one connection to each side, adjacent ones checksummed together
+    while they agree (see the module docstring)."""
+    if not run:
+        return
+    pair = Pair(sides)
+    stride = Stride(sides.stride_target_s)
+    try:
+        at = 0
+        while at < len(run) and not (stop is not None and stop.is_set()):
+            group = take_adjacent(run, at, stride.size)
+            at += len(group)
+            spec = specs[f"{group[0].schema}.{group[0].table}"]
+            pair.for_table(spec)
+            if len(group) == 1:
+                yield compare_chunk(pair, spec, group[0], stride)
+                continue
+            began = time.monotonic()
+            (count, _), differs = _sums(pair, spec, merged(group))
+            stride.observe(time.monotonic() - began, len(group))
+            if not differs:
+                yield ChunkResult(spec.name, group[0].number, count,
+                                  time.monotonic() - began)  # fmt: skip
+                continue
+            for chunk in group:
+                yield compare_chunk(pair, spec, chunk)
     finally:
         pair.close()
 
 
-def compare_chunk(pair: Pair, spec: TableSpec, chunk: Chunk) -> ChunkResult:
+def compare_chunk(
+    pair: Pair, spec: TableSpec, chunk: Chunk, stride: Stride | None = None
+) -> ChunkResult:
     began = time.monotonic()
     (count, _), differs = _sums(pair, spec, chunk)
+    if stride is not None:
+        stride.observe(time.monotonic() - began, 1)
     result = ChunkResult(spec.name, chunk.number, count)
     if differs:
         result.differs = True

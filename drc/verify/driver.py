@@ -21,21 +21,29 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from drc.apply.lww_guard import GUARD_NAME, local_api_url
 from drc.apply.service import target_settings
 from drc.bulk.planner import CHUNK_ROWS, TablePlan, list_tables, plan_table
 from drc.config import ChannelConfig, DrcConfig
-from drc.core.chunks import Chunk
+from drc.core.chunks import Chunk, split_even
 from drc.core.rowsum import Difference, TableReport
 from drc.core.tablefilter import TableFilter
 from drc.verify import compare, repair
 from drc.verify.compare import ChunkResult, Sides, TableSpec
 from drc.verify.recheck import Follower, Recheck, Stream
-from drc.verify.sides import VerifyError, checkpoint_of, checkpoints_from, columns, connect
+from drc.verify.sides import (
+    Endpoint,
+    VerifyError,
+    checkpoint_of,
+    checkpoints_from,
+    columns,
+    connect,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +57,13 @@ class Options:
     master: str = "local[*]"
     chunk_rows: int = CHUNK_ROWS
     leaf_rows: int = 1000
+    streams: int = 2  # chunk comparisons each Spark task runs at once
     max_rounds: int = 6
     wait_timeout_s: float = 60.0
     keys_shown: int = 20
     recheck: bool = True  # False: report what the first comparison found (a frozen pair)
+    job_group: str | None = None  # the Spark job group of the comparison (to cancel it)
+    stop: threading.Event | None = None  # set: give up at the next wait (drc run stopping)
 
 
 @dataclass
@@ -90,17 +101,20 @@ def run_verify(
     sides = _sides(config, channel, options)
     source, target = connect(sides.source), connect(sides.target)
     report = Report(channel.name)
+    spark = _Spark(session, options.master)  # its JVM starts while the tables are planned
     try:
         specs, plans = _plan(source, target, channel, options, report, out)
         chunks = [c for p in plans for c in p.chunks]
         out(f"{len(specs)} tables, {len(chunks)} chunks of about {options.chunk_rows} rows")
-        results = _compare(sides, specs, chunks, options, session, out) if chunks else []
+        results = _compare(sides, specs, chunks, options, spark.get(), out) if chunks else []
         candidates = _tally(report, results)
+        _check_stop(options)
         if candidates:
             _recheck(config, channel, source, target, specs, candidates, options, report, out)
     finally:
         source.close()
         target.close()
+        spark.stop()
     report.seconds = time.monotonic() - began
     return report
 
@@ -121,9 +135,10 @@ def _sides(config: DrcConfig, channel: ChannelConfig, options: Options) -> Sides
             "password_file to the channel (docs/verify.md)"
         )
     return Sides(
-        target_settings(channel.origin_db),
-        target_settings(config.target_or_source()),
+        Endpoint.of(target_settings(channel.origin_db)),
+        Endpoint.of(target_settings(config.target_or_source())),
         options.leaf_rows,
+        options.streams,
     )
 
 
@@ -156,7 +171,7 @@ def _plan(
             report.tables.append(entry)
             continue
         plan = plan_table(source, schema, table, options.chunk_rows)
-        spec = TableSpec(spec.source, spec.target, spec.columns, spec.types, plan.index_columns)
+        spec = replace(spec, key=plan.index_columns)
         entry.note, entry.chunks = plan.note, len(plan.chunks)
         if plan.note:
             out(f"{name}: {plan.note}")
@@ -185,7 +200,48 @@ def _spec(
         shown = ", ".join(f"{n} {d}" for n, d in sorted(left)[:6]) or "the column order"
         return None, f"the definitions differ between the sides ({shown}); align them first"
     names = tuple(c.name for c in mine)
-    return TableSpec(src, dst, names, tuple(c.data_type for c in mine), ()), ""
+    types, nullable = tuple(c.data_type for c in mine), tuple(c.nullable for c in mine)
+    return TableSpec(src, dst, names, types, (), nullable), ""
+
+
+# A Python worker serves task after task (its imports and connections' code loaded once);
+# no console progress bar on stderr (verify prints its own progress lines). The JVMs only
+# schedule tasks and pass a few numbers: the client compiler alone and the serial collector
+# halve their start on a busy 2-core host (measured 45-51 s -> 23-24 s to the first task).
+_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SPARK_CONF = {
+    "spark.python.worker.reuse": "true",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.extraJavaOptions": _JVM,
+    "spark.executor.extraJavaOptions": _JVM,
+}
+TASKS_PER_SLOT = 2  # tasks per core Spark offers: progress lines move, stragglers even out
+
+
+class _Spark:
+    """The session verify runs on: the one given, or one started in a thread at once (the
+    JVM takes seconds to start; planning goes on meanwhile) and stopped at the end."""
+
+    def __init__(self, given: Any, master: str) -> None:
+        self._given = given
+        self._pool: ThreadPoolExecutor | None = None
+        self._future: Future[Any] | None = None
+        if given is None:
+            from drc.spark.session import build_session
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="verify-spark")
+            self._future = self._pool.submit(build_session, master, "drc-verify",
+                                             conf=SPARK_CONF)  # fmt: skip
+
+    def get(self) -> Any:
+        return self._given if self._future is None else self._future.result()
+
+    def stop(self) -> None:
+        if self._future is None or self._pool is None:
+            return
+        self._pool.shutdown()
+        if self._future.exception() is None:
+            self._future.result().stop()
 
 
 def _compare(
@@ -193,29 +249,25 @@ def _compare(
     specs: dict[str, TableSpec],
     chunks: Sequence[Chunk],
     options: Options,
-    session: Any,
+    spark: Any,
     out: Callable[[str], None],
 ) -> list[ChunkResult]:
-    """Every chunk compared in Spark tasks."""
-    from drc.spark.session import build_session
+    """Every chunk compared in Spark tasks, each a run of adjacent chunks."""
+    sc = spark.sparkContext
+    rows = sc.accumulator(0)
+    pieces = split_even(chunks, sc.defaultParallelism * TASKS_PER_SLOT)
 
-    spark = session or build_session(options.master, "drc-verify")
-    try:
-        sc = spark.sparkContext
-        rows = sc.accumulator(0)
-        parts = min(len(chunks), max(sc.defaultParallelism * 4, len(chunks) // 8))
+    def run(part: Iterator[list[Chunk]]) -> Iterator[ChunkResult]:
+        for result in compare.compare_partition(sides, specs, (c for p in part for c in p)):
+            rows.add(result.rows)
+            yield result
 
-        def run(part: Iterator[Chunk]) -> Iterator[ChunkResult]:
-            for result in compare.compare_partition(sides, specs, part):
-                rows.add(result.rows)
-                yield result
-
-        total = sum(c.estimated_rows for c in chunks)
-        with _progress(sc, rows, total, out):
-            return list(sc.parallelize(list(chunks), parts).mapPartitions(run).collect())
-    finally:
-        if session is None:
-            spark.stop()
+    total = sum(c.estimated_rows for c in chunks)
+    if options.job_group:  # drc run cancels it to stop at once
+        sc.setJobGroup(options.job_group, "drc verify", interruptOnCancel=True)
+    _check_stop(options)  # a job submitted after the cancel would run to its end
+    with _progress(sc, rows, total, out):
+        return list(sc.parallelize(pieces, len(pieces)).mapPartitions(run).collect())
 
 
 @contextmanager
@@ -291,27 +343,46 @@ def _recheck(
         optional=True,
     )
     outcome = Recheck(source, target, forward, reverse, max_rounds=options.max_rounds,
-                      wait_timeout_s=options.wait_timeout_s).run(specs, candidates)  # fmt: skip
+                      wait_timeout_s=options.wait_timeout_s,
+                      sleep=lambda s: _sleep(options, s)).run(specs, candidates)  # fmt: skip
     report.rounds = outcome.rounds
+    decisions = repair.decide_all(source, target, specs, outcome.confirmed, config.conflicts,
+                                  config.datacenter.name, channel.origin)  # fmt: skip
     by_name = {t.source: t for t in report.tables}
     for (table, key), (kind, _) in outcome.confirmed.items():
-        by_name[table].differences.append(Difference(kind, key))
+        decided = decisions.get((table, key))
+        action = None if decided is None else decided[0].action
+        by_name[table].differences.append(Difference(kind, key, action))
     for (table, key), (kind, _) in outcome.unsettled.items():
         by_name[table].unsettled.append(Difference(kind, key))
-    if options.repair and outcome.confirmed:
+    if options.repair and decisions:
         writer_source, writer_target = (connect(s, writes=True) for s in
                                         (_settings(channel), _settings(config)))  # fmt: skip
         try:
-            done = repair.repair_all(
-                writer_source, writer_target, specs, outcome.confirmed, config.conflicts,
-                config.datacenter.name, channel.origin, channel.name,
-            )  # fmt: skip
+            done = repair.repair_all(writer_source, writer_target, specs, outcome.confirmed,
+                                     decisions, channel.name)  # fmt: skip
         finally:
             writer_source.close()
             writer_target.close()
         for table, repaired in done.items():
             by_name[table].repaired = repaired
         out(f"repaired {sum(done.values())} rows (logged in the target's drc.verify_repairs)")
+
+
+class VerifyStopped(VerifyError):
+    """The run was stopped (``Options.stop``) before it finished."""
+
+
+def _check_stop(options: Options) -> None:
+    if options.stop is not None and options.stop.is_set():
+        raise VerifyStopped("verify stopped before it finished (the process is stopping)")
+
+
+def _sleep(options: Options, seconds: float) -> None:
+    if options.stop is None:
+        time.sleep(seconds)
+    elif options.stop.wait(seconds):
+        _check_stop(options)
 
 
 def _report_as_found(report: Report, candidates: dict[str, list[Difference]]) -> None:

@@ -127,7 +127,8 @@ class Recheck:
         while pending and outcome.rounds < self.max_rounds:
             outcome.rounds += 1
             mine = self._images(self.source, specs, pending, target=False)
-            self._wait(self.forward, binlog_end(self.source), "the channel")
+            if not self._wait(self.forward, binlog_end(self.source), "the channel"):
+                break  # not confirmable: what is pending stays unsettled
             theirs = self._images(self.target, specs, pending, target=True)
             reverse_point = binlog_end(self.target)
             current = {k: (mine.get(k), theirs.get(k)) for k in pending}
@@ -139,28 +140,31 @@ class Recheck:
             log.info("recheck round %d: %d equal, %d confirmed, %d still changing",
                      outcome.rounds, len(verdict.equal), len(verdict.confirmed),
                      len(pending))  # fmt: skip
-            if pending:
-                self._wait(self.reverse, reverse_point, "the reverse channel")
-        outcome.unsettled = {k: (kind, previous[k]) for k, kind in pending.items()}
+            if pending and not self._wait(self.reverse, reverse_point, "the reverse channel"):
+                break
+        unknown = (None, None)
+        outcome.unsettled = {k: (kind, previous.get(k, unknown)) for k, kind in pending.items()}
         return outcome
 
-    def _wait(self, follower: Follower, point: BinlogPoint | None, what: str) -> None:
+    def _wait(self, follower: Follower, point: BinlogPoint | None, what: str) -> bool:
+        """Until ``follower`` passed ``point``; False when it did not within the timeout
+        (a stopped or paused channel): nothing read after it could be confirmed."""
         if point is None:  # binary logging off: nothing replicates from there
-            return
+            return True
         deadline = self._clock() + self.wait_timeout_s
         while True:
             verdict = follower.passed(point)
             if verdict:
-                return
+                return True
             if verdict is None:
                 log.info("%s: positions of another server; waiting %.1fs instead", what,
                          self.fallback_wait_s)  # fmt: skip
                 self._sleep(self.fallback_wait_s)
-                return
+                return True
             if self._clock() >= deadline:
-                log.warning("%s has not passed %s after %.0fs; comparing anyway", what, point,
-                            self.wait_timeout_s)  # fmt: skip
-                return
+                log.warning("%s has not passed %s after %.0fs; the rows still differing are "
+                            "left unsettled", what, point, self.wait_timeout_s)  # fmt: skip
+                return False
             self._sleep(self.poll_s)
 
     def _images(

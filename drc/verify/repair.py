@@ -6,7 +6,10 @@ Which side is written:
   the source does not have (delete);
 - a table with a ``lww`` policy: the newer row by the timestamp column wins, ties going to the
   datacenter listed first in ``[conflicts] priority``; when the target's row wins it is
-  written to the source. A row on one side only wins over the absence on the other.
+  written to the source. A row on one side only is compared with the tombstone the other
+  side keeps of its deletion (drc.apply.tombstones): a newer deletion wins and the row is
+  deleted where it survived (its tombstone copied there); without a newer tombstone the row
+  wins and is written where it is missing. The same decision is what the report shows.
 
 Each repair is one transaction on the side written, in a session with ``skip_replication``
 (and ``@drc_apply``, so no guarded trigger fires): the replicator of that datacenter flags it
@@ -24,7 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.apply import sql
+import pymysql
+
+from drc.apply import sql, tombstones
+from drc.apply.conflict_rules import Ranks, Version
 from drc.config import ConflictsConfig
 from drc.core.rowsum import EXTRA, MISSING
 from drc.core.settle import Images
@@ -69,24 +75,75 @@ class Decision:
 
 
 def decide(
-    spec: TableSpec, images: Images, conflicts: ConflictsConfig, local: str, origin: str
+    spec: TableSpec,
+    images: Images,
+    conflicts: ConflictsConfig,
+    local: str,
+    origin: str,
+    tombstone: Version | None = None,
 ) -> Decision:
-    """The repair of one confirmed difference (see the module docstring)."""
+    """The repair of one confirmed difference (see the module docstring); ``tombstone``: the
+    deletion recorded on the side without the row, if any."""
     source_row, target_row = images
     column = lww_column(conflicts, spec.target)
-    if column is None or source_row is None or target_row is None:
-        if column is not None and source_row is None:  # lww: the present row wins
-            return Decision(False, target_row)
+    if column is None:
         return Decision(True, source_row)
     at = spec.columns.index(column)
-    ours, theirs = target_row[at], source_row[at]
-    if ours is None or theirs is None or ours == theirs:
-        ranked = list(conflicts.priority)
-        target_wins = local in ranked and (origin not in ranked or
-                                           ranked.index(local) < ranked.index(origin))  # fmt: skip
-    else:
-        target_wins = ours > theirs
+    ranks = Ranks(conflicts.priority)
+    if source_row is None or target_row is None:
+        on_target = target_row is not None
+        row = target_row if on_target else source_row
+        assert row is not None
+        if tombstone is not None and ranks.newer(
+            tombstone, Version(row[at], local if on_target else origin)
+        ):
+            return Decision(on_target, None)  # the deletion is newer: delete where it survived
+        return Decision(not on_target, row)
+    target_wins = ranks.newer(Version(target_row[at], local), Version(source_row[at], origin))
     return Decision(False, target_row) if target_wins else Decision(True, source_row)
+
+
+def tombstone_of(
+    conn: Any, table: tuple[str, str], key_columns: Sequence[str], key: Sequence[Any]
+) -> Version | None:
+    """The deletion of ``key`` recorded in ``table``'s companion on this server (None: none,
+    or no companion table with that key)."""
+    companion = sql.table_name(tombstones.SCHEMA, tombstones.name(*table))
+    where = sql.by_keys(key_columns, [tuple(key)])
+    try:
+        rows = query(conn, f"SELECT {sql.ident(tombstones.COL_DELETED_AT)}, "
+                     f"{sql.ident(tombstones.COL_ORIGIN)} FROM {companion} WHERE {where.sql}",
+                     where.params)  # fmt: skip
+    except pymysql.err.ProgrammingError:  # no such companion (or another key): no tombstone
+        return None
+    return Version(rows[0][0], str(rows[0][1])) if rows else None
+
+
+def decide_all(
+    source: Any,
+    target: Any,
+    specs: Mapping[str, TableSpec],
+    confirmed: Mapping[tuple[str, tuple[Any, ...]], tuple[str, Images]],
+    conflicts: ConflictsConfig,
+    local: str,
+    origin: str,
+) -> dict[tuple[str, tuple[Any, ...]], tuple[Decision, Version | None]]:
+    """The decision for every repairable confirmed difference, with the tombstone it rests on
+    (read from the side without the row, for lww tables)."""
+    found = {}
+    for (table, key), (kind, images) in confirmed.items():
+        spec = specs[table]
+        if not repairable(spec, kind):
+            continue
+        tombstone = None
+        if lww_column(conflicts, spec.target) is not None and None in images:
+            on_source = images[0] is None
+            tombstone = tombstone_of(source if on_source else target,
+                                     spec.source if on_source else spec.target, spec.key,
+                                     key)  # fmt: skip
+        decision = decide(spec, images, conflicts, local, origin, tombstone)
+        found[(table, key)] = (decision, tombstone)
+    return found
 
 
 def lww_column(conflicts: ConflictsConfig, target: tuple[str, str]) -> str | None:
@@ -112,8 +169,10 @@ def repair_one(
     images: Images,
     decision: Decision,
     channel: str,
+    tombstone: Version | None = None,
 ) -> bool:
-    """Apply ``decision`` and log it; False when the row written over changed meanwhile."""
+    """Apply ``decision`` and log it; False when the row written over changed meanwhile. A
+    deletion that won by ``tombstone`` copies it to the side the row is deleted on."""
     conn = target if decision.write_target else source
     table = spec.target if decision.write_target else spec.source
     expected = images[1] if decision.write_target else images[0]
@@ -135,6 +194,8 @@ def repair_one(
         )
         with conn.cursor() as cur:
             cur.execute(statement.sql, statement.params)
+        if decision.row is None and tombstone is not None:
+            _copy_tombstone(conn, table, spec.key, key, tombstone)
         if conn is target:
             _log(target, spec, key, kind, images, decision, channel)
         conn.commit()
@@ -144,6 +205,19 @@ def repair_one(
     if conn is not target:
         _log(target, spec, key, kind, images, decision, channel)
     return True
+
+
+def _copy_tombstone(
+    conn: Any, table: tuple[str, str], key_columns: Sequence[str], key: Sequence[Any],
+    tombstone: Version,
+) -> None:  # fmt: skip
+    recorded = (tuple(key), tombstone.stamp, tombstone.datacenter)
+    statement = tombstones.upsert(*table, key_columns, [recorded])
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement.sql, statement.params)
+    except pymysql.err.ProgrammingError as exc:  # no companion table on this side
+        log.info("tombstone of %s %s not copied: %s", ".".join(table), key, exc)
 
 
 def _log(
@@ -175,19 +249,16 @@ def repair_all(
     target: Any,
     specs: Mapping[str, TableSpec],
     confirmed: Mapping[tuple[str, tuple[Any, ...]], tuple[str, Images]],
-    conflicts: ConflictsConfig,
-    local: str,
-    origin: str,
+    decisions: Mapping[tuple[str, tuple[Any, ...]], tuple[Decision, Version | None]],
     channel: str,
 ) -> dict[str, int]:
-    """Every confirmed difference repaired where possible; repairs done per table."""
+    """Every confirmed difference with a decision (:func:`decide_all`) repaired; repairs
+    done per table."""
     ensure_log(target)
     done: dict[str, int] = {}
-    for (table, key), (kind, images) in confirmed.items():
-        spec = specs[table]
-        if not repairable(spec, kind):
-            continue
-        decision = decide(spec, images, conflicts, local, origin)
-        if repair_one(source, target, spec, key, kind, images, decision, channel):
+    for (table, key), (decision, tombstone) in decisions.items():
+        kind, images = confirmed[(table, key)]
+        if repair_one(source, target, specs[table], key, kind, images, decision, channel,
+                      tombstone):  # fmt: skip
             done[table] = done.get(table, 0) + 1
     return done

@@ -55,7 +55,8 @@ def as_text(report: Report, keys_shown: int = 20) -> list[str]:
             line += f", {t.repaired} repaired"
         lines.append(line)
         for entry in first_keys(t.differences, keys_shown):
-            lines.append(f"  {entry['kind']:9} key {entry['key']}")
+            repair = f" (repair: {entry['repair']})" if "repair" in entry else ""
+            lines.append(f"  {entry['kind']:9} key {entry['key']}{repair}")
         if t.unsettled:
             lines.append(f"  {len(t.unsettled)} rows kept changing through every recheck "
                          "(not counted as differences; run verify again)")  # fmt: skip

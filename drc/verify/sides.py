@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
 
 from drc.apply import sql
-from drc.apply.sink import TargetSettings
 from drc.core.errors import FatalError
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
 from drc.core.scn import SCN
 from drc.core.settle import BinlogPoint, binlog_point
+from drc.tls import MysqlTls
 
 
 class VerifyError(FatalError):
@@ -28,13 +28,36 @@ class VerifyError(FatalError):
 
 
 @dataclass(frozen=True, slots=True)
+class Endpoint:
+    """How to reach one server (what a Spark task unpickles: it imports none of the apply
+    code that drc.apply.sink.TargetSettings would bring)."""
+
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    connect_timeout_s: float = 10.0
+    tls: MysqlTls = MysqlTls()
+
+    @classmethod
+    def of(cls, settings: Any) -> Endpoint:
+        """From a drc.apply.sink.TargetSettings."""
+        return cls(settings.host, settings.port, settings.user, settings.password,
+                   settings.connect_timeout_s, settings.tls)  # fmt: skip
+
+    def __repr__(self) -> str:  # never print the password
+        return f"Endpoint({self.user}@{self.host}:{self.port})"
+
+
+@dataclass(frozen=True, slots=True)
 class Column:
     name: str
     data_type: str  # DATA_TYPE, e.g. "varchar"
-    definition: str  # COLUMN_TYPE with charset and collation, compared between the sides
+    definition: str  # COLUMN_TYPE with charset, collation and NULL, compared between the sides
+    nullable: bool = True
 
 
-def connect(settings: TargetSettings, *, writes: bool = False) -> Any:
+def connect(settings: Endpoint, *, writes: bool = False) -> Any:
     """An autocommit session on ``settings``' server (``writes``: a repair session)."""
     try:
         conn = pymysql.connect(
@@ -61,13 +84,15 @@ def query(conn: Any, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, .
 def columns(conn: Any, schema: str, table: str) -> list[Column]:
     """The table's columns in order ([] when there is no such table)."""
     rows = query(conn,
-        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME FROM "
-        "information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-        "ORDER BY ORDINAL_POSITION", (schema, table))  # fmt: skip
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME, "
+        "IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND "
+        "TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (schema, table))  # fmt: skip
     found = []
-    for name, data_type, column_type, charset, collation in rows:
+    for name, data_type, column_type, charset, collation, nullable in rows:
         definition = str(column_type) + (f" {charset} {collation}" if charset else "")
-        found.append(Column(str(name), str(data_type).lower(), definition))
+        null = nullable == "YES"
+        definition += "" if null else " NOT NULL"
+        found.append(Column(str(name), str(data_type).lower(), definition, null))
     return found
 
 

@@ -7,7 +7,10 @@ on Spark in local mode (one session for the module).
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +20,7 @@ import pytest
 from drc.config import load_config
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
-from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.verify.driver import Options, Report, run_verify
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import running_nodes
@@ -32,7 +35,17 @@ TABLES = (
     "f FLOAT, d DOUBLE, ts TIMESTAMP(6) NULL, b VARBINARY(16), note TEXT)",
     f"CREATE TABLE {DB}.pair (a VARCHAR(10) NOT NULL, b INT NOT NULL, v INT, PRIMARY KEY (a, b))",
     f"CREATE TABLE {DB}.events (kind VARCHAR(10), v INT)",  # keyless
+    f"CREATE TABLE {DB}.lw (id INT PRIMARY KEY, v VARCHAR(20), ts DATETIME(6) NOT NULL)",
 )
+LWW = f"""
+[conflicts]
+priority = ["dc1", "dc2"]
+
+[[conflicts.tables]]
+table = "{DB}.lw"
+policy = "lww"
+column = "ts"
+"""
 
 
 def _sql(server: ServerInfo, *statements: str, log_bin: bool = True, db: str | None = DB) -> None:
@@ -55,6 +68,19 @@ def _count(server: ServerInfo, table: str) -> int:
         count = int(cur.fetchone()[0])
     conn.close()
     return count
+
+
+def _tomb_trigger(server: ServerInfo) -> bool:
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
+            "AND EVENT_OBJECT_TABLE = 'lw' AND ACTION_TIMING = 'AFTER'",
+            (DB,),
+        )
+        found = int(cur.fetchone()[0])
+    conn.close()
+    return found > 0
 
 
 def _workload(server: ServerInfo, parity: int, stop: threading.Event) -> None:
@@ -104,6 +130,7 @@ port = {peer.port}
 user = "{peer.user}"
 password_file = "{tmp / (peer.datacenter + ".password")}"
 """
+            + LWW
         )
     from drc.spark.session import build_session
 
@@ -114,9 +141,11 @@ password_file = "{tmp / (peer.datacenter + ".password")}"
              f"'2024-01-01 00:00:00.5' + INTERVAL seq SECOND, UNHEX(HEX(seq)), IF(seq % 5, "
              f"NULL, 'x') FROM seq_1_to_{SEEDED}",
              "INSERT INTO pair SELECT CONCAT('k', seq % 10), seq, 0 FROM seq_1_to_500",
-             "INSERT INTO events SELECT 'e', seq % 20 FROM seq_1_to_100")  # fmt: skip
-        assert wait_for(lambda: _count(dc2, "acct") == SEEDED and _count(dc2, "events") == 100,
-                        60), "the seed did not reach dc2"  # fmt: skip
+             "INSERT INTO events SELECT 'e', seq % 20 FROM seq_1_to_100",
+             "INSERT INTO lw SELECT seq, 'v', '2024-01-01' FROM seq_1_to_100")  # fmt: skip
+        assert wait_for(lambda: _count(dc2, "acct") == SEEDED and _count(dc2, "events") == 100
+                        and _count(dc2, "lw") == 100, 60), "the seed did not reach dc2"  # fmt: skip
+        assert wait_for(lambda: all(_tomb_trigger(s) for s in (dc1, dc2)), 60), "no lww triggers"
         stop = threading.Event()
         writers = [threading.Thread(target=_workload, args=(s, p, stop), daemon=True)
                    for s, p in ((dc1, 1), (dc2, 2))]  # fmt: skip
@@ -124,7 +153,7 @@ password_file = "{tmp / (peer.datacenter + ".password")}"
             writer.start()
         session = build_session("local[2]", "drc-verify-test")
         try:
-            yield dc1, dc2, load_config(configs["dc2"]), session
+            yield dc1, dc2, load_config(configs["dc2"]), session, configs["dc2"]
         finally:
             stop.set()
             for writer in writers:
@@ -133,7 +162,7 @@ password_file = "{tmp / (peer.datacenter + ".password")}"
 
 
 def _verify(live: Any, **options: Any) -> Report:
-    _, _, config, session = live
+    _, _, config, session, _ = live
     opts = Options(chunk_rows=400, leaf_rows=100, **options)
     return run_verify(config, "from-dc1", opts, out=lambda line: None, session=session)
 
@@ -146,13 +175,13 @@ def test_live_two_way_load_without_injected_differences_reports_none(live: Any) 
     for _ in range(10):
         report = _verify(live)
         assert _found(report) == set() and report.differences == 0
-        assert [t.skipped for t in report.tables] == [None, None, None]
+        assert [t.skipped for t in report.tables] == [None] * 4
         assert report.rows > SEEDED
 
 
 @pytest.mark.slow
 def test_every_difference_made_outside_the_binlog_is_found_and_repaired(live: Any) -> None:
-    dc1, dc2, _, _ = live
+    dc1, dc2, _, _, _ = live
     _sql(dc2,
          "UPDATE acct SET bal = bal + 1000 WHERE id IN (2501, 2777)",
          "UPDATE acct SET note = NULL WHERE id = 2600",  # 'x' -> NULL
@@ -194,3 +223,52 @@ def test_every_difference_made_outside_the_binlog_is_found_and_repaired(live: An
             cur.execute(f"SELECT owner FROM {DB}.acct WHERE id = 2888")
             assert cur.fetchone()[0] == "changed on dc1"
         c.close()
+
+
+@pytest.mark.slow
+def test_lww_a_newer_deletion_wins_over_the_row_the_other_side_kept(live: Any) -> None:
+    """A row deleted on one side outside the binlog (its tombstone written by DRC's trigger)
+    is deleted on the other side too when the deletion is newer, and restored where it was
+    deleted when the surviving row is newer; the report says which before --repair does it."""
+    dc1, dc2, _, _, _ = live
+    _sql(dc2, "DELETE FROM lw WHERE id IN (10, 20)", log_bin=False)  # tombstones: now
+    _sql(dc1, "UPDATE lw SET v = 'later', ts = NOW(6) + INTERVAL 1 HOUR WHERE id = 20",
+         log_bin=False)  # fmt: skip
+    lw = f"{DB}.lw"
+
+    def shown(report: Report) -> set[tuple[str, tuple[Any, ...], str | None]]:
+        return {(d.kind, d.key, d.repair) for t in report.tables if t.source == lw
+                for d in t.differences}  # fmt: skip
+
+    expected = {("missing", (10,), "source:delete"), ("missing", (20,), "target:upsert")}
+    assert shown(_verify(live)) == expected
+    assert shown(_verify(live, repair=True)) == expected
+    assert shown(_verify(live)) == set()
+    for server in (dc1, dc2):
+        conn = connect(server, database=DB)
+        with conn.cursor() as cur:
+            cur.execute("SELECT id, v FROM lw WHERE id IN (10, 20)")
+            assert cur.fetchall() == ((20, "later"),)
+        conn.close()
+
+
+@pytest.mark.slow
+def test_verify_runs_on_the_sandbox_standalone_cluster(
+    live: Any, sandbox: SandboxDescription
+) -> None:
+    """`drc verify --master spark://...` (the CLI, its driver in its own process) with the
+    chunk comparisons on the sandbox's Spark master and worker, under the two-way load."""
+    path = live[4]
+    description = Sandbox(sandbox.dir).up(datacenters=len(sandbox.servers), with_spark=True)
+    assert description.spark is not None
+    done = subprocess.run(
+        [sys.executable, "-m", "drc.cli", "verify", "--config", str(path), "--channel",
+         "from-dc1", "--tables", f"{DB}.acct,{DB}.pair", "--master",
+         description.spark.master_url, "--chunk-rows", "400", "--format", "json"],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["differences"] == 0
+    assert [t["source"] for t in report["tables"]] == [f"{DB}.acct", f"{DB}.pair"]
+    assert report["tables"][0]["rows"] >= SEEDED and report["tables"][0]["chunks"] > 1

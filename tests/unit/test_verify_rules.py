@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drc.apply.conflict_rules import Version
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.core.rowsum import (
     Difference,
@@ -66,3 +67,25 @@ def test_repair_writes_the_source_row_unless_lww_says_the_target_is_newer() -> N
     tie = decide(SPEC, ((1, 5, 20), (1, 6, 20)), lww, "dc2", "dc1")
     assert tie.write_target  # dc1 (the source) is first in priority
     assert decide(SPEC, (None, (1, 6, 20)), lww, "dc2", "dc1").action == "source:upsert"
+
+
+def test_lww_a_newer_deletion_on_the_other_side_beats_a_surviving_row() -> None:
+    rule = ConflictTableConfig(table="d.*", policy="lww", column="ts")
+    lww = ConflictsConfig(priority=("dc1", "dc2"), tables=(rule,))
+    only_target, only_source = (None, (1, 6, 20)), ((1, 5, 20), None)
+    # the source deleted the row after the target last wrote it: delete it on the target
+    newer = decide(SPEC, only_target, lww, "dc2", "dc1", Version(25, "dc1"))
+    assert newer.action == "target:delete" and newer.row is None
+    # an older deletion loses: the row is written where it is missing
+    older = decide(SPEC, only_target, lww, "dc2", "dc1", Version(15, "dc1"))
+    assert older.action == "source:upsert" and older.row == (1, 6, 20)
+    # the target deleted it later: delete on the source; equal times go by priority
+    assert decide(SPEC, only_source, lww, "dc2", "dc1", Version(21, "dc2")).action == (
+        "source:delete")  # fmt: skip
+    tie = decide(SPEC, only_source, lww, "dc2", "dc1", Version(20, "dc2"))
+    assert tie.action == "target:upsert"  # dc1's row wins the tie
+    # tables without lww ignore tombstones: the source is right
+    plain = decide(SPEC, only_target, ConflictsConfig(), "dc2", "dc1", Version(99, "dc1"))
+    assert plain.action == "target:delete"
+    assert decide(SPEC, only_source, ConflictsConfig(), "dc2", "dc1",
+                  Version(99, "dc2")).action == "target:upsert"  # fmt: skip
