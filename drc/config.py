@@ -145,6 +145,15 @@ class TargetConfig(_MysqlTlsKeys):
         return _read_secret(self.password, self.password_file, "target.password_file")
 
 
+class OriginDbConfig(TargetConfig):
+    """The origin datacenter's database, read by snapshot and verify (never written)."""
+
+    _tls_section: str = PrivateAttr("channels.origin_db")
+
+    def secret(self) -> str:
+        return _read_secret(self.password, self.password_file, "channels.origin_db.password_file")
+
+
 ObjectKind = Literal["view", "function", "procedure", "trigger", "event"]
 
 
@@ -181,6 +190,9 @@ class ChannelConfig(_Model):
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_verify: bool = True
+    # The origin datacenter's database (its primary or a replica), which `drc snapshot` copies
+    # from and `drc verify` compares with; only those commands need it.
+    origin_db: OriginDbConfig | None = None
 
     @model_validator(mode="after")
     def _valid(self) -> ChannelConfig:
