@@ -100,6 +100,7 @@ def run_snapshot(
             [*journal.create_statements(), *windows.create_statements()[1:],
              lease.create_statement()], "creating the snapshot tables",
         )  # fmt: skip
+        session.ensure_checkpoint_table()
         found = session.query(journal.select_run(channel.name), "reading the snapshot run")
         session.commit()
         run = journal.parse_run(found[0]) if found else None
