@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.apply import checkpoint
+from drc.apply import checkpoint, windows
 from drc.apply.channel import ApplyChannel
 from drc.apply.errors import MissingTableError
 from drc.apply.plan import TargetTable
@@ -137,6 +137,7 @@ def _run(
     session = TargetSession(settings)
     try:
         session.run_setup(journal.create_statements(), "creating the catch-up tables")
+        _no_open_window(session, channel.name, start)
         unfinished = session.query(journal.select_run(channel.name), "reading the catch-up run")
         session.commit()
         resuming = False
@@ -279,6 +280,21 @@ def _apply_span(
         shuffled = routed.partitionBy(partitions, lambda part: part)
         results = list(shuffled.mapPartitionsWithIndex(apply).collect())
     return int(decoded.value), results
+
+
+def _no_open_window(session: TargetSession, name: str, start: SCN) -> None:
+    """Refuse a range a snapshot's window covers: catch-up neither drops what a copy holds
+    nor converges without conflict detection (drc.core.windows); streaming does both."""
+    rows = session.query(windows.select(name), "reading the snapshot tables")
+    session.commit()
+    still = windows.parse(rows).open_after(start)
+    if still:
+        last = max(w.converge_until for w in still)
+        raise CatchupError(
+            f"channel {name} is inside a snapshot's window up to {last} (tables "
+            f"{', '.join('.'.join(w.target) for w in still)}): catch-up replays only after "
+            "streaming has passed it. Nothing was written; let drc run stream, then run again"
+        )
 
 
 def _ddl_transactions(
