@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from drc.apply.sink import TargetSession, TargetSettings
@@ -63,25 +64,51 @@ class Copied:
 
 
 def copy_chunks(job: Job, chunks: Iterable[Chunk]) -> Iterator[Copied]:
-    """Copy each chunk (see the module docstring), one origin and one target session."""
-    source = origin.connect(job.source)
+    """Copy each chunk (see the module docstring) on one target session. The origin renders
+    the next chunk (a thread of its own, its own session) while this one is written, so both
+    servers work at once, as a dump piped into a load does."""
+    todo = list(chunks)
+    ahead = origin.connect(job.source)
     target = TargetSession(job.target)
     try:
         target.execute(Statement("SET SESSION foreign_key_checks = 0", ()), "preparing")
-        for chunk in chunks:
-            yield copy_chunk(job, source, target, chunk)
+        with ThreadPoolExecutor(1, thread_name_prefix="snapshot-read") as pool:
+            pending = pool.submit(_read, job, ahead, todo[0]) if todo else None
+            for i, chunk in enumerate(todo):
+                assert pending is not None
+                began, read = time.monotonic(), pending.result()
+                pending = pool.submit(_read, job, ahead, todo[i + 1]) if i + 1 < len(todo) else None
+                yield _write(job, target, chunk, read, began)
     finally:
         target.close()
-        source.close()
+        ahead.close()
 
 
-def copy_chunk(job: Job, source: object, target: TargetSession, chunk: Chunk) -> Copied:
-    began = time.monotonic()
+def _read(job: Job, conn: object, chunk: Chunk) -> origin.Read | None:
+    table = job.tables[(chunk.schema, chunk.table)]
+    return origin.read_whole(conn, chunk.schema, chunk.table, table.columns, chunk_where(chunk),
+                             job.max_bytes)  # fmt: skip
+
+
+def _write(
+    job: Job, target: TargetSession, chunk: Chunk, read: origin.Read | None, began: float
+) -> Copied:
+    """The chunk's rows and its journal row, one target transaction (a chunk too big for one
+    piece is streamed from a session of its own)."""
     table = job.tables[(chunk.schema, chunk.table)]
     prefix = rows.insert_prefix(*table.target, table.columns)
     what = f"copying chunk {chunk.label()}"
-    with origin.reading(source, chunk.schema, chunk.table, table.columns, chunk_where(chunk),
-                        job.max_bytes) as read:  # fmt: skip
+    if read is None:
+        source = origin.connect(job.source)
+        try:
+            with origin.reading(source, chunk.schema, chunk.table, table.columns,
+                                chunk_where(chunk), job.max_bytes) as streamed:  # fmt: skip
+                for piece in streamed.pieces:
+                    target.execute_sql(prefix + piece, what)
+                read = streamed
+        finally:
+            source.close()
+    else:
         for piece in read.pieces:
             target.execute_sql(prefix + piece, what)
     read_at = job.stream.scn(read.file, read.pos)

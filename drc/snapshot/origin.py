@@ -22,7 +22,7 @@ import pymysql
 import pymysql.cursors
 
 from drc.apply.sink import TargetSettings
-from drc.apply.sql import SESSION_SQL_MODE, SESSION_TIME_ZONE, Statement
+from drc.apply.sql import SESSION_SQL_MODE, SESSION_TIME_ZONE, Statement, table_name
 from drc.core.errors import FatalError, RetriableError
 from drc.core.scn import SCN
 from drc.replicator.source import split_binlog_name
@@ -108,28 +108,47 @@ class Read:
     pieces: Iterator[str]  # VALUES tuples joined by commas, each at most ``max_bytes``
 
 
+def read_whole(
+    conn: Any, schema: str, table: str, cols: Sequence[Column], where: Statement,
+    max_bytes: int,
+) -> Read | None:  # fmt: skip
+    """The chunk's rows as of one consistent snapshot, rendered in one piece, and that
+    snapshot's binlog position; None when they do not fit in ``max_bytes`` (then read the
+    chunk with :func:`reading`)."""
+    with _snapshot(conn, f"reading a chunk of {schema}.{table}") as (cur, file, pos):
+        cur.execute(rows.chunk_select(schema, table, cols, where.sql), where.params)
+        count, text = cur.fetchone()
+        cur.execute("SELECT @@warning_count")  # 1260: cut at group_concat_max_len
+        if int(cur.fetchone()[0]) != 0 or len(text or "") >= max_bytes:
+            return None
+        return Read(file, pos, int(count), iter([text] if text else []))
+
+
 @contextmanager
 def reading(
     conn: Any, schema: str, table: str, cols: Sequence[Column], where: Statement,
     max_bytes: int,
 ) -> Iterator[Read]:  # fmt: skip
-    """The chunk's rows as of one consistent snapshot, and that snapshot's binlog position;
-    the snapshot stays open while the caller takes the pieces (a big chunk streams)."""
-    what = f"reading a chunk of {schema}.{table}"
+    """A chunk too big for one piece: its rows streamed one per result row from one
+    consistent snapshot, joined into pieces of at most ``max_bytes``, while the caller takes
+    them."""
+    with _snapshot(conn, f"reading a chunk of {schema}.{table}") as (cur, file, pos):
+        cur.execute(f"SELECT COUNT(*) FROM {table_name(schema, table)} WHERE {where.sql}",
+                    where.params)  # fmt: skip
+        count = int(cur.fetchone()[0])
+        yield Read(file, pos, count, _streamed(conn, schema, table, cols, where, max_bytes))
+
+
+@contextmanager
+def _snapshot(conn: Any, what: str) -> Iterator[tuple[Any, str, int]]:
+    """A consistent-snapshot read-only transaction and its binlog position."""
     try:
         with conn.cursor() as cur:
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
             try:
                 cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
                 status = {str(k).lower(): v for k, v in cur.fetchall()}
-                cur.execute(rows.chunk_select(schema, table, cols, where.sql), where.params)
-                count, text = cur.fetchone()
-                cur.execute("SELECT @@warning_count")
-                whole = int(cur.fetchone()[0]) == 0 and len(text or "") < max_bytes
-                pieces: Iterator[str] = iter([text] if text else [])
-                if not whole:  # truncated by group_concat_max_len, or too big for one INSERT
-                    pieces = _streamed(conn, schema, table, cols, where, max_bytes)
-                yield Read(*_position(status), int(count), pieces)
+                yield (cur, *_position(status))
             finally:
                 cur.execute("COMMIT")
     except (pymysql.MySQLError, OSError) as exc:
