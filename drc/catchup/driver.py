@@ -92,7 +92,7 @@ def run_catchup(
     """Replay ``channel_name``'s backlog into the target (see the module docstring)."""
     began = time.monotonic()
     say, out = out, lambda line: say(f"[{time.monotonic() - began:6.1f}s] {line}")
-    channel = _channel(config, channel_name)
+    channel = config.channel(channel_name)
     settings = target_settings(config.target_or_source())
     held = lease.take_waiting(settings, channel.name, lease.new_owner(), lease_ttl_s, out)
     renewer = lease.Renewer(held, lambda: lease.session(settings)).start()
@@ -368,11 +368,3 @@ def _listing(channel: ChannelConfig, token: str | None, after: SCN, to: SCN | No
         except Exception as exc:  # this replicator is unreachable: ask the next one
             failures.append(f"{url}: {exc}")
     raise CatchupError("no remote replicator answered: " + "; ".join(failures))
-
-
-def _channel(config: DrcConfig, name: str) -> ChannelConfig:
-    for channel in config.channels:
-        if channel.name == name:
-            return channel
-    known = ", ".join(c.name for c in config.channels) or "none"
-    raise CatchupError(f"no channel named {name!r} in the config (channels: {known})")

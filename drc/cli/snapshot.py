@@ -3,12 +3,12 @@ channel."""
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
 
-from drc.cli.run import config_option, setup_logging
+from drc.cli.run import config_option
+from drc.cli.spark import master_option, prepare
 from drc.config import load_config
 
 
@@ -21,12 +21,7 @@ from drc.config import load_config
     help="Source tables to copy, comma-separated db.table patterns (default: the channel's "
     "tables; a table outside them is joined to the channel too).",
 )
-@click.option(
-    "--master",
-    default="local[*]",
-    show_default=True,
-    help="Spark master: local[*], local[N] or spark://HOST:PORT (a standalone cluster).",
-)
+@master_option
 @click.option(
     "--partitions",
     default=4,
@@ -60,15 +55,8 @@ def snapshot(config_path: str, channel_name: str, tables: str, master: str, part
     if a table was skipped (named, with the reason). See docs/snapshot.md.
     """
     from drc.snapshot.driver import run_snapshot
-    from drc.spark.session import check_master
 
-    try:
-        check_master(master)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--master") from None
-    setup_logging()
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    prepare(master)
     config = load_config(config_path)
     patterns = [p.strip() for p in tables.split(",") if p.strip()]
     summary = run_snapshot(

@@ -85,7 +85,7 @@ def run_snapshot(
     """Copy the channel's (or ``patterns``') tables and join them (module docstring)."""
     began = time.monotonic()
     say, out = out, lambda line: say(f"[{time.monotonic() - began:6.1f}s] {line}")
-    channel = _channel(config, channel_name)
+    channel = config.channel(channel_name)
     if channel.origin_db is None:
         raise SnapshotError(
             f"channel {channel.name} has no [channels.origin_db]: give the origin "
@@ -389,11 +389,3 @@ def _stream(channel: ChannelConfig) -> Stream:
         scn = SCN.parse(str(last))
         return Stream(scn.change_id, scn.server_id)
     raise SnapshotError("no origin replicator answered: " + "; ".join(failures))
-
-
-def _channel(config: DrcConfig, name: str) -> ChannelConfig:
-    for channel in config.channels:
-        if channel.name == name:
-            return channel
-    known = ", ".join(c.name for c in config.channels) or "none"
-    raise SnapshotError(f"no channel named {name!r} in the config (channels: {known})")

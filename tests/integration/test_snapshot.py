@@ -19,6 +19,7 @@ import pytest
 
 from drc.apply import build_channel
 from drc.config import load_config
+from drc.core.errors import ConfigError
 from drc.sandbox.sandbox import ServerInfo
 from drc.snapshot.driver import run_snapshot
 from drc.snapshot.origin import SnapshotError
@@ -318,7 +319,7 @@ def test_bad_input_is_a_clear_error_or_a_named_skip(
         config = load_config(config_file(tmp_path, dc1, dc2, url, [f"{schema}.*"]))
         with pytest.raises(SnapshotError, match="no table on the origin matches nope"):
             run_snapshot(config, "snap", patterns=["nope.*"], out=lambda _l: None)
-        with pytest.raises(SnapshotError, match="no channel named 'x'"):
+        with pytest.raises(ConfigError, match="no channel named 'x'"):
             run_snapshot(config, "x", out=lambda _l: None)
         summary = run_snapshot(config, "snap", master="local[1]", out=lambda _l: None)
         assert "column v is bigint" in summary.skipped[f"{schema}.differs"]
