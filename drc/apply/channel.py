@@ -461,11 +461,7 @@ class ApplyChannel:
     def _join_tables(self) -> None:
         """Select the joined tables the config's ``tables`` leave out (their changes would
         otherwise not even be pulled)."""
-        selected = self.channel.table_filter()
-        extra = [
-            name for name in self._copied.windows.source_names()
-            if not selected.matches(*name.split(".", 1))
-        ]  # fmt: skip
+        extra = windows.unselected(self.channel, self._copied.windows)
         if not extra or self._rejoin is None:
             return
         filters, subscribe = self._rejoin(self.channel, extra)

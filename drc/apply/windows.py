@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from drc.apply.sql import Statement, ident
+from drc.config import ChannelConfig
 from drc.core.events import Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
@@ -79,6 +80,22 @@ def join(channel: str, window: Window, rows: int) -> Statement:
             rows,
         ),  # fmt: skip
     )
+
+
+def unselected(channel: ChannelConfig, joined: Windows) -> list[str]:
+    """Joined source tables (``db.table``) the channel's ``tables`` leave out; none when the
+    channel selects everything (a snapshot refuses the tables ``exclude`` names)."""
+    if not channel.tables:
+        return []
+    selected = channel.table_filter()
+    return [n for n in joined.source_names() if not selected.matches(*n.split(".", 1))]
+
+
+def widened(channel: ChannelConfig, joined: Windows) -> ChannelConfig:
+    """``channel`` with the joined tables it leaves out selected too (bulk catch-up builds its
+    chain from this; a streaming channel rebuilds its own: ChannelParts.rejoin)."""
+    extra = unselected(channel, joined)
+    return channel.model_copy(update={"tables": (*channel.tables, *extra)}) if extra else channel
 
 
 class DropCopied:

@@ -38,6 +38,7 @@ from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.reduce import DdlStep, Span, plan_steps
 from drc.core.scn import SCN
+from drc.core.windows import Windows
 from drc.spark.progress import progress
 from drc.spark.session import build_session
 
@@ -137,7 +138,7 @@ def _run(
     session = TargetSession(settings)
     try:
         session.run_setup(journal.create_statements(), "creating the catch-up tables")
-        _no_open_window(session, channel.name, start)
+        channel = windows.widened(channel, _no_open_window(session, channel.name, start))
         unfinished = session.query(journal.select_run(channel.name), "reading the catch-up run")
         session.commit()
         resuming = False
@@ -282,12 +283,14 @@ def _apply_span(
     return int(decoded.value), results
 
 
-def _no_open_window(session: TargetSession, name: str, start: SCN) -> None:
-    """Refuse a range a snapshot's window covers: catch-up neither drops what a copy holds
-    nor converges without conflict detection (drc.core.windows); streaming does both."""
+def _no_open_window(session: TargetSession, name: str, start: SCN) -> Windows:
+    """The tables snapshots joined to the channel; CatchupError for a range a snapshot's
+    window covers: catch-up neither drops what a copy holds nor converges without conflict
+    detection (drc.core.windows); streaming does both."""
     rows = session.query(windows.select(name), "reading the snapshot tables")
     session.commit()
-    still = windows.parse(rows).open_after(start)
+    joined = windows.parse(rows)
+    still = joined.open_after(start)
     if still:
         last = max(w.converge_until for w in still)
         raise CatchupError(
@@ -295,6 +298,7 @@ def _no_open_window(session: TargetSession, name: str, start: SCN) -> None:
             f"{', '.join('.'.join(w.target) for w in still)}): catch-up replays only after "
             "streaming has passed it. Nothing was written; let drc run stream, then run again"
         )
+    return joined
 
 
 def _ddl_transactions(

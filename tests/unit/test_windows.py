@@ -66,3 +66,15 @@ def test_registry_rows_round_trip():
     assert statement.params[:7] == ("ch", "src", "t", "dst", "t", str(scn(100)), str(scn(200)))
     rows = [("src", "t", "dst", "t", str(scn(100)), str(scn(200)))]
     assert parse(rows).by_target == {("dst", "t"): WINDOW}
+
+
+def test_joined_tables_outside_the_channels_tables_are_selected_too():
+    from drc.apply.windows import unselected, widened
+    from drc.config import ChannelConfig
+
+    joined = Windows([WINDOW, Window(("a", "b"), ("a", "b"), scn(10), scn(20))])
+    narrow = ChannelConfig(name="c", origin="dc1", remote=("http://x",), tables=("a.*",))
+    assert unselected(narrow, joined) == ["src.t"]
+    assert widened(narrow, joined).tables == ("a.*", "src.t")
+    everything = ChannelConfig(name="c", origin="dc1", remote=("http://x",))
+    assert widened(everything, joined) is everything
