@@ -37,7 +37,7 @@ from bench.bench_replicator import connect, position  # noqa: E402
 from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
 
 SCHEMA = "bs"
-VERBOSE = True
+VERBOSE = False  # True: the snapshot's progress lines too
 JAR = "/usr/share/java/mariadb-java-client.jar"
 
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +41,7 @@ from drc.core.windows import Window
 from drc.snapshot import copier, journal, origin, rows, tables
 from drc.snapshot.journal import Recorded, Run
 from drc.snapshot.origin import SnapshotError, Stream
-from drc.spark.progress import progress
+from drc.spark.progress import PROGRESS_EVERY_S
 from drc.spark.session import build_session
 
 log = logging.getLogger(__name__)
@@ -258,7 +260,7 @@ class Snapshot:
         try:
             sc = spark.sparkContext
             slices = max(1, min(partitions, len(pending)))
-            with progress(sc, self.out, "copying chunks"):
+            with self._progress(began):
                 done = (
                     sc.parallelize(pending, slices)
                     .mapPartitions(lambda part: copier.copy_chunks(job, part))
@@ -272,6 +274,38 @@ class Snapshot:
         copied = sum(c.rows for c in done if c.written)
         self.out(f"copied {len(done)} chunks, {copied} rows in {took:.1f}s "
                  f"({copied / took:.0f} rows/s)")  # fmt: skip
+
+    @contextmanager
+    def _progress(self, began: float) -> Iterator[None]:
+        """A line every PROGRESS_EVERY_S from the journal: chunks and rows copied, rate, ETA."""
+        stop = threading.Event()
+        statement = journal.copied_so_far(self.channel.name)
+
+        def report() -> None:
+            session = TargetSession(self.target)
+            try:
+                _, before, _ = session.query(statement, "reading progress")[0]
+                while not stop.wait(PROGRESS_EVERY_S):
+                    done, rows_done, total = (int(v) for v in session.query(statement, "")[0])
+                    session.commit()
+                    elapsed = max(time.monotonic() - began, 1e-6)
+                    rate = (rows_done - int(before)) / elapsed
+                    new = max(done - self.summary.resumed, 0)
+                    eta = f"{elapsed / new * (total - done):.0f}s" if new else "unknown"
+                    self.out(f"copying: {done}/{total} chunks, {rows_done} rows, "
+                             f"{rate:.0f} rows/s, ETA {eta}")  # fmt: skip
+            except Exception as exc:  # progress is best effort; the copy decides the outcome
+                log.warning("snapshot progress: %s", exc)
+            finally:
+                session.close()
+
+        thread = threading.Thread(target=report, name="snapshot-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def _failed(self, exc: BaseException) -> SnapshotError:
         """What a failed copy says: the cause, and that a re-run resumes."""

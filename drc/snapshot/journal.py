@@ -139,6 +139,15 @@ def chunk_done(channel: str, chunk: Chunk, rows: int, read_at: SCN) -> Statement
     )
 
 
+def copied_so_far(channel: str) -> Statement:
+    """(chunks copied, their rows, chunks planned) of the channel's run: progress lines."""
+    return Statement(
+        "SELECT COUNT(`copied_rows`), COALESCE(SUM(`copied_rows`), 0), COUNT(*) FROM "
+        f"{_CHUNK} WHERE `channel` = %s",
+        (channel,),
+    )
+
+
 def forget_table(channel: str, schema: str, table: str) -> Statement:
     return Statement(
         f"DELETE FROM {_CHUNK} WHERE `channel` = %s AND `src_db` = %s AND `src_table` = %s",
