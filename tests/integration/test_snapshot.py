@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ import pytest
 from drc.apply import build_channel
 from drc.config import load_config
 from drc.core.errors import ConfigError
-from drc.sandbox.sandbox import ServerInfo
+from drc.sandbox.demo import write_configs
+from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
 from drc.snapshot.origin import SnapshotError
 from tests.integration.capture import master_position
@@ -35,6 +37,7 @@ from tests.integration.test_apply_support import (
     drop_everywhere,
     execute,
     query,
+    running_nodes,
     serving,
     wait_for,
 )
@@ -55,10 +58,11 @@ def prepare(dc1: ServerInfo, dc2: ServerInfo, *schemas: str) -> None:
     for schema in schemas:
         drop_everywhere(schema, dc1, dc2)
     apply_user(dc2)
-    execute(dc2, "CREATE DATABASE IF NOT EXISTS drc")
-    for table in ("checkpoint", "catchup_lease", "snapshot_run", "snapshot_chunk",
-                  "snapshot_tables", "conflicts"):  # fmt: skip
-        execute(dc2, f"DROP TABLE IF EXISTS drc.{table}")
+    for server in (dc1, dc2):
+        execute(server, "CREATE DATABASE IF NOT EXISTS drc")
+        for table in ("checkpoint", "catchup_lease", "snapshot_run", "snapshot_chunk",
+                      "snapshot_tables", "conflicts"):  # fmt: skip
+            execute(server, f"DROP TABLE IF EXISTS drc.{table}")
 
 
 def load(server: ServerInfo, schema: str, rows: int) -> None:
@@ -349,3 +353,80 @@ def test_bad_input_is_a_clear_error_or_a_named_skip(
     for table in ("differs", "full", "big"):
         rows: list[Any] = query(dc1, f"SELECT * FROM {schema}.{table} ORDER BY id")
         assert rows == query(dc2, f"SELECT * FROM {schema}.{table} ORDER BY id")
+
+
+@pytest.mark.slow
+def test_snapshot_into_a_two_way_pair_under_load_on_both_sides(
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    """Both datacenters run `drc run` with two-way load on tw2; dc2's channel is told about
+    tw only by the snapshot. Afterwards dc2 also writes to tw, and both sides stay equal."""
+    prepare(dc1, dc2, "tw", "tw2")
+    for server in (dc1, dc2):
+        execute(server, "CREATE DATABASE tw2", "CREATE TABLE tw2.o (id INT AUTO_INCREMENT "
+                "PRIMARY KEY, n INT)")  # fmt: skip
+    load(dc1, "tw", 10_000)
+    configs = write_configs(sandbox, tmp_path / "cfg", tables=["tw2.*", "tw.*"],
+                            no_primary_key="match_whole_row")  # fmt: skip
+    text = configs["dc2"].read_text().replace('tables = ["tw2.*", "tw.*"]', 'tables = ["tw2.*"]')
+    configs["dc2"].write_text(
+        text
+        + f"""
+[channels.origin_db]
+host = "{dc1.host}"
+port = {dc1.port}
+user = "{dc1.user}"
+password_file = "{tmp_path / "cfg" / "dc1.password"}"
+"""
+    )
+    with running_nodes(configs):
+        back = Reverse(dc2)
+        with back, Writer(dc1, "tw", "tw2", 10_000) as writer:
+            wait_for(lambda: writer.done > 20 and back.done > 20, "two-way writes")
+            config = load_config(configs["dc2"])
+            summary = run_snapshot(config, "from-dc1", patterns=["tw.*"], master="local[2]",
+                                   chunk_rows=1000, out=lambda _l: None)  # fmt: skip
+            written = writer.done
+            wait_for(lambda: writer.done > written + 50, "writes after the join")
+        with Reverse(dc2, "tw.acct", "bal"):  # the joined table now takes writes on dc2 too
+            time.sleep(3)
+        for here, there in ((dc1, dc2), (dc2, dc1)):
+            token = mark(here, "tw")
+            wait_for(partial(seen, there, "tw", token), f"{here.datacenter}'s last write", 180)
+        wait_for(lambda: _rows(dc1, "tw2.o") == _rows(dc2, "tw2.o"), "tw2 converged", 120)
+    assert sorted(summary.copied) == sorted(f"tw.{t}" for t in JOINED)
+    assert_same(dc1, dc2, "tw")
+    assert_same(dc1, dc2, "tw2")
+
+
+class Reverse:
+    """Writes on ``server`` in a thread: new rows of ``table`` with ids of their own (negative:
+    the other side's AUTO_INCREMENT never reaches them), and updates of ``column``."""
+
+    def __init__(self, server: ServerInfo, table: str = "tw2.o", column: str = "n") -> None:
+        self.server, self.table, self.column, self.done = server, table, column, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Reverse:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+    def _run(self) -> None:
+        conn = connect(self.server)
+        base = -1 - 1_000_000 * (self.table != "tw2.o")
+        with conn.cursor() as cur:
+            while not self.stop.wait(0.01):
+                cur.execute(f"INSERT INTO {self.table} (id) VALUES (%s)", (base - self.done,))
+                cur.execute(f"UPDATE {self.table} SET {self.column} = %s WHERE id = %s",
+                            (self.done, base))  # fmt: skip
+                self.done += 1
+        conn.close()
+
+
+def _rows(server: ServerInfo, table: str) -> int:
+    return int(query(server, f"SELECT COUNT(*) FROM {table}")[0][0])
