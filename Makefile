@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SANDBOX_DIR ?= .sandbox
 APT_PACKAGES := mariadb-server zookeeper default-jre-headless libmariadb-java sysbench openssl \
-  systemd prometheus chromium
+  systemd prometheus chromium percona-toolkit
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup system-packages test test-unit test-integration test-slow demo demo-down bench lint clean

@@ -154,6 +154,18 @@ class OriginDbConfig(TargetConfig):
         return _read_secret(self.password, self.password_file, "channels.origin_db.password_file")
 
 
+class VerifyScheduleConfig(_Model):
+    """A periodic ``drc verify`` of the channel inside ``drc run`` (drc.verify.schedule)."""
+
+    every_s: float = Field(21600, gt=0)  # from the end of one run to the start of the next
+    tables: tuple[str, ...] = ()  # source db.table patterns; empty: all the channel's tables
+    chunk_rows: int = Field(10_000, ge=10)
+    master: str = Field("local[2]", min_length=1)  # the Spark master, kept running between runs
+    streams: int = Field(2, ge=1, le=64)  # chunk comparisons each Spark task runs at once
+    rounds: int = Field(6, ge=2, le=100)
+    max_lag_s: float = Field(60, ge=0)  # a run waits while the channel lags more than this
+
+
 ObjectKind = Literal["view", "function", "procedure", "trigger", "event"]
 
 
@@ -193,9 +205,13 @@ class ChannelConfig(_Model):
     # The origin datacenter's database (its primary or a replica), which `drc snapshot` copies
     # from and `drc verify` compares with; only those commands need it.
     origin_db: OriginDbConfig | None = None
+    verify: VerifyScheduleConfig | None = None  # [channels.verify]: a periodic verify
 
     @model_validator(mode="after")
     def _valid(self) -> ChannelConfig:
+        if self.verify is not None and self.origin_db is None:
+            raise ValueError("[channels.verify] needs [channels.origin_db] (verify reads the "
+                             "origin datacenter's database)")  # fmt: skip
         try:
             TableFilter.build(self.tables, self.exclude)
             TableFilter.build(list(self.map_tables) + list(self.map_tables.values()))

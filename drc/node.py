@@ -35,6 +35,7 @@ from drc.config import DrcConfig
 from drc.core.errors import DrcError, RetriableError
 from drc.replicator.heartbeat import HeartbeatWriter
 from drc.runtime import ReplicatorService, build_apply_api, build_heartbeat, build_replicator
+from drc.verify.schedule import PeriodicVerify
 
 log = logging.getLogger(__name__)
 ROLES = ("all", "replicator", "apply")
@@ -70,6 +71,7 @@ class Node:
         self.apply_api: ApiServer | None = None  # role apply: health, metrics, status
         self.config_path = config_path  # for the automatic catch-ups it may start
         self.auto: AutoCatchup | None = None
+        self.verifier: PeriodicVerify | None = None  # [channels.verify] (drc.verify.schedule)
         self._components: list[_Component] = []
         self.reload_requested = threading.Event()  # set by SIGHUP (drc run)
 
@@ -107,6 +109,8 @@ class Node:
                 if self.auto.channels:
                     threading.Thread(target=self.auto.run, args=(stop,), name="drc-auto-catchup",
                                      daemon=True).start()  # fmt: skip
+            if any(c.verify is not None for c in self.config.channels):  # not a component either
+                self.verifier = PeriodicVerify(self.config, self._channel_state).start(stop)
         desk = build_desk(self.config, self.channels, self._report) if self.channels else None
         if self.service is not None:
             self.service.protection = self.protection
@@ -241,6 +245,8 @@ class Node:
         report = channel.report()
         if self.auto is not None and (catchup := self.auto.status(channel.name)):
             report["catchup"] = catchup
+        if self.verifier is not None and (verify := self.verifier.status(channel.name)):
+            report["verify"] = verify
         component = next(
             (c for c in self._channel_components() if c.name == f"channel {channel.name}"), None
         )
@@ -249,6 +255,10 @@ class Node:
             error = f"{type(failure).__name__}: {failure}"
             report.update(state=STOPPED, up=False, error=error)
         return report
+
+    def _channel_state(self, name: str) -> dict[str, Any] | None:
+        channel = next((c for c in self.channels if c.name == name), None)
+        return None if channel is None else channel.report()
 
     def failures(self) -> list[tuple[str, BaseException]]:
         """(component, error) of every component that stopped on an error, capture aside
@@ -282,6 +292,8 @@ class Node:
         return [c for c in self._components if c.name.startswith("channel ")]
 
     def close(self) -> None:
+        if self.verifier is not None:
+            self.verifier.close()
         for component in self._components:
             component.thread.join(timeout=30)
         if self.apply_api is not None:

@@ -98,7 +98,7 @@ async def get_metrics(deps: Deps) -> Response:
 
 def metrics_text(deps: ApiDeps) -> str:
     families = buffer_families(deps) + capture_families(deps) + lww_families(deps)
-    families += heartbeat_families(deps) + apply_families(deps)
+    families += heartbeat_families(deps) + apply_families(deps) + verify_families(deps)
     held = Family("drc_api_long_polls", "gauge", "Pulls holding a long-poll slot now").add(
         deps.long_polls.held
     )
@@ -135,6 +135,49 @@ def apply_families(deps: ApiDeps) -> list[Family]:
         index.add(None if applied is None else applied.log_index, channel=name)
         pos.add(None if applied is None else applied.log_pos, channel=name)
     return families + [up, state, lag_s, index, pos]
+
+
+def verify_families(deps: ApiDeps) -> list[Family]:
+    """The periodic verify of each channel that has one (drc.verify.schedule): whether it
+    runs, runs by result, and the last finished run's time, duration and, per table, rows
+    checked and differences by kind."""
+    channels = deps.channels() if deps.channels is not None else []
+    found = [(str(c["name"]), c["verify"]) for c in channels if c.get("verify")]
+    if not found:
+        return []
+    running = Family("drc_verify_running", "gauge", "1 while the channel's periodic verify runs")
+    runs = Family("drc_verify_runs_total", "counter", "Periodic verify runs by result")
+    finished = Family("drc_verify_last_run_timestamp_seconds", "gauge",
+                      "Unix time the last periodic verify ended")  # fmt: skip
+    took = Family("drc_verify_last_run_seconds", "gauge", "Duration of the last periodic verify")
+    due = Family("drc_verify_next_run_timestamp_seconds", "gauge", "Unix time the next is due")
+    rows = Family("drc_verify_rows_checked", "gauge", "Rows the last verify compared, by table")
+    differences = Family("drc_verify_differences", "gauge",
+                         "Differences the last verify confirmed, by table and kind")  # fmt: skip
+    unsettled = Family("drc_verify_unsettled_rows", "gauge",
+                       "Rows still changing through every recheck of the last verify")  # fmt: skip
+    skipped = Family("drc_verify_tables_not_compared", "gauge",
+                     "Tables the last verify could not compare (see drc status)")  # fmt: skip
+    for name, verify in found:
+        running.add(1 if verify["state"] == "running" else 0, channel=name)
+        for result, count in verify["runs"].items():
+            runs.add(count, channel=name, result=result)
+        finished.add(verify["last_finished"], channel=name)
+        took.add(verify["last_seconds"], channel=name)
+        due.add(verify["next_run"], channel=name)
+        last = verify["last"]
+        if last is None:
+            continue
+        skipped.add(sum(1 for t in last["tables"] if t["skipped"]), channel=name)
+        for table in last["tables"]:
+            if table["skipped"]:
+                continue
+            labels = {"channel": name, "table": str(table["source"])}
+            rows.add(table["rows"], **labels)
+            unsettled.add(table["unsettled"], **labels)
+            for kind, count in table["differences"].items():
+                differences.add(count, **labels, kind=kind)
+    return [running, runs, finished, took, due, rows, differences, unsettled, skipped]
 
 
 def heartbeat_families(deps: ApiDeps) -> list[Family]:

@@ -16,10 +16,28 @@
 ``python -m drc.apply --config FILE`` runs the channels of a config on their own.
 """
 
-from drc.apply.channel import ApplyChannel
-from drc.apply.service import build_channel, build_channels, default_subscriber, run_channels
-from drc.apply.sink import TargetSettings
-from drc.apply.stats import ApplyStats
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from drc.apply.channel import ApplyChannel
+    from drc.apply.service import build_channel, build_channels, default_subscriber, run_channels
+    from drc.apply.sink import TargetSettings
+    from drc.apply.stats import ApplyStats
+
+# Loaded on first use: a process that needs only drc.apply.sql (a Spark worker of drc verify)
+# does not pay for the channel's imports (HTTP client, conflict handling).
+_HOMES = {
+    "ApplyChannel": "drc.apply.channel",
+    "ApplyStats": "drc.apply.stats",
+    "TargetSettings": "drc.apply.sink",
+    "build_channel": "drc.apply.service",
+    "build_channels": "drc.apply.service",
+    "default_subscriber": "drc.apply.service",
+    "run_channels": "drc.apply.service",
+}
 
 __all__ = [
     "ApplyChannel",
@@ -30,3 +48,10 @@ __all__ = [
     "default_subscriber",
     "run_channels",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'drc.apply' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

@@ -19,6 +19,7 @@ from drc.cli.sandbox import sandbox
 from drc.cli.schema import schema
 from drc.cli.snapshot import snapshot
 from drc.cli.tail import status, tail
+from drc.cli.verify import verify
 from drc.core.errors import DrcError
 
 
@@ -45,6 +46,7 @@ cli.add_command(config)
 cli.add_command(channel)
 cli.add_command(catchup)
 cli.add_command(snapshot)
+cli.add_command(verify)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -230,6 +231,29 @@ def _channel_lines(channel: dict[str, Any], indent: str) -> Iterator[str]:
     error = channel.get("error")
     if error:
         yield f"{indent}  error: {error}"
+    verify = channel.get("verify")
+    if verify:
+        yield f"{indent}  {_verify_line(verify)}"
+
+
+def _verify_line(verify: dict[str, Any]) -> str:
+    """The periodic verify (drc.verify.schedule): the last run's outcome and what is next."""
+    last, state = verify.get("last"), str(verify.get("state"))
+    shown = "verify: no run finished yet"
+    if last is not None:
+        ended = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(verify["last_finished"]))
+        outcome = (f"{last['differences']} differences" if last["differences"]
+                   else "the sides are equal")  # fmt: skip
+        shown = (f"verify: last run {ended} ({verify['last_seconds']:.1f}s), "
+                 f"{last['rows']} rows, {outcome}")  # fmt: skip
+    if verify.get("last_error"):
+        shown += f"; last run FAILED: {verify['last_error']}"
+    if state == "waiting" and verify.get("waiting_for"):
+        state += f" ({verify['waiting_for']})"
+    due = verify.get("next_run")
+    if state != "running" and due is not None:
+        state += ", next " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(due))
+    return f"{shown} [{state}]"
 
 
 @contextmanager

@@ -197,3 +197,55 @@ def renumber(chunks: Sequence[Chunk], start: int = 0) -> list[Chunk]:
         Chunk(c.schema, c.table, c.index_columns, c.lower, c.upper, c.estimated_rows, start + i)
         for i, c in enumerate(chunks)
     ]
+
+
+def follows(first: Chunk, second: Chunk) -> bool:
+    """Whether ``second`` starts where ``first`` ends (same table and key, adjacent ranges),
+    so the two can be checksummed as one range."""
+    return (
+        (first.schema, first.table, first.index_columns)
+        == (second.schema, second.table, second.index_columns)
+        and first.upper is not None
+        and first.upper == second.lower
+    )
+
+
+def merged(chunks: Sequence[Chunk]) -> Chunk:
+    """One chunk covering adjacent ``chunks`` (see :func:`follows`), numbered as the first."""
+    first, last = chunks[0], chunks[-1]
+    rows = sum(c.estimated_rows for c in chunks)
+    return Chunk(first.schema, first.table, first.index_columns, first.lower, last.upper, rows,
+                 first.number)  # fmt: skip
+
+
+def take_adjacent(chunks: Sequence[Chunk], start: int, most: int) -> list[Chunk]:
+    """Up to ``most`` chunks from ``chunks[start]`` on, each following the one before."""
+    taken = [chunks[start]]
+    for chunk in chunks[start + 1 : start + max(1, most)]:
+        if not follows(taken[-1], chunk):
+            break
+        taken.append(chunk)
+    return taken
+
+
+def split_even(items: Sequence[Any], pieces: int) -> list[list[Any]]:
+    """``items`` cut into at most ``pieces`` consecutive slices of near-equal length."""
+    pieces = max(1, min(pieces, len(items)))
+    bounds = [len(items) * i // pieces for i in range(pieces + 1)]
+    return [list(items[bounds[i] : bounds[i + 1]]) for i in range(pieces)]
+
+
+class Stride:
+    """How many adjacent chunks the next checksum query covers, adapted like
+    pt-table-checksum's chunk size: a query that took under half of ``target_s`` doubles
+    the stride (up to ``most``), one over ``target_s`` halves it. Big strides make few
+    queries while the sides agree; a differing stride is compared chunk by chunk."""
+
+    def __init__(self, target_s: float, most: int = 64) -> None:
+        self.target_s, self.most, self.size = target_s, most, 1
+
+    def observe(self, seconds: float, size: int) -> None:
+        if seconds > self.target_s:
+            self.size = max(1, size // 2)
+        elif seconds < self.target_s / 2 and size >= self.size:
+            self.size = min(self.most, size * 2)

@@ -8,12 +8,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drc.core.chunks import (
+    Chunk,
     IndexColumn,
+    Stride,
     choose_key,
     from_boundaries,
     integer_boundaries,
     is_dense,
+    merged,
     range_predicate,
+    split_even,
+    take_adjacent,
 )
 
 
@@ -101,3 +106,38 @@ def test_integer_boundaries_split_a_range_evenly(low: int, width: int, pieces: i
 
 def test_a_sparse_integer_key_is_not_dense() -> None:
     assert is_dense(1, 1000, 900) and not is_dense(1, 1_000_000, 1000) and not is_dense(1, 5, 0)
+
+
+def test_adjacent_chunks_are_taken_together_up_to_a_gap_or_another_table() -> None:
+    plan = from_boundaries("db", "t", ["id"], [(10,), (20,), (30,)], 10)
+    other = from_boundaries("db", "u", ["id"], [(5,)], 5)
+    assert take_adjacent(plan, 0, 3) == plan[:3]
+    assert take_adjacent([*plan, *other], 1, 10) == plan[1:]  # stops at the next table
+    assert take_adjacent([plan[0], plan[2]], 0, 5) == [plan[0]]  # (10, 20] is missing
+    whole = [Chunk("db", "k", (), None, None, 7)]
+    assert take_adjacent(whole * 2, 0, 5) == whole  # a whole-table chunk never merges
+    one = merged(plan[1:3])
+    assert (one.lower, one.upper, one.estimated_rows, one.number) == ((10,), (30,), 20, 1)
+
+
+@given(st.lists(st.integers(), max_size=50), st.integers(1, 12))
+def test_split_even_keeps_order_and_sizes_within_one(items: list[int], pieces: int) -> None:
+    parts = split_even(items, pieces)
+    assert [x for p in parts for x in p] == items
+    assert len(parts) <= max(1, pieces)
+    if items:
+        sizes = [len(p) for p in parts]
+        assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+
+
+def test_the_stride_grows_while_queries_are_quick_and_shrinks_when_slow() -> None:
+    stride = Stride(target_s=1.0, most=8)
+    for expected in (2, 4, 8, 8):
+        stride.observe(0.1, stride.size)
+        assert stride.size == expected
+    stride.observe(0.7, 8)  # between half and the target: kept
+    assert stride.size == 8
+    stride.observe(3.0, 8)
+    assert stride.size == 4
+    stride.observe(0.1, 1)  # a lone chunk (a table's last) says nothing about bigger strides
+    assert stride.size == 4
