@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,7 +40,7 @@ from drc.core.windows import Window
 from drc.snapshot import copier, journal, origin, rows, tables
 from drc.snapshot.journal import Recorded, Run
 from drc.snapshot.origin import SnapshotError, Stream
-from drc.spark.progress import PROGRESS_EVERY_S
+from drc.spark.progress import PROGRESS_EVERY_S, every
 from drc.spark.session import build_session
 
 log = logging.getLogger(__name__)
@@ -278,34 +277,29 @@ class Snapshot:
     @contextmanager
     def _progress(self, began: float) -> Iterator[None]:
         """A line every PROGRESS_EVERY_S from the journal: chunks and rows copied, rate, ETA."""
-        stop = threading.Event()
         statement = journal.copied_so_far(self.channel.name)
+        session = TargetSession(self.target)
+        try:
+            before = int(session.query(statement, "reading progress")[0][1])
+            session.commit()
 
-        def report() -> None:
-            session = TargetSession(self.target)
-            try:
-                _, before, _ = session.query(statement, "reading progress")[0]
-                while not stop.wait(PROGRESS_EVERY_S):
+            def report() -> None:
+                try:
                     done, rows_done, total = (int(v) for v in session.query(statement, "")[0])
                     session.commit()
-                    elapsed = max(time.monotonic() - began, 1e-6)
-                    rate = (rows_done - int(before)) / elapsed
-                    new = max(done - self.summary.resumed, 0)
-                    eta = f"{elapsed / new * (total - done):.0f}s" if new else "unknown"
-                    self.out(f"copying: {done}/{total} chunks, {rows_done} rows, "
-                             f"{rate:.0f} rows/s, ETA {eta}")  # fmt: skip
-            except Exception as exc:  # progress is best effort; the copy decides the outcome
-                log.warning("snapshot progress: %s", exc)
-            finally:
-                session.close()
+                except Exception as exc:  # best effort: the copy decides the outcome
+                    log.warning("snapshot progress: %s", exc)
+                    return
+                elapsed = max(time.monotonic() - began, 1e-6)
+                new = max(done - self.summary.resumed, 0)
+                eta = f"{elapsed / new * (total - done):.0f}s" if new else "unknown"
+                self.out(f"copying: {done}/{total} chunks, {rows_done} rows, "
+                         f"{(rows_done - before) / elapsed:.0f} rows/s, ETA {eta}")  # fmt: skip
 
-        thread = threading.Thread(target=report, name="snapshot-progress", daemon=True)
-        thread.start()
-        try:
-            yield
+            with every(PROGRESS_EVERY_S, report, "snapshot-progress"):
+                yield
         finally:
-            stop.set()
-            thread.join()
+            session.close()
 
     def _failed(self, exc: BaseException) -> SnapshotError:
         """What a failed copy says: the cause, and that a re-run resumes."""
