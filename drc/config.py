@@ -454,6 +454,14 @@ class DrcConfig(_Model):
             raise ValueError(NO_TARGET_FOR_SERVERS)
         return self
 
+    def channel(self, name: str) -> ChannelConfig:
+        """The ``[[channels]]`` entry named ``name``; ConfigError naming the known ones."""
+        for channel in self.channels:
+            if channel.name == name:
+                return channel
+        known = ", ".join(c.name for c in self.channels) or "none"
+        raise ConfigError(f"no channel named {name!r} in the config (channels: {known})")
+
     def target_or_source(self) -> TargetConfig:
         """Apply writes into [target], or into the [source] database when none is given."""
         if self.target is not None:

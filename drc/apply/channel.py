@@ -61,7 +61,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
-from drc.apply import audit, checkpoint, ddl_journal, objects, plan
+from drc.apply import audit, checkpoint, ddl_journal, objects, plan, windows
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import Observed
 from drc.apply.control import ChannelControl, ControlError, Request, Stoppage
@@ -77,6 +77,7 @@ from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
 from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.stats import ApplyStats
 from drc.apply.target import Target
+from drc.apply.windows import DropCopied
 from drc.catchup import journal, lease
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
@@ -117,6 +118,9 @@ class ChannelParts:
     filters: Sequence[Stage]  # the filter chain, in order (drc.apply.stages)
     engine: ApplyEngine  # the decisions (drc.apply.engine)
     conflicts: ConflictTarget | None = None  # conflict handling's tables, triggers, probes
+    # The filter chain and subscription of a config with more source tables: those a snapshot
+    # joined to the channel (drc.apply.windows) that its ``tables`` do not name.
+    rejoin: Callable[[ChannelConfig, Sequence[str]], tuple[Sequence[Stage], Any]] | None = None
 
 
 class ApplyChannel:
@@ -148,8 +152,10 @@ class ApplyChannel:
         self._applied = SCN.zero()  # the checkpoint row's SCN
         self._stop = threading.Event()
         self._idempotency = Idempotency(lambda: self._applied)  # the channel's own position
+        self._copied = DropCopied()  # changes a snapshot's copy holds (drc.apply.windows)
+        self._rejoin = parts.rejoin
         self._filters = Chain(parts.filters)
-        self.chain = Chain([*parts.filters, self._idempotency])
+        self.chain = self._chain(parts.filters)
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
         self.lease_owner = ""  # a catch-up driver's own channel applies under its lease
         self._lease_taken: object = None  # the lease's taken_at when the checkpoint was read
@@ -230,8 +236,15 @@ class ApplyChannel:
         if self.conflicts is not None:
             self.conflicts.setup()
         self.target.run_setup(
-            [lease.create_statement(), *journal.create_statements()], "creating the catch-up tables"
+            [
+                lease.create_statement(),
+                *journal.create_statements(),
+                *windows.create_statements()[1:],
+            ],
+            "creating the catch-up and snapshot tables",
         )
+        self._read_windows()
+        self.target.commit()
         owner, held, taken, _run = self._lease_state()
         # Held by a catch-up: the checkpoint read below is not the one to stream from.
         self._lease_taken = _MOVED if held and owner != self.lease_owner else taken
@@ -390,7 +403,8 @@ class ApplyChannel:
         """One attempt: decide the group's writes (drc.apply.engine), then write them, the
         conflict log, tombstones and the checkpoint row, and COMMIT."""
         row = self._handover(group, row)
-        pending = self.engine.prepare(group.transactions)
+        converging = self._copied.windows.converging if self._copied.windows else None
+        pending = self.engine.prepare(group.transactions, converging)
         observed: list[Observed] = []
         if self.conflicts is not None:  # first: it reads and locks the rows the group touches
             observed = self.conflicts.probe(pending.probes)
@@ -439,6 +453,10 @@ class ApplyChannel:
             log.info("channel %s: a catch-up applied up to %s; streaming from there", self.name,
                      moved)  # fmt: skip
             self._applied = max(self._applied, moved)
+        if self._read_windows():  # a snapshot joined tables: the group was filtered without
+            exc = _Restart()  # their windows; take the stream again after the checkpoint
+            self.target.recover(exc)
+            raise exc
         group.transactions[:] = [t for t in group.transactions if t.scn > self._applied]
         if row.scn > self._applied:
             return row
@@ -461,6 +479,32 @@ class ApplyChannel:
             f"that twice. To finish it, {how} `drc catchup --config FILE --channel {self.name}` "
             "(what the run committed is skipped)"
         )
+
+    def _chain(self, filters: Sequence[Stage]) -> Chain:
+        return Chain([*filters, self._copied, self._idempotency])
+
+    def _read_windows(self) -> bool:
+        """The tables snapshots joined to the channel, read again; True when they changed."""
+        rows = self.target.query(windows.select(self.name), "reading the snapshot tables")
+        found = windows.parse(rows)
+        if found.by_target == self._copied.windows.by_target:
+            return False
+        self._copied.windows = found
+        self._join_tables()
+        log.info("channel %s: tables joined by snapshots: %s", self.name,
+                 ", ".join(found.source_names()) or "none")  # fmt: skip
+        return True
+
+    def _join_tables(self) -> None:
+        """Select the joined tables the config's ``tables`` leave out (their changes would
+        otherwise not even be pulled)."""
+        extra = windows.unselected(self.channel, self._copied.windows)
+        if not extra or self._rejoin is None:
+            return
+        filters, subscribe = self._rejoin(self.channel, extra)
+        self._filters = Chain(filters)
+        self.chain = self._chain(filters)
+        self._subscribe = subscribe
 
     def _record(self, group: Group, effects: plan.Effects) -> None:
         stats = self.stats
@@ -584,8 +628,9 @@ class ApplyChannel:
         self._retrying(record)
         self.channel = config
         self._filters = Chain(filters)
-        self.chain = Chain([*filters, self._idempotency])
+        self.chain = self._chain(filters)
         self._subscribe = subscribe
+        self._join_tables()
         log.warning("channel %s reloaded: tables %s exclude %s (was %s)", self.name,
                     after["tables"], after["exclude"], before)  # fmt: skip
         return {"action": "reload", **after}

@@ -340,7 +340,13 @@ class ConflictEngine:
         self._tables, self._names = tables, names
         self.fallback_stamps = 0  # deletes that came without a tombstone row
 
-    def prepare(self, transactions: Sequence[Transaction]) -> Prepared:
+    def prepare(
+        self,
+        transactions: Sequence[Transaction],
+        plain: Callable[[SCN, str, str], bool] | None = None,
+    ) -> Prepared:
+        """The probes of ``transactions``' changes to tables with a policy; ``plain`` picks
+        changes that converge without detection (a snapshot's window, drc.core.windows)."""
         items: list[_Item] = []
         images: dict[tuple[str, str, tuple[Any, ...]], list[Row]] = {}
         probes_for: dict[tuple[str, str, tuple[Any, ...]], tuple[TargetTable, bool]] = {}
@@ -356,7 +362,7 @@ class ConflictEngine:
                 if tombstones.is_tombstone_table(change.schema, change.table):
                     continue
                 policy = self.policies.get(change.schema, change.table)
-                if policy is None:
+                if policy is None or (plain and plain(txn.scn, change.schema, change.table)):
                     items.append(_Item(txn, change))
                     continue
                 table = self._tables(change.schema, change.table)

@@ -47,7 +47,7 @@ so the Target runs them; their counts come back as drc.apply.plan.Effects.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,6 +58,9 @@ from drc.apply.errors import MissingColumnError, MissingTableError
 from drc.apply.plan import NoPrimaryKey, Planner, TargetTable, Write
 from drc.apply.sql import Statement
 from drc.core.events import RowChange, Transaction
+from drc.core.scn import SCN
+
+Converging = Callable[[SCN, str, str], bool]
 
 
 class Tables(Protocol):
@@ -143,12 +146,16 @@ class ApplyEngine:
         self.no_primary_key: NoPrimaryKey = no_primary_key
         self.conflicts = conflicts
 
-    def prepare(self, transactions: Sequence[Transaction]) -> Pending:
+    def prepare(
+        self, transactions: Sequence[Transaction], plain: Converging | None = None
+    ) -> Pending:
+        """``plain(scn, schema, table)``: changes applied without conflict detection (a
+        snapshot's converging window, drc.core.windows)."""
         conflicts = self.conflicts
         if conflicts is None:
             return Pending(transactions)
         before = conflicts.fallback_stamps
-        prepared = conflicts.prepare(transactions)
+        prepared = conflicts.prepare(transactions, plain)
         return Pending(transactions, prepared, conflicts.fallback_stamps - before)
 
     def decide(

@@ -110,7 +110,21 @@ def build_parts(
             session, channel.no_primary_key, None if handling is None else handling.engine
         ),
         conflicts=handling,
+        rejoin=partial(_rejoined, tombstones=handling is not None, factory=subscriber_factory),
     )
+
+
+def _rejoined(
+    channel: ChannelConfig,
+    extra: Sequence[str],
+    *,
+    tombstones: bool,
+    factory: SubscriberFactory | None,
+) -> tuple[list[Stage], Callable[[SCN], SubscriberLike]]:
+    """The chain and subscription of ``channel`` with ``extra`` source tables selected too
+    (tables a snapshot joined: drc.apply.windows)."""
+    wider = channel.model_copy(update={"tables": (*channel.tables, *extra)})
+    return channel_filters(wider, tombstones, factory)
 
 
 def channel_filters(

@@ -227,6 +227,11 @@ class TargetSession:
         self._ready()
         return self._execute_text(self.text(statement), what)
 
+    def execute_sql(self, text: str, what: str) -> int:
+        """Run SQL text that holds its values as literals already (rows a snapshot's origin
+        rendered: drc.snapshot.rows), in the open transaction."""
+        return self._execute_text(text, what)
+
     def executor(self, what: str) -> Callable[[sql.Statement], int]:
         return lambda statement: self.execute(statement, what)
 

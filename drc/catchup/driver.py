@@ -24,16 +24,12 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import pymysql
-
-from drc.apply import checkpoint
+from drc.apply import checkpoint, windows
 from drc.apply.channel import ApplyChannel
 from drc.apply.errors import MissingTableError
 from drc.apply.plan import TargetTable
@@ -48,11 +44,12 @@ from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.reduce import DdlStep, Span, plan_steps
 from drc.core.scn import SCN
+from drc.core.windows import Windows
+from drc.spark.progress import progress
 from drc.spark.session import build_session, with_task_retries
 
 log = logging.getLogger(__name__)
 
-PROGRESS_EVERY_S = 5.0
 LEASE_TTL_S = 30.0
 
 
@@ -102,10 +99,10 @@ def run_catchup(
     """Replay ``channel_name``'s backlog into the target (see the module docstring)."""
     began = time.monotonic()
     say, out = out, lambda line: say(f"[{time.monotonic() - began:6.1f}s] {line}")
-    channel = _channel(config, channel_name)
+    channel = config.channel(channel_name)
     settings = target_settings(config.target_or_source())
-    held = _take(settings, channel.name, lease_ttl_s, out)
-    renewer = lease.Renewer(held, lambda: _connect(settings)).start()
+    held = lease.take_waiting(settings, channel.name, lease.new_owner(), lease_ttl_s, out)
+    renewer = lease.Renewer(held, lambda: lease.session(settings)).start()
     job: Job | None = None
     try:
         streaming = build_channel(
@@ -146,6 +143,7 @@ def _run(
     session = TargetSession(settings)
     try:
         session.run_setup(journal.create_statements(), "creating the catch-up tables")
+        channel = windows.widened(channel, _no_open_window(session, channel.name, start))
         found = session.query(journal.select_run(channel.name), "reading the catch-up run")
         session.commit()
         run = journal.parse_run(channel.name, found[0]) if found else None
@@ -200,7 +198,7 @@ def _replay(
 ) -> None:
     sc = spark.sparkContext
     after, end = summary.after, summary.to
-    with _progress(sc, out, "copying and scanning segments"):
+    with progress(sc, out, "copying and scanning segments"):
         began = time.monotonic()
         scans: list[SegmentScan] = (
             sc.parallelize(infos, max(1, len(infos)))
@@ -283,11 +281,29 @@ def _apply_span(
         rows = (item for _, item in items)
         yield executor.apply_partition(job, key, definitions.value, index, rows)
 
-    with _progress(sc, out, what):
+    with progress(sc, out, what):
         routed = sc.parallelize(list(pieces), len(pieces)).mapPartitions(read)
         shuffled = routed.partitionBy(partitions, lambda part: part)
         results = list(shuffled.mapPartitionsWithIndex(apply).collect())
     return int(decoded.value), results
+
+
+def _no_open_window(session: TargetSession, name: str, start: SCN) -> Windows:
+    """The tables snapshots joined to the channel; CatchupError for a range a snapshot's
+    window covers: catch-up neither drops what a copy holds nor converges without conflict
+    detection (drc.core.windows); streaming does both."""
+    rows = session.query(windows.select(name), "reading the snapshot tables")
+    session.commit()
+    joined = windows.parse(rows)
+    still = joined.open_after(start)
+    if still:
+        last = max(w.converge_until for w in still)
+        raise CatchupError(
+            f"channel {name} is inside a snapshot's window up to {last} (tables "
+            f"{', '.join('.'.join(w.target) for w in still)}): catch-up replays only after "
+            "streaming has passed it. Nothing was written; let drc run stream, then run again"
+        )
+    return joined
 
 
 def _ddl_transactions(
@@ -365,76 +381,10 @@ def _listing(channel: ChannelConfig, token: str | None, after: SCN, to: SCN | No
 
 def _release(settings: TargetSettings, held: lease.Lease) -> None:
     try:
-        conn = _connect(settings)
+        conn = lease.session(settings)
         try:
             lease.release(conn, held)
         finally:
             conn.close()
     except Exception as exc:  # the target is away: the lease expires on its own
         log.warning("releasing the catch-up lease of %s failed: %s", held.channel, exc)
-
-
-def _take(
-    settings: TargetSettings, channel: str, ttl_s: float, out: Callable[[str], None]
-) -> lease.Lease:
-    """The channel's lease, waiting while another catch-up's (a killed one's until it
-    expires) is held."""
-    owner = lease.new_owner()
-    while True:
-        conn = _connect(settings)
-        try:
-            lease.ensure_table(conn)
-            return lease.take(conn, channel, owner, ttl_s)
-        except lease.LeaseHeldError as exc:
-            out(f"waiting: {exc}")
-        finally:
-            conn.close()
-        time.sleep(min(ttl_s / 3, 5.0))
-
-
-def _channel(config: DrcConfig, name: str) -> ChannelConfig:
-    for channel in config.channels:
-        if channel.name == name:
-            return channel
-    known = ", ".join(c.name for c in config.channels) or "none"
-    raise CatchupError(f"no channel named {name!r} in the config (channels: {known})")
-
-
-def _connect(settings: TargetSettings) -> Any:
-    """An autocommit apply-like session for the lease (skip_replication: never captured)."""
-    conn = pymysql.connect(
-        host=settings.host, port=settings.port, user=settings.user, password=settings.password,
-        charset="utf8mb4", autocommit=True, connect_timeout=settings.connect_timeout_s,
-        **settings.tls.pymysql_options(),
-    )  # fmt: skip
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION skip_replication = 1, time_zone = '+00:00'")
-    return conn
-
-
-@contextmanager
-def _progress(sc: Any, out: Callable[[str], None], what: str) -> Iterator[None]:
-    """A line every PROGRESS_EVERY_S while a Spark job runs: tasks done, elapsed, ETA."""
-    stop = threading.Event()
-    began = time.monotonic()
-
-    def report() -> None:
-        tracker = sc.statusTracker()
-        while not stop.wait(PROGRESS_EVERY_S):
-            total = finished = 0
-            for stage_id in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(stage_id)
-                if info is not None:
-                    total += info.numTasks
-                    finished += info.numCompletedTasks
-            elapsed = time.monotonic() - began
-            eta = f"{elapsed / finished * (total - finished):.0f}s" if finished else "unknown"
-            out(f"{what}: {finished}/{total} tasks done, {elapsed:.0f}s, ETA {eta}")
-
-    thread = threading.Thread(target=report, name="catchup-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()

@@ -45,6 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import pymysql
+
 from drc.apply.sql import Statement, ident
 from drc.core.errors import FatalError, RetriableError
 from drc.core.markers import CHECKPOINT_SCHEMA
@@ -289,3 +291,33 @@ def _closed(conn: Any) -> None:
             conn.close()
         except Exception:  # closing a broken connection may fail too; it is dropped anyway
             pass
+
+
+def session(settings: Any) -> Any:
+    """An autocommit apply-like session for the lease (skip_replication: never captured);
+    ``settings``: drc.apply.sink.TargetSettings."""
+    conn = pymysql.connect(
+        host=settings.host, port=settings.port, user=settings.user, password=settings.password,
+        charset="utf8mb4", autocommit=True, connect_timeout=settings.connect_timeout_s,
+        **settings.tls.pymysql_options(),
+    )  # fmt: skip
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION skip_replication = 1, time_zone = '+00:00'")
+    return conn
+
+
+def take_waiting(
+    settings: Any, channel: str, owner: str, ttl_s: float, out: Callable[[str], None]
+) -> Lease:
+    """``channel``'s lease for ``owner``, waiting while another owner's (a killed one's until
+    it expires) is held. Bulk catch-up and snapshots both take it."""
+    while True:
+        conn = session(settings)
+        try:
+            ensure_table(conn)
+            return take(conn, channel, owner, ttl_s)
+        except LeaseHeldError as exc:
+            out(f"waiting: {exc}")
+        finally:
+            conn.close()
+        time.sleep(min(ttl_s / 3, 5.0))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import click
 
-from drc.cli.run import config_option, setup_logging
+from drc.cli.run import config_option
+from drc.cli.spark import master_option, prepare
 from drc.config import load_config
 from drc.core.errors import MalformedScnError
 from drc.core.scn import SCN
@@ -33,12 +32,7 @@ def _scn(_ctx: click.Context, _param: click.Parameter, value: str | None) -> SCN
     help="Last SCN to replay (default: the last SCN the remote replicator had committed when "
     "the catch-up started).",
 )
-@click.option(
-    "--master",
-    default="local[*]",
-    show_default=True,
-    help="Spark master: local[*], local[N] or spark://HOST:PORT (a standalone cluster).",
-)
+@master_option
 @click.option(
     "--partitions",
     default=8,
@@ -73,15 +67,8 @@ def catchup(config_path: str, channel_name: str, to: SCN | None, master: str,
     automatic catch-up starts it itself). Progress lines go to stdout; see docs/catchup.md.
     """
     from drc.catchup.driver import run_catchup
-    from drc.spark.session import check_master
 
-    try:
-        check_master(master)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--master") from None
-    setup_logging()
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    prepare(master)
     config = load_config(config_path)
     run_catchup(
         config, channel_name, to=to, master=master, partitions=partitions,

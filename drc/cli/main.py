@@ -17,6 +17,7 @@ from drc.cli.replicator import replicator
 from drc.cli.run import run
 from drc.cli.sandbox import sandbox
 from drc.cli.schema import schema
+from drc.cli.snapshot import snapshot
 from drc.cli.tail import status, tail
 from drc.cli.verify import verify
 from drc.core.errors import DrcError
@@ -44,6 +45,7 @@ cli.add_command(conflicts)
 cli.add_command(config)
 cli.add_command(channel)
 cli.add_command(catchup)
+cli.add_command(snapshot)
 cli.add_command(verify)
 
 

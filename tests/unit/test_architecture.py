@@ -18,7 +18,7 @@ ADAPTER_LIBRARIES = {"pymysql", "pymysqlreplication", "kazoo", "fastapi", "uvico
 # Packages allowed to import each adapter library.
 ADAPTER_HOMES = {
     "sandbox", "replicator", "api", "apply", "catchup", "spark", "metastore", "client", "cli",
-    "bulk", "verify",
+    "bulk", "verify", "snapshot",
 }  # fmt: skip
 
 

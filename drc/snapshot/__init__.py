@@ -1,0 +1,1 @@
+"""``drc snapshot``: a live copy of the origin's tables, joined to a channel (docs/snapshot.md)."""
