@@ -89,7 +89,7 @@ def driver(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 def wait_batches(proc: subprocess.Popen[bytes], server: ServerInfo, log: Path, count: int) -> None:
     """Until ``count`` batches committed, the driver still running."""
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600
     while done_batches(server) < count:
         assert proc.poll() is None, "the catch-up ended before it could be killed: " + tail(log)
         assert time.monotonic() < deadline, "no batch committed: " + tail(log)

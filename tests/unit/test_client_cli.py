@@ -116,6 +116,24 @@ def test_status_prints_readably_and_as_json(api: FakeApi) -> None:
     assert json.loads(as_json.output) == api.status_body
 
 
+def test_status_shows_a_channels_error_and_its_bulk_catchup(api: FakeApi) -> None:
+    channel = {
+        "name": "from-dc1", "origin": "dc1", "state": "waiting", "lag_seconds": 3600.0,
+        "last_scn": "1:7:1:100", "transactions": 5, "rows": 9, "conflicts": 0,
+        "error": "channel from-dc1 waits: the interrupted catch-up run h:1:x ...",
+        "catchup": {"state": "running", "backlog_mb": 1210.5, "runs": 1},
+    }  # fmt: skip
+    api.status_body = {"role": "apply", "channels": [channel]}
+    text = run("status", "--api", "http://a")
+    assert text.exit_code == 0, text.output
+    assert text.output.splitlines()[-3:] == [
+        "    from-dc1 (from dc1): waiting, lag 3600.0s, applied 1:7:1:100, 5 txns, 9 rows, "
+        "0 conflicts",
+        "      error: channel from-dc1 waits: the interrupted catch-up run h:1:x ...",
+        "      bulk catch-up: running, backlog 1210.5 MB, 1 runs",
+    ]
+
+
 def test_status_errors_are_one_clear_line(api: FakeApi) -> None:
     api.token = TOKEN
     result = run("status", "--api", "http://a")
