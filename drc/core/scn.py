@@ -39,7 +39,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from drc.core.errors import MalformedScnError
+from drc.core.errors import MalformedScnError, SourceConfigError
 
 SCN_BYTES = 20
 U32_MAX = 2**32 - 1
@@ -182,3 +182,15 @@ def _show(text: str) -> str:
 # After the helpers: constructing an SCN runs _check_range.
 ZERO_SCN = SCN(0, 0, 0, 0)
 SCN.ZERO = ZERO_SCN
+
+
+_BINLOG_NAME = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)$")
+
+
+def split_binlog_name(name: str) -> tuple[str, int]:
+    """``mysql-bin.000042`` -> ``("mysql-bin", 42)``: a binlog file's base and its number,
+    the SCN's ``log_index``."""
+    match = _BINLOG_NAME.match(name)
+    if match is None:
+        raise SourceConfigError(f"binlog file name {name!r} has no numeric suffix")
+    return match["base"], int(match["index"])

@@ -9,7 +9,6 @@ off so a dropped connection surfaces as SourceUnavailableError and the caller re
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from drc.core.errors import (
     SourceUnavailableError,
 )
 from drc.core.events import Op
+from drc.core.scn import split_binlog_name
 from drc.replicator import decoding, tablemap_cache
 from drc.replicator.schema_types import table_schema_from_map
 from drc.replicator.source_events import (
@@ -65,7 +65,6 @@ _ER_MASTER_FATAL_READING_BINLOG = 1236
 # Header flag MariaDB sets on every event of a session with skip_replication=1. Apply sessions set
 # it, so DDL (which has no transaction to carry the checkpoint write) is recognised as DRC's too.
 SKIP_REPLICATION_FLAG = 0x8000
-_BINLOG_NAME = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)$")
 _TRANSACTION_CONTROL = {"BEGIN", "XA START", "SAVEPOINT"}
 
 
@@ -108,13 +107,6 @@ class SourceInfo:
 
     def file_name(self, log_index: int) -> str:
         return f"{self.basename}.{log_index:06d}"
-
-
-def split_binlog_name(name: str) -> tuple[str, int]:
-    match = _BINLOG_NAME.match(name)
-    if match is None:
-        raise SourceConfigError(f"binlog file name {name!r} has no numeric suffix")
-    return match["base"], int(match["index"])
 
 
 _REQUIRED = (

@@ -117,6 +117,7 @@ def run_snapshot(
             job.join(held)
         except BaseException:
             renewer.stop()
+            _release_if_untouched(session, channel.name, renewer.lease)
             raise
         renewer.stop()
         summary.seconds = time.monotonic() - began
@@ -362,6 +363,24 @@ class Snapshot:
                 "the origin replicator moved to another source server during the copy (its "
                 "change_id changed): run the snapshot again against the new server"
             )
+
+
+def _release_if_untouched(session: TargetSession, channel: str, held: lease.Lease) -> None:
+    """After a failure before any chunk was copied, give the channel back at once (as
+    catch-up does); with chunks copied it stays held until the lease expires, so a prompt
+    re-run finds it where the copy left it."""
+    try:
+        session.recover(RuntimeError("the snapshot stopped"))
+        copied = int(session.query(journal.copied_so_far(channel), "reading progress")[0][0])
+        session.commit()
+        if copied == 0:
+            conn = lease.session(session.settings)
+            try:
+                lease.release(conn, held)
+            finally:
+                conn.close()
+    except Exception as exc:  # the target may be what failed: the lease then expires
+        log.warning("snapshot of %s: the channel's lease stays until it expires: %s", channel, exc)
 
 
 def _names(

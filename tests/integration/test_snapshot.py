@@ -146,14 +146,22 @@ class Writer:
         conn.close()
 
 
-def config_file(tmp: Path, dc1: ServerInfo, dc2: ServerInfo, url: str, tables: list[str],
-                origin_port: int | None = None) -> Path:  # fmt: skip
+def config_file(
+    tmp: Path,
+    dc1: ServerInfo,
+    dc2: ServerInfo,
+    url: str,
+    tables: list[str],
+    origin_port: int | None = None,
+    origin: ServerInfo | None = None,
+) -> Path:
     """dc2's config: one channel from dc1, [channels.origin_db] reading dc1, and a conflict
     policy (overwrite) on two of the copied tables, so a false conflict would be logged."""
     secret = tmp / "apply.password"
     secret.write_text(APPLY_PASSWORD)
     origin_secret = tmp / "origin.password"
-    origin_secret.write_text(dc1.password)
+    origin = origin or dc1
+    origin_secret.write_text(origin.password)
     path = tmp / "dc2.toml"
     listed = ", ".join(f'"{t}"' for t in tables)
     path.write_text(f"""
@@ -179,9 +187,9 @@ wait_ms = 100
 max_commit_delay_ms = 20
 no_primary_key = "match_whole_row"
 [channels.origin_db]
-host = "{dc1.host}"
-port = {origin_port or dc1.port}
-user = "{dc1.user}"
+host = "{origin.host}"
+port = {origin_port or origin.port}
+user = "{origin.user}"
 password_file = "{origin_secret}"
 [[conflicts.tables]]
 table = "*.acct"
@@ -325,6 +333,12 @@ def test_bad_input_is_a_clear_error_or_a_named_skip(
             run_snapshot(config, "snap", patterns=["nope.*"], out=lambda _l: None)
         with pytest.raises(ConfigError, match="no channel named 'x'"):
             run_snapshot(config, "x", out=lambda _l: None)
+        other = load_config(config_file(tmp_path, dc1, dc2, url, [f"{schema}.*"], origin=dc2))
+        with pytest.raises(SnapshotError, match="is server_id 2, but the origin replicator"):
+            run_snapshot(other, "snap", out=lambda _l: None)
+        held = "SELECT owner FROM drc.catchup_lease WHERE expires_at > UTC_TIMESTAMP(6)"
+        assert query(dc2, held) == [], "nothing copied: the channel is given back at once"
+        execute(dc2, "DELETE FROM drc.snapshot_run", "DELETE FROM drc.snapshot_chunk")
         summary = run_snapshot(config, "snap", master="local[1]", out=lambda _l: None)
         assert "column v is bigint" in summary.skipped[f"{schema}.differs"]
         assert "already holds rows" in summary.skipped[f"{schema}.full"]
