@@ -55,6 +55,7 @@ class Phase:
     tps: tuple[float, float] = (0.0, 0.0)
     latencies: dict[str, list[float]] = field(default_factory=dict)  # "dc1 -> dc2": ms
     cpu_s: float = 0.0
+    server_cpu_s: float = 0.0  # of it, the two MariaDB servers
     transactions: int = 0
     load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at start and end
     complete: bool = True
@@ -125,7 +126,8 @@ def run_phase(system: Drc | Native, number: int, rate: int, args: argparse.Names
     ]
     pids = system.pids()
     load_start = os.getloadavg()[0]
-    cpu_before = cpu_seconds(pids)
+    servers = [s.pid for s in system.servers]
+    cpu_before, server_before = cpu_seconds(pids), cpu_seconds(servers)
     for poller in pollers:
         poller.start()
     load = [
@@ -147,6 +149,7 @@ def run_phase(system: Drc | Native, number: int, rate: int, args: argparse.Names
         prober.fence()
     phase.complete = wait_arrived(pollers, ARRIVAL_TIMEOUT_S)
     phase.cpu_s = cpu_seconds(pids) - cpu_before
+    phase.server_cpu_s = cpu_seconds(servers) - server_before
     phase.load = (load_start, os.getloadavg()[0])
     for proc in profilers:
         proc.wait()
@@ -171,14 +174,14 @@ def _profile(
     duration = max(5, args.seconds - 10)
     py_spy = str(Path(sys.executable).with_name("py-spy"))
     procs = []
-    # One sampler per node (two at once would double the cost): the nodes do the same work,
-    # so dc1's is drawn (SVG) and dc2's kept as collapsed stacks to count from.
+    # Only the thread holding the GIL is sampled (--gil), so samples are Python CPU time. The
+    # nodes do the same work: dc1's is drawn (SVG), dc2's kept as collapsed stacks to count.
     for (dc, proc), (fmt, suffix) in zip(
         system.procs.items(), (("flamegraph", "svg"), ("raw", "txt")), strict=False
     ):
         target = out / f"drc-{dc}-{rate}tps-{number}.{suffix}"
         argv = [py_spy, "record", "--pid", str(proc.pid), "--duration", str(duration)]
-        argv += ["--rate", "50", "--format", fmt, "--output", str(target), "--nonblocking"]
+        argv += ["--rate", "100", "--gil", "--format", fmt, "--output", str(target)]
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return procs
 
@@ -209,7 +212,7 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
     )
     print(
         "| tps/side | system | achieved dc1/dc2 | dc1->dc2 p50/p99 ms | dc2->dc1 p50/p99 ms "
-        "| p50 ms | p99 ms | max ms | CPU s | txns | CPU us/txn | load avg |"
+        "| p50 ms | p99 ms | max ms | CPU s (servers) | txns | CPU us/txn | load avg |"
     )
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for phase in phases:
@@ -221,7 +224,8 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
             f"| {phase.rate} | {phase.system}{mark} | {phase.tps[0]:.0f} / {phase.tps[1]:.0f} "
             f"| {cells[0]} | {cells[1]} | {percentile(values, 0.5):.1f} "
             f"| {percentile(values, 0.99):.1f} | {max(values, default=float('nan')):.1f} "
-            f"| {phase.cpu_s:.1f} | {phase.transactions} | {phase.cpu_us_per_txn:.0f} "
+            f"| {phase.cpu_s:.1f} ({phase.server_cpu_s:.1f}) | {phase.transactions} "
+            f"| {phase.cpu_us_per_txn:.0f} "
             f"| {phase.load[0]:.1f} / {phase.load[1]:.1f} |"
         )
     print("\n| tps/side | p50 DRC/native | p99 DRC/native | CPU per txn DRC/native |")
