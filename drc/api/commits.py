@@ -8,8 +8,10 @@ no worker threads, and a pull that does not wait always finds one.
 No wake-up is lost: a waiter takes the loop's current event *before* it compares the buffer's
 newest SCN with its position, and the watcher reads the newest SCN it has seen *before* it
 schedules the wake, so a commit is either seen by the comparison or sets the event taken.
-The watcher runs only while someone waits (it ends on its next wake with no waiters) and the
-server is not stopping. Asyncio only: uvicorn and Starlette's TestClient both run it.
+The watcher runs only while someone waits, or waited less than :data:`LINGER_S` ago (so a
+subscriber that pulls again right after each answer does not start a thread per pull), and the
+server is not stopping; it wakes the loop only when someone waits. Asyncio only: uvicorn and
+Starlette's TestClient both run it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from typing import Protocol
 
 from drc.core.errors import DrcError
@@ -25,6 +28,9 @@ from drc.core.scn import SCN
 log = logging.getLogger("drc.api")
 
 WATCH_SLICE_S = 0.5  # the watcher checks for "no more waiters" and the stop event this often
+# A watcher with no waiter left stays this long for the next one: a subscriber keeping up pulls
+# again right after each answer, and starting a thread per long poll cost more than the pull.
+LINGER_S = 2.0
 
 
 class CommitBuffer(Protocol):
@@ -100,9 +106,16 @@ class CommitSignal:
 
     def _watch_commits(self) -> None:
         seen = self._seen
+        idle_since: float | None = None
         while True:
             with self._lock:
-                if self._waiters == 0 or self._stop.is_set():
+                if self._waiters:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = time.monotonic()
+                if self._stop.is_set() or (
+                    idle_since is not None and time.monotonic() - idle_since >= LINGER_S
+                ):
                     self._watcher = None
                     return
             try:
@@ -114,7 +127,11 @@ class CommitSignal:
                 continue
             if committed and newest is not None:
                 seen = newest  # before the wake: a later commit makes the next wait return
-                self._wake()
+                # A waiter that entered after this check compares after the commit: sees it.
+                with self._lock:
+                    waiting = self._waiters > 0
+                if waiting:
+                    self._wake()
 
     def _wake(self) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
 from drc.api.pull import (
+    INLINE_BYTES,
     STOP_CHECK_S,
     Batch,
     EpochMismatch,
@@ -108,8 +109,8 @@ async def _serve(
             "it cannot be read right now; retry shortly or ask another replicator",
             headers={"Retry-After": "1"},
         ).response()
-    if not batch.items:
-        return _response(deps, batch, records)
+    if not batch.items or sum(len(i.record()) for i in batch.items) <= INLINE_BYTES:
+        return _response(deps, batch, records)  # small: rendering beats a thread hand-off
     limiter = deps.limiter if query.wait_ms == wire.WAIT_NONE else deps.long_poll_limiter
     return await anyio.to_thread.run_sync(_response, deps, batch, records, limiter=limiter)
 
@@ -122,7 +123,8 @@ async def _collect(deps: ApiDeps, commits: CommitSignal, caller: str, query: Pul
     with ExitStack() as held:
         slot = False
         while True:
-            await anyio.to_thread.run_sync(state.scan, limiter=limiter)
+            if not state.scan_inline():
+                await anyio.to_thread.run_sync(state.scan, limiter=limiter)
             if state.finished or deps.stop.is_set():
                 return state.batch()
             if not slot:
