@@ -5,6 +5,10 @@ blocks in :meth:`EventBuffer.wait_for_commit` (woken by the writer's commit, or 
 read-only buffer) and wakes every awaiting long poll at once. So hundreds of long polls cost
 no worker threads, and a pull that does not wait always finds one.
 
+A buffer written in this process tells the signal of each commit (``EventBuffer.on_commit``),
+in the writer's thread, which wakes the waiting long polls directly; only a read-only buffer
+(written by another process) needs the watcher below.
+
 No wake-up is lost: a waiter takes the loop's current event *before* it compares the buffer's
 newest SCN with its position, and the watcher reads the newest SCN it has seen *before* it
 schedules the wake, so a commit is either seen by the comparison or sets the event taken.
@@ -20,6 +24,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from drc.core.errors import DrcError
@@ -50,6 +55,18 @@ class CommitSignal:
         self._seen = SCN.ZERO
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
+        # The writer in this process tells of each commit itself: no watcher thread, and one
+        # thread hand-off less between a commit and the long polls it answers.
+        on_commit: Callable[[Callable[[], None]], bool] | None = getattr(buffer, "on_commit", None)
+        self._told = on_commit is not None and on_commit(self._committed)
+
+    def _committed(self) -> None:
+        """In the writer's thread, its records visible: wake the waiters, if any. A waiter
+        counted after this check compares the newest SCN after the commit: it sees it."""
+        with self._lock:
+            waiting = self._waiters > 0
+        if waiting:
+            self._wake()
 
     async def wait(self, after: SCN, timeout_s: float) -> bool:
         """Await a committed record with SCN > ``after``, at most ``timeout_s``; True if one
@@ -85,7 +102,7 @@ class CommitSignal:
     def _enter(self, after: SCN) -> None:
         with self._lock:
             self._waiters += 1
-            if self._watcher is None:
+            if self._watcher is None and not self._told:
                 self._seen = after  # the watcher wakes at once if there is more already
                 self._watcher = threading.Thread(
                     target=self._watch, name="drc-api-commits", daemon=True
