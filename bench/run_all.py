@@ -18,6 +18,7 @@ BENCHMARKS = [  # in data-flow order
     "bench_apply.py",
     "bench_conflicts.py",
     "bench_catchup.py",
+    "bench_hotpath.py",
     "bench_latency.py",
     "bench_group.py",
 ]
