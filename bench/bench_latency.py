@@ -1,48 +1,72 @@
-"""End-to-end latency under sustained two-way load: source commit -> target commit.
+"""End-to-end latency, and CPU per replicated transaction, under sustained two-way load: DRC
+against native MariaDB circular replication on the same sandbox, same load, same invocation.
 
-A fresh two-datacenter sandbox runs `drc run` for dc1 and dc2 (replicator + API + channel from
-the other side). sysbench oltp_write_only runs on both sides at once at a fixed rate (its own
-schema per side, replicated to the other), while each side inserts probe rows
-(`created_at = NOW(6)`) a few times a second. On each side a BEFORE INSERT trigger, created with
-skip_replication so it stays local, stamps `applied_at = NOW(6)` when DRC applies the other
-side's probe, so latency = applied_at - created_at on one clock (both servers share the host).
+A fresh two-datacenter sandbox; for each rate of the sweep, DRC then native replication
+(bench/_latency_systems.py) replicate both servers into each other while sysbench
+oltp_write_only runs on both sides at once at that rate (its own schema per side, replicated to
+the other) and each side inserts probe rows (``created_at = NOW(6)``) a few times a second. A
+poller on each side reads the other side's probes a few ms apart; latency = arrival - creation
+on the host's one clock. After the load a last probe on each side is waited for: then
+everything before it has arrived. CPU = utime + stime from /proc of both MariaDB servers and,
+for DRC, both ``drc run`` processes, from the load's start to that last arrival, divided by the
+transactions replicated (sysbench's on both sides, probes included).
 
-    python bench/bench_latency.py [--rate 1000] [--seconds 30]
+    python bench/bench_latency.py [--rates 200,300,400,500] [--seconds 30] [--profile DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import pymysql  # noqa: E402
+from _latency_systems import (  # noqa: E402
+    PROBE_TABLE,
+    Drc,
+    Native,
+    Poller,
+    Prober,
+    cpu_seconds,
+    sql,
+    wait_arrived,
+)
 
-from drc.sandbox.demo import start_nodes, wait_healthy, write_configs  # noqa: E402
 from drc.sandbox.procs import wait_for  # noqa: E402
 from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
 
-SCHEMA = "lat"
-PROBE_TABLE = (
-    "CREATE TABLE lat.probe (id BIGINT PRIMARY KEY, origin VARCHAR(8), "
-    "created_at DATETIME(6) NOT NULL, applied_at DATETIME(6) NULL)"
-)
+SB_DBS = ("sb_dc1", "sb_dc2")
+ARRIVAL_TIMEOUT_S = 300
 
 
-def connect(server: ServerInfo, **kw: object) -> pymysql.connections.Connection:
-    options: dict[str, object] = {"autocommit": True, **kw}
-    return pymysql.connect(
-        host=server.host, port=server.port, user=server.user, password=server.password, **options
-    )
+@dataclass
+class Phase:
+    system: str
+    rate: int
+    tps: tuple[float, float] = (0.0, 0.0)
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # "dc1 -> dc2": ms
+    cpu_s: float = 0.0
+    server_cpu_s: float = 0.0  # of it, the two MariaDB servers
+    transactions: int = 0
+    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at start and end
+    complete: bool = True
+
+    @property
+    def all_latencies(self) -> list[float]:
+        return [v for values in self.latencies.values() for v in values]
+
+    @property
+    def cpu_us_per_txn(self) -> float:
+        return self.cpu_s * 1e6 / max(1, self.transactions)
 
 
 def sysbench(
@@ -57,173 +81,223 @@ def sysbench(
     ]  # fmt: skip
 
 
-def probe(server: ServerInfo, parity: int, seconds: float, per_second: float) -> int:
-    conn = connect(server)
-    sent = 0
-    deadline = time.monotonic() + seconds
-    with conn.cursor() as cur:
-        while time.monotonic() < deadline:
-            cur.execute(
-                "INSERT INTO lat.probe (id, origin, created_at) VALUES (%s, %s, NOW(6))",
-                (sent * 2 + parity, server.datacenter),
-            )
-            sent += 1
-            time.sleep(1 / per_second)
-    conn.close()
-    return sent
+def prepare(native: Native, dc1: ServerInfo, dc2: ServerInfo) -> None:
+    """The schemas and sysbench tables, created once (replicated natively, the fast way)."""
+    native.start()
+    sql(dc1, "CREATE DATABASE lat", PROBE_TABLE, *(f"CREATE DATABASE {db}" for db in SB_DBS))
+    for server, db in ((dc1, "sb_dc1"), (dc2, "sb_dc2")):
+        assert wait_for(lambda s=server, d=db: _tables(s, d) >= 0, 60), "schema did not replicate"
+        subprocess.run(sysbench(server, db, "prepare"), check=True, capture_output=True)
+    assert wait_for(lambda: _same(dc1, dc2), 300, interval=0.5), "prepare did not replicate"
+    native.stop()
 
 
-def latencies(target: ServerInfo, origin: str) -> list[float]:
-    conn = connect(target)
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TIMESTAMPDIFF(MICROSECOND, created_at, applied_at) FROM lat.probe "
-            "WHERE origin = %s AND applied_at IS NOT NULL",
-            (origin,),
+def _tables(server: ServerInfo, db: str) -> int:
+    rows = sql(server, f"SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name='{db}'")
+    return int(rows[0][0]) - 1  # type: ignore[call-overload]
+
+
+def _same(dc1: ServerInfo, dc2: ServerInfo) -> bool:
+    def counts(server: ServerInfo) -> list[object]:
+        tables = [f"{db}.sbtest{n}" for db in SB_DBS for n in range(1, 5)]
+        try:
+            return [sql(server, f"SELECT COUNT(*) FROM {t}")[0][0] for t in tables]
+        except Exception:  # noqa: BLE001 - not created there yet
+            return [None]
+
+    return counts(dc1) == counts(dc2)
+
+
+def run_phase(system: Drc | Native, number: int, rate: int, args: argparse.Namespace) -> Phase:
+    dc1, dc2 = system.servers
+    system.start()
+    base = number * 10_000_000
+    probers = [Prober(dc1, base, 1), Prober(dc2, base, 2)]
+    warm = [Poller(dc2, probers[0], 0.01), Poller(dc1, probers[1], 0.01)]
+    for prober in probers:  # the path is open both ways before the load starts
+        prober.fence()
+    for poller in warm:
+        poller.start()
+    assert wait_arrived(warm, 120), f"{system.name} did not replicate a probe"
+    phase = Phase(system.name, rate)
+    pollers = [
+        Poller(dc2, probers[0], args.poll_ms / 1000),
+        Poller(dc1, probers[1], args.poll_ms / 1000),
+    ]
+    pids = system.pids()
+    load_start = os.getloadavg()[0]
+    servers = [s.pid for s in system.servers]
+    cpu_before, server_before = cpu_seconds(pids), cpu_seconds(servers)
+    for poller in pollers:
+        poller.start()
+    load = [
+        subprocess.Popen(
+            sysbench(s, db, "run", rate, args.seconds), stdout=subprocess.PIPE, text=True
         )
-        values = [row[0] / 1000 for row in cur.fetchall()]
-    conn.close()
-    return values
+        for s, db in ((dc1, "sb_dc1"), (dc2, "sb_dc2"))
+    ]
+    profilers = _profile(system, args, number, rate)
+    probing = [
+        threading.Thread(target=p.run, args=(args.seconds, args.probes_per_second)) for p in probers
+    ]
+    for thread in probing:
+        thread.start()
+    outputs = [proc.communicate()[0] for proc in load]
+    for thread in probing:
+        thread.join()
+    for prober in probers:
+        prober.fence()
+    phase.complete = wait_arrived(pollers, ARRIVAL_TIMEOUT_S)
+    phase.cpu_s = cpu_seconds(pids) - cpu_before
+    phase.server_cpu_s = cpu_seconds(servers) - server_before
+    phase.load = (load_start, os.getloadavg()[0])
+    for proc in profilers:
+        proc.wait()
+    system.stop()
+    phase.tps = (_count(outputs[0], "transactions:", 1), _count(outputs[1], "transactions:", 1))
+    sent = sum(p.expected for p in pollers)
+    phase.transactions = int(sum(_count(o, "transactions:", 0) for o in outputs)) + sent
+    for poller in pollers:
+        origin, target = poller.prober.origin.datacenter, poller.target.datacenter
+        phase.latencies[f"{origin} -> {target}"] = poller.latencies
+    return phase
 
 
-def count(server: ServerInfo, origin: str) -> int:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute("SELECT COUNT(*) FROM lat.probe WHERE origin = %s", (origin,))
-        value = cur.fetchone()[0]
-    conn.close()
-    return int(value)
+def _profile(
+    system: Drc | Native, args: argparse.Namespace, number: int, rate: int
+) -> list[subprocess.Popen[bytes]]:
+    """py-spy on each DRC node for the middle of the load (``--profile DIR``)."""
+    if args.profile is None or not isinstance(system, Drc):
+        return []
+    out = Path(args.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    duration = max(5, args.seconds - 10)
+    py_spy = str(Path(sys.executable).with_name("py-spy"))
+    procs = []
+    # Only the thread holding the GIL is sampled (--gil), so samples are Python CPU time. The
+    # nodes do the same work: dc1's is drawn (SVG), dc2's kept as collapsed stacks to count.
+    for (dc, proc), (fmt, suffix) in zip(
+        system.procs.items(), (("flamegraph", "svg"), ("raw", "txt")), strict=False
+    ):
+        target = out / f"drc-{dc}-{rate}tps-{number}.{suffix}"
+        argv = [py_spy, "record", "--pid", str(proc.pid), "--duration", str(duration)]
+        argv += ["--rate", "100", "--gil", "--format", fmt, "--output", str(target)]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return procs
 
 
-def setup_schema(dc1: ServerInfo, dc2: ServerInfo) -> None:
-    conn = connect(dc1)
-    with conn.cursor() as cur:
-        cur.execute("CREATE DATABASE lat")
-        cur.execute(PROBE_TABLE)
-        for db in ("sb_dc1", "sb_dc2"):
-            cur.execute(f"CREATE DATABASE {db}")
-    conn.close()
-    tables = ("probe",)
-    assert wait_for(lambda: _has_tables(dc2, tables), 30), "schema did not replicate"
-    for server in (dc1, dc2):  # local triggers: skip_replication keeps them out of DRC
-        conn = connect(server)
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION skip_replication = 1")
-            cur.execute(
-                "CREATE TRIGGER lat.stamp BEFORE INSERT ON lat.probe FOR EACH ROW "
-                "SET NEW.applied_at = NOW(6)"
-            )
-        conn.close()
-
-
-def _has_tables(server: ServerInfo, tables: tuple[str, ...]) -> bool:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'lat'")
-        names = {row[0] for row in cur.fetchall()}
-    conn.close()
-    return set(tables) <= names
-
-
-def _rows(server: ServerInfo, db: str) -> int:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COALESCE(SUM(table_rows), -1), COUNT(*) FROM information_schema.tables "
-            "WHERE table_schema = %s",
-            (db,),
-        )
-        _estimate, tables = cur.fetchone()
-        total = 0
-        for n in range(1, int(tables) + 1):
-            cur.execute(f"SELECT COUNT(*) FROM `{db}`.`sbtest{n}`")
-            total += int(cur.fetchone()[0])
-    conn.close()
-    return total if tables else -1
+def _count(output: str, label: str, which: int) -> float:
+    """From sysbench's summary line ``transactions: N (R per sec.)``: N (0) or R (1)."""
+    for line in output.splitlines():
+        if label in line:
+            total, rate = line.split(label)[1].split("(")
+            return float(total) if which == 0 else float(rate.split()[0])
+    return float("nan")
 
 
 def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def report(phases: list[Phase], args: argparse.Namespace) -> None:
+    rates = ",".join(map(str, args.rates))
+    command = f"python bench/bench_latency.py --rates {rates} --seconds {args.seconds}"
+    print(f"# End-to-end latency, DRC vs native (`{command}`, {time.strftime('%Y-%m-%d %H:%M')})\n")
+    print(
+        f"Arrival polled every {args.poll_ms:g} ms on each side; load average = the host's "
+        "1-minute load at the phase's start and end.\n"
+    )
+    print(
+        "| tps/side | system | achieved dc1/dc2 | dc1->dc2 p50/p99 ms | dc2->dc1 p50/p99 ms "
+        "| p50 ms | p99 ms | max ms | CPU s (servers) | txns | CPU us/txn | load avg |"
+    )
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for phase in phases:
+        values = phase.all_latencies
+        directions = [phase.latencies[k] for k in ("dc1 -> dc2", "dc2 -> dc1")]
+        cells = [f"{percentile(v, 0.5):.1f} / {percentile(v, 0.99):.1f}" for v in directions]
+        mark = "" if phase.complete else " (incomplete)"
+        print(
+            f"| {phase.rate} | {phase.system}{mark} | {phase.tps[0]:.0f} / {phase.tps[1]:.0f} "
+            f"| {cells[0]} | {cells[1]} | {percentile(values, 0.5):.1f} "
+            f"| {percentile(values, 0.99):.1f} | {max(values, default=float('nan')):.1f} "
+            f"| {phase.cpu_s:.1f} ({phase.server_cpu_s:.1f}) | {phase.transactions} "
+            f"| {phase.cpu_us_per_txn:.0f} "
+            f"| {phase.load[0]:.1f} / {phase.load[1]:.1f} |"
+        )
+    print("\n| tps/side | p50 DRC/native | p99 DRC/native | CPU per txn DRC/native |")
+    print("| ---: | ---: | ---: | ---: |")
+    by = {(p.system, p.rate): p for p in phases}
+    for rate in args.rates:
+        drc, native = by.get(("DRC", rate)), by.get(("native", rate))
+        if drc is None or native is None:
+            continue
+        d, n = drc.all_latencies, native.all_latencies
+        print(
+            f"| {rate} | {_ratio(percentile(d, 0.5), percentile(n, 0.5))} "
+            f"| {_ratio(percentile(d, 0.99), percentile(n, 0.99))} "
+            f"| {_ratio(drc.cpu_us_per_txn, native.cpu_us_per_txn)} |"
+        )
+    print()
+    for system in ("DRC", "native"):
+        ok = [
+            p.rate
+            for p in phases
+            if p.system == system and p.complete and percentile(p.all_latencies, 0.99) < 1000
+        ]
+        print(f"- {system}: highest rate with p99 < 1 s: {max(ok) if ok else 'none'} tps/side")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 else "-"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rate", type=int, default=1000, help="sysbench tps per side")
-    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument(
+        "--rates", type=lambda s: [int(x) for x in s.split(",")], default=[200, 300, 400, 500],
+        help="sysbench tps per side, comma-separated (each runs DRC, then native)",
+    )  # fmt: skip
+    parser.add_argument("--rate", type=int, help="one rate (same as --rates R)")
+    parser.add_argument("--seconds", type=int, default=30, help="load per phase")
+    parser.add_argument("--systems", default="drc,native", help="drc, native or both")
     parser.add_argument("--probes-per-second", type=float, default=20)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--poll-ms", type=float, default=3.0, help="arrival polling interval")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy the DRC nodes into DIR")
+    parser.add_argument("--quick", action="store_true", help="300 tps, 8 s")
     args = parser.parse_args()
+    if args.rate:
+        args.rates = [args.rate]
     if args.quick:
-        args.seconds = 8
+        args.rates, args.seconds = [300], 8
     workdir = Path(tempfile.mkdtemp(prefix="drc-lat-"))
     box = Sandbox(workdir / "sbx")
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+    drc: Drc | None = None
     try:
         description = box.up(2)
         dc1, dc2 = description.server("dc1"), description.server("dc2")
-        configs = write_configs(description, workdir / "nodes", schema="*")
-        procs = start_nodes(configs, workdir / "nodes")
-        wait_healthy(configs)
-        setup_schema(dc1, dc2)
-        for server, db in ((dc1, "sb_dc1"), (dc2, "sb_dc2")):
-            subprocess.run(sysbench(server, db, "prepare"), check=True, capture_output=True)
-
-        # Measure steady state: the prepared rows must have crossed before the load starts.
-        def caught_up() -> bool:
-            return all(_rows(dc1, db) == _rows(dc2, db) for db in ("sb_dc1", "sb_dc2"))
-
-        assert wait_for(caught_up, 300, interval=0.5), "sysbench prepare did not replicate"
-        load = [
-            subprocess.Popen(
-                sysbench(s, db, "run", args.rate, args.seconds), stdout=subprocess.PIPE, text=True
-            )
-            for s, db in ((dc1, "sb_dc1"), (dc2, "sb_dc2"))
-        ]
-        sent: dict[str, int] = {}
-
-        def run_probe(server: ServerInfo, parity: int) -> None:
-            sent[server.datacenter] = probe(server, parity, args.seconds, args.probes_per_second)
-
-        probers = [threading.Thread(target=run_probe, args=(s, p)) for s, p in ((dc1, 1), (dc2, 2))]
-        for thread in probers:
-            thread.start()
-        outputs = [proc.communicate()[0] for proc in load]
-        for thread in probers:
-            thread.join()
-        wait_for(lambda: count(dc2, "dc1") == sent["dc1"] and count(dc1, "dc2") == sent["dc2"], 120)
-        tps = [_tps(out) for out in outputs]
-        command = f"python bench/bench_latency.py --rate {args.rate} --seconds {args.seconds}"
-        print(f"# End-to-end latency (`{command}`, {time.strftime('%Y-%m-%d')})\n")
-        print(
-            f"sysbench oltp_write_only achieved {tps[0]:.0f} tps on dc1 and {tps[1]:.0f} tps on "
-            f"dc2 at once (target {args.rate} each).\n"
-        )
-        print("| direction | probes | p50 ms | p99 ms | max ms | mean ms |")
-        print("| --- | ---: | ---: | ---: | ---: | ---: |")
-        for origin, target in (("dc1", dc2), ("dc2", dc1)):
-            values = latencies(target, origin)
-            p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
-            print(
-                f"| {origin} -> {target.datacenter} | {len(values)}/{sent[origin]} | {p50:.1f} "
-                f"| {p99:.1f} | {max(values):.1f} | {statistics.mean(values):.1f} |"
-            )
+        native = Native(dc1, dc2)
+        drc = Drc(description, dc1, dc2, workdir)
+        prepare(native, dc1, dc2)
+        systems = [s for s in (drc, native) if s.name.lower() in args.systems.lower().split(",")]
+        phases = []
+        number = 0
+        for rate in args.rates:
+            for system in systems:
+                number += 1
+                phases.append(run_phase(system, number, rate, args))
+                print(f"({system.name} at {rate} tps/side done)", file=sys.stderr, flush=True)
+        report(phases, args)
     finally:
-        for proc in procs.values():
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            proc.wait(timeout=60)
+        if drc is not None and drc.procs:
+            drc.stop()
         box.down()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _tps(output: str) -> float:
-    for line in output.splitlines():
-        if "transactions:" in line:
-            return float(line.split("(")[1].split()[0])
-    return float("nan")
 
 
 if __name__ == "__main__":

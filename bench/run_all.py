@@ -19,6 +19,7 @@ BENCHMARKS = [  # in data-flow order
     "bench_conflicts.py",
     "bench_catchup.py",
     "bench_snapshot.py",
+    "bench_hotpath.py",
     "bench_latency.py",
     "bench_group.py",
 ]

@@ -54,5 +54,6 @@ def create_app(deps: ApiDeps) -> FastAPI:
         app.include_router(module.router)
     app.include_router(health.open_router)
     app.include_router(ui.open_router)
+    app.add_middleware(events.FastPath)  # inside Guard: counted, and a 500 for a crash
     app.add_middleware(errors.Guard, metrics=deps.metrics)
     return app

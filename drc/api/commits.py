@@ -5,11 +5,17 @@ blocks in :meth:`EventBuffer.wait_for_commit` (woken by the writer's commit, or 
 read-only buffer) and wakes every awaiting long poll at once. So hundreds of long polls cost
 no worker threads, and a pull that does not wait always finds one.
 
+A buffer written in this process tells the signal of each commit (``EventBuffer.on_commit``),
+in the writer's thread, which wakes the waiting long polls directly; only a read-only buffer
+(written by another process) needs the watcher below.
+
 No wake-up is lost: a waiter takes the loop's current event *before* it compares the buffer's
 newest SCN with its position, and the watcher reads the newest SCN it has seen *before* it
 schedules the wake, so a commit is either seen by the comparison or sets the event taken.
-The watcher runs only while someone waits (it ends on its next wake with no waiters) and the
-server is not stopping. Asyncio only: uvicorn and Starlette's TestClient both run it.
+The watcher runs only while someone waits, or waited less than :data:`LINGER_S` ago (so a
+subscriber that pulls again right after each answer does not start a thread per pull), and the
+server is not stopping; it wakes the loop only when someone waits. Asyncio only: uvicorn and
+Starlette's TestClient both run it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 from drc.core.errors import DrcError
@@ -25,6 +33,9 @@ from drc.core.scn import SCN
 log = logging.getLogger("drc.api")
 
 WATCH_SLICE_S = 0.5  # the watcher checks for "no more waiters" and the stop event this often
+# A watcher with no waiter left stays this long for the next one: a subscriber keeping up pulls
+# again right after each answer, and starting a thread per long poll cost more than the pull.
+LINGER_S = 2.0
 
 
 class CommitBuffer(Protocol):
@@ -44,6 +55,18 @@ class CommitSignal:
         self._seen = SCN.ZERO
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
+        # The writer in this process tells of each commit itself: no watcher thread, and one
+        # thread hand-off less between a commit and the long polls it answers.
+        on_commit: Callable[[Callable[[], None]], bool] | None = getattr(buffer, "on_commit", None)
+        self._told = on_commit is not None and on_commit(self._committed)
+
+    def _committed(self) -> None:
+        """In the writer's thread, its records visible: wake the waiters, if any. A waiter
+        counted after this check compares the newest SCN after the commit: it sees it."""
+        with self._lock:
+            waiting = self._waiters > 0
+        if waiting:
+            self._wake()
 
     async def wait(self, after: SCN, timeout_s: float) -> bool:
         """Await a committed record with SCN > ``after``, at most ``timeout_s``; True if one
@@ -79,7 +102,7 @@ class CommitSignal:
     def _enter(self, after: SCN) -> None:
         with self._lock:
             self._waiters += 1
-            if self._watcher is None:
+            if self._watcher is None and not self._told:
                 self._seen = after  # the watcher wakes at once if there is more already
                 self._watcher = threading.Thread(
                     target=self._watch, name="drc-api-commits", daemon=True
@@ -100,9 +123,16 @@ class CommitSignal:
 
     def _watch_commits(self) -> None:
         seen = self._seen
+        idle_since: float | None = None
         while True:
             with self._lock:
-                if self._waiters == 0 or self._stop.is_set():
+                if self._waiters:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = time.monotonic()
+                if self._stop.is_set() or (
+                    idle_since is not None and time.monotonic() - idle_since >= LINGER_S
+                ):
                     self._watcher = None
                     return
             try:
@@ -114,7 +144,11 @@ class CommitSignal:
                 continue
             if committed and newest is not None:
                 seen = newest  # before the wake: a later commit makes the next wait return
-                self._wake()
+                # A waiter that entered after this check compares after the commit: sees it.
+                with self._lock:
+                    waiting = self._waiters > 0
+                if waiting:
+                    self._wake()
 
     def _wake(self) -> None:
         with self._lock:

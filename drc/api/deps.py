@@ -131,7 +131,13 @@ def get_deps(request: Request) -> ApiDeps:
     return deps
 
 
-Deps = Annotated[ApiDeps, Depends(get_deps)]
+async def _get_deps(request: Request) -> ApiDeps:
+    # async: FastAPI runs a plain function dependency in a worker thread, a hand-off per
+    # request that cost more than the pull it served
+    return get_deps(request)
+
+
+Deps = Annotated[ApiDeps, Depends(_get_deps)]
 
 
 def caller(request: Request) -> str | None:
@@ -168,9 +174,10 @@ def _bearer(request: Request) -> bytes:
     return token.strip().encode("latin-1", "replace")
 
 
-def require_token(request: Request) -> None:
+async def require_token(request: Request) -> None:
     """401 with WWW-Authenticate unless the request carries a configured bearer token;
-    :func:`caller` is then kept in ``request.state.caller`` (the long-poll limits count by it)."""
+    :func:`caller` is then kept in ``request.state.caller`` (the long-poll limits count by it).
+    async, like every dependency here: it runs on the event loop, not in a worker thread."""
     who = caller(request)
     if who is not None:
         request.state.caller = who

@@ -14,12 +14,14 @@ from contextlib import ExitStack
 import anyio
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from drc.api import accept, wire
 from drc.api.commits import CommitSignal
-from drc.api.deps import ApiDeps, Deps, require_token
+from drc.api.deps import ApiDeps, Deps, get_deps, require_token
 from drc.api.errors import ApiError
 from drc.api.pull import (
+    INLINE_BYTES,
     STOP_CHECK_S,
     Batch,
     EpochMismatch,
@@ -51,6 +53,37 @@ async def get_events(request: Request, deps: Deps) -> Response:
         response = await _serve(deps, commits, caller, query, records)
         tasks.cancel_scope.cancel()
     return response
+
+
+class FastPath:
+    """ASGI middleware that serves ``GET /v1/events`` with the endpoint above, called
+    directly: the same token check, query parsing, errors and answer, without FastAPI's
+    routing, dependency solving and inner middleware, which cost more CPU than a pull that
+    answers one or two transactions. Installed inside errors.Guard (metrics, the 500 for an
+    unexpected error); every other request goes on to the application."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        # The route, which metrics name (errors.Guard reads scope["route"]), as FastAPI's would.
+        self.route = next(r for r in router.routes if getattr(r, "path", "") == wire.PATH_EVENTS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["path"] != wire.PATH_EVENTS
+            or scope["method"] != "GET"
+            or not hasattr(scope["app"].state, "commits")  # no buffer: the app says 404
+        ):
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = self.route
+        request = Request(scope, receive, send)
+        try:
+            await require_token(request)
+            response = await get_events(request, get_deps(request))
+        except ApiError as exc:
+            response = exc.response()
+        await response(scope, receive, send)
 
 
 def _wants_records(header: str | None) -> bool:
@@ -108,8 +141,8 @@ async def _serve(
             "it cannot be read right now; retry shortly or ask another replicator",
             headers={"Retry-After": "1"},
         ).response()
-    if not batch.items:
-        return _response(deps, batch, records)
+    if not batch.items or sum(len(i.record()) for i in batch.items) <= INLINE_BYTES:
+        return _response(deps, batch, records)  # small: rendering beats a thread hand-off
     limiter = deps.limiter if query.wait_ms == wire.WAIT_NONE else deps.long_poll_limiter
     return await anyio.to_thread.run_sync(_response, deps, batch, records, limiter=limiter)
 
@@ -122,7 +155,8 @@ async def _collect(deps: ApiDeps, commits: CommitSignal, caller: str, query: Pul
     with ExitStack() as held:
         slot = False
         while True:
-            await anyio.to_thread.run_sync(state.scan, limiter=limiter)
+            if not state.scan_inline():
+                await anyio.to_thread.run_sync(state.scan, limiter=limiter)
             if state.finished or deps.stop.is_set():
                 return state.batch()
             if not slot:

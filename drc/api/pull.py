@@ -38,6 +38,11 @@ STOP_CHECK_S = 0.5
 SCAN_RECORDS = 100_000  # per pull, across reads
 READ_RECORDS = 1000  # per read_after while filtering
 READ_BYTES = 4 << 20
+# What a pull that is caught up may read on the event loop instead of a worker thread: the
+# few records committed since it last scanned, at a subscriber that keeps up. Two thread
+# hand-offs per pull cost more than such a read.
+INLINE_RECORDS = 64
+INLINE_BYTES = 256 << 10
 
 
 class PullBuffer(Protocol):
@@ -85,6 +90,11 @@ class BackToSource:
     def wait_for_commit(self, after: SCN, timeout_s: float) -> bool:
         return self._buffer.wait_for_commit(after, timeout_s)
 
+    @property
+    def buffered(self) -> PullBuffer:
+        """The buffer alone, without going back to the source."""
+        return self._buffer
+
 
 class EpochMismatch(Exception):
     """The client read a different buffer (wiped and rebuilt, or another replicator's)."""
@@ -129,7 +139,21 @@ class Pull:
 
     def scan(self) -> None:
         """Read what is committed after ``next``; raises ScnTooOldError."""
-        self._caught_up = _scan(self.buffer, self.builder, self._scan_records)
+        self._caught_up = bool(_scan(self.buffer, self.builder, self._scan_records))
+
+    def scan_inline(self) -> bool:
+        """Scan at most INLINE_RECORDS / INLINE_BYTES of the buffer alone (never the source
+        binlog, never more than a few records: it runs on the event loop); False if that was
+        not enough, or the position is older than the buffer: :meth:`scan` in a thread then."""
+        buffer = getattr(self.buffer, "buffered", self.buffer)
+        try:
+            done = _scan(buffer, self.builder, self._scan_records, INLINE_RECORDS, INLINE_BYTES)
+        except ScnTooOldError:
+            return False
+        if done is None:
+            return False
+        self._caught_up = done
+        return True
 
     @property
     def finished(self) -> bool:
@@ -177,8 +201,15 @@ def _answered(wait_ms: int, builder: BatchBuilder) -> bool:
     return wait_ms > 0 and builder.transactions > 0
 
 
-def _scan(buffer: PullBuffer, builder: BatchBuilder, scan_records: int) -> bool:
-    """Read until the batch is full or the buffer ends; False if the scan budget ran out."""
+def _scan(
+    buffer: PullBuffer,
+    builder: BatchBuilder,
+    scan_records: int,
+    budget_records: int | None = None,
+    budget_bytes: int = 0,
+) -> bool | None:
+    """Read until the batch is full or the buffer ends; False if the scan budget ran out,
+    None if ``budget_records`` / ``budget_bytes`` did (more may be there)."""
     everything = builder.selection.passes_everything
     while not builder.full:
         if builder.examined >= scan_records:
@@ -188,10 +219,17 @@ def _scan(buffer: PullBuffer, builder: BatchBuilder, scan_records: int) -> bool:
             size = builder.limits.max_bytes - builder.bytes
         else:
             count, size = min(READ_RECORDS, scan_records - builder.examined), READ_BYTES
+        if budget_records is not None:
+            if budget_records <= 0 or budget_bytes <= 0:
+                return None
+            count, size = min(count, budget_records), min(size, budget_bytes)
         records = buffer.read_after(builder.next, max_records=count, max_bytes=size)
         if not records:
             return True
         builder.add(records)
+        if budget_records is not None:
+            budget_records -= len(records)
+            budget_bytes -= sum(len(r.payload) for r in records)
     return True
 
 

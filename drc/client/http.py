@@ -10,14 +10,16 @@ The only module of the SDK (with ``status``) that touches httpx. ``get_events`` 
   across URLs.
 - ApiRequestError / ApiAuthError / ProtocolError: the same request will fail again anywhere.
 
-The bearer token lives only in the httpx client's default headers; httpx masks Authorization in
-its own reprs, and no message built here includes a header.
+The bearer token lives only in the httpx client's default headers (and its event pulls' own
+connection pool, drc.client.lean); httpx masks Authorization in its own reprs, and no message
+built here includes a header.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ import httpx
 from drc import __version__
 from drc.api import wire
 from drc.client.errors import ApiAuthError, ApiRequestError, ApiTlsError, ProtocolError
+from drc.client.lean import LeanPool
 from drc.core.errors import CorruptRecordError, MalformedScnError
 from drc.core.events import Transaction
 from drc.core.jsonwire import JsonWireError, transaction_from_json
@@ -41,6 +44,7 @@ _MAX_SHOWN = 300
 _BUSY_CODES = (wire.ERROR_TOO_MANY_LONG_POLLS, wire.ERROR_LONG_POLLS_FULL)
 BUSY_DEFAULT_S = 1.0
 BUSY_MAX_S = 30.0
+_LEAN: weakref.WeakKeyDictionary[httpx.Client, LeanPool] = weakref.WeakKeyDictionary()
 
 
 class Transient(Exception):
@@ -81,10 +85,22 @@ class Page:
 def make_client(
     token: str | None, transport: httpx.BaseTransport | None = None, verify: Any = True
 ) -> httpx.Client:
+    """The SDK's client; its event pulls go through kept-alive connections of its own
+    (drc.client.lean) where httpx would go straight to the network."""
     headers = {"User-Agent": f"drc-client/{__version__}"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    return httpx.Client(headers=headers, transport=transport, verify=verify)
+    client = httpx.Client(headers=headers, transport=transport, verify=verify)
+    if LeanPool.usable(transport):
+        _LEAN[client] = LeanPool(verify, headers)
+    return client
+
+
+def close_client(client: httpx.Client) -> None:
+    pool = _LEAN.pop(client, None)
+    if pool is not None:
+        pool.close()
+    client.close()
 
 
 def tls_verify(
@@ -120,7 +136,17 @@ def get_events(
     token: str | None,
 ) -> Page:
     accept = wire.MEDIA_RECORDS if binary else wire.MEDIA_JSON
-    response = send(client, url + wire.PATH_EVENTS, params, accept, timeout, token)
+    target = url + wire.PATH_EVENTS
+    pool = _LEAN.get(client)
+    if pool is None:
+        response = send(client, target, params, accept, timeout, token)
+    else:
+        try:
+            response = pool.get(target, params, accept, timeout)
+        except httpx.HTTPError as exc:
+            raise failure(exc, target, token) from exc
+        if not response.is_success:
+            raise status_error(response, target, token)
     if response.headers.get("content-type", "").startswith(wire.MEDIA_RECORDS):
         return _records_page(response, url)
     return _json_page(_json(response, url), url)

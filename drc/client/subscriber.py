@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -88,7 +89,39 @@ class _Fetch:
         self.cancelled = threading.Event()
         self.result: tuple[str, http.Page] | None = None
         self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
+
+
+class _Worker:
+    """A daemon thread that runs fetches one after another: a subscriber keeping up fetches
+    once per transaction or two, and starting a thread per fetch cost more than the fetch.
+    It takes a fetch only when idle; one offered while it is busy (still finishing a fetch
+    that rollback cancelled) gets a thread of its own, as before."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._busy = False
+        self._thread = threading.Thread(target=self._loop, name="drc-fetch", daemon=True)
+        self._thread.start()
+
+    def offer(self, job: Callable[[], None]) -> bool:
+        with self._lock:
+            if self._busy:
+                return False
+            self._busy = True
+        self._jobs.put(job)
+        return True
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            finally:
+                with self._lock:
+                    self._busy = False
 
 
 class Subscriber:
@@ -151,6 +184,7 @@ class Subscriber:
             sleep=sleep,
             clock=clock,
         )
+        self._worker: _Worker | None = None
         self._ids = itertools.count(1)
         self._pending: Batch | None = None
         self._inflight: _Fetch | None = None
@@ -243,9 +277,11 @@ class Subscriber:
         self._closed = True
         fetch = self._inflight
         self._discard_inflight()
-        if fetch is not None and fetch.thread is not None:
-            fetch.thread.join(_JOIN_ON_CLOSE_S)  # a long poll may outlive this; it is a daemon
-        self._client.close()
+        if fetch is not None:
+            fetch.done.wait(_JOIN_ON_CLOSE_S)  # a long poll may outlive this; it is a daemon
+        if self._worker is not None:
+            self._worker.stop()
+        http.close_client(self._client)
 
     def __enter__(self) -> Subscriber:
         return self
@@ -274,8 +310,10 @@ class Subscriber:
             finally:
                 fetch.done.set()
 
-        fetch.thread = threading.Thread(target=run, name=f"drc-fetch-{after}", daemon=True)
-        fetch.thread.start()
+        if self._worker is None:
+            self._worker = _Worker()
+        if not self._worker.offer(run):
+            threading.Thread(target=run, name=f"drc-fetch-{after}", daemon=True).start()
         return fetch
 
     def _discard_inflight(self) -> None:

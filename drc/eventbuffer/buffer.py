@@ -18,6 +18,7 @@ prefix of what was appended. The format is specified in :mod:`drc.eventbuffer.fo
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,6 +39,7 @@ from drc.eventbuffer.recovery import (
 from drc.eventbuffer.segment import Segment
 from drc.eventbuffer.writer import Writer, WriterOptions, check_options, check_record
 
+log = logging.getLogger(__name__)
 DEFAULT_SEGMENT_BYTES = 64 << 20
 DEFAULT_INDEX_EVERY = 4096
 READ_ONLY_POLL_S = 0.05
@@ -80,6 +82,7 @@ class EventBuffer:
         self._read_lock = threading.RLock()  # read-only: refresh and read one at a time
         self._cond = threading.Condition()
         self._closed = False
+        self._listeners: list[Callable[[], None]] = []
 
     # -- opening -------------------------------------------------------------------------
 
@@ -195,6 +198,7 @@ class EventBuffer:
         with self._write_lock:
             self._io(writer.commit)
             self._publish(writer.view())
+        self._tell_listeners()
         self.enforce_retention()
 
     def enforce_retention(self) -> list[int]:
@@ -259,6 +263,23 @@ class EventBuffer:
                 if remaining <= 0 or self._closed:
                     return False
                 self._cond.wait(remaining)
+
+    def on_commit(self, listener: Callable[[], None]) -> bool:
+        """Call ``listener()`` in the committing thread after each commit (and on close), once
+        its records are visible: an in-process reader learns of them without a thread of its
+        own waiting. False on a read-only buffer (another process commits): poll instead.
+        The listener must be quick and must not raise."""
+        if self._writer is None:
+            return False
+        self._listeners.append(listener)
+        return True
+
+    def _tell_listeners(self) -> None:
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:  # a reader's bug must not fail the writer's commit
+                log.exception("an EventBuffer commit listener failed")
 
     def _poll_for_commit(self, after: SCN, deadline: float) -> bool:
         while True:
@@ -360,6 +381,7 @@ class EventBuffer:
                 self._cond.notify_all()
             for seg in self._view.segments:
                 seg.close()
+        self._tell_listeners()
 
     def __enter__(self) -> EventBuffer:
         return self

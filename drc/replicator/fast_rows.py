@@ -459,13 +459,16 @@ def decode_row(plan: Plan, data: bytes, pos: int) -> tuple[dict[str, Any], int, 
 # --- the override ---------------------------------------------------------------------------
 
 
-def _plan_for(event: Any) -> Plan | None:
-    table = event.table_map[event.table_id]
+def plan_of(table: Any, ignore_decode_errors: bool = False) -> Plan | None:
+    """The plan of a library Table (built once, kept on it), or None without one."""
     plan = table.__dict__.get(_PLAN, _MISSING)
-    ignore = bool(event._ignore_decode_errors)
-    if plan is _MISSING or (plan is not None and plan.ignore_decode_errors != ignore):
-        plan = table.__dict__[_PLAN] = build_plan(table.columns, ignore)
-    return plan  # type: ignore[return-value]
+    if plan is _MISSING or (plan is not None and plan.ignore_decode_errors != ignore_decode_errors):
+        plan = table.__dict__[_PLAN] = build_plan(table.columns, ignore_decode_errors)
+    return plan  # type: ignore[no-any-return]
+
+
+def _plan_for(event: Any) -> Plan | None:
+    return plan_of(event.table_map[event.table_id], bool(event._ignore_decode_errors))
 
 
 def _read_column_data(self: Any, cols_bitmap: bytes, row_image_type: Any = None) -> Any:

@@ -189,7 +189,7 @@ class Replicator:
         self.stats.change_id = start.change_id
         self.stats.source_switches += start.gtid is not None
         session_stop = threading.Event()
-        events: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
+        events = _Handoff(_QUEUE_DEPTH)
         reader = threading.Thread(
             target=_pump, args=(stream, session_stop, events), name="binlog-reader", daemon=True
         )
@@ -279,7 +279,7 @@ class Replicator:
         return name, int(pos)
 
     def _consume(
-        self, stop: threading.Event, events: queue.Queue[Any], assembler: TransactionAssembler
+        self, stop: threading.Event, events: _Handoff, assembler: TransactionAssembler
     ) -> None:
         batch = _Batch()
         while not stop.is_set():
@@ -427,7 +427,34 @@ def stored_position(buffer: Any, last: SCN | None) -> dict[int, Gtid] | None:
     return gtids.stored_position(txn.gtid, txn.gtid_position)
 
 
-def _pump(stream: BinlogStream, stop: threading.Event, events: queue.Queue[Any]) -> None:
+class _Handoff:
+    """The reader's queue to the capture loop, bounded to ``depth`` items. A SimpleQueue (its
+    put and get are C code, where queue.Queue's go through a Python Condition: at one item per
+    transaction that hand-off cost a tenth of capture); the reader waits for room only when
+    the loop is ``depth`` items behind, and is let go once it is half as far behind."""
+
+    def __init__(self, depth: int) -> None:
+        self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._depth = depth
+        self._room = threading.Event()
+        self._room.set()
+
+    def put(self, item: Any, stop: threading.Event) -> None:
+        while self._items.qsize() >= self._depth and not stop.is_set():
+            self._room.clear()
+            if self._items.qsize() >= self._depth:  # the loop may have drained it meanwhile
+                self._room.wait(0.2)
+        self._items.put(item)
+
+    def get(self, timeout: float) -> Any:
+        """The next item; queue.Empty after ``timeout`` seconds without one."""
+        item = self._items.get(timeout=timeout)
+        if not self._room.is_set() and self._items.qsize() <= self._depth // 2:
+            self._room.set()
+        return item
+
+
+def _pump(stream: BinlogStream, stop: threading.Event, events: _Handoff) -> None:
     """Reader thread: move source events, a transaction's worth per queue item (one hand-off
     instead of one per event), or the error that ended them, into the queue."""
     pending: list[Any] = []
@@ -443,10 +470,5 @@ def _pump(stream: BinlogStream, stop: threading.Event, events: queue.Queue[Any])
         _put(events, exc, stop)
 
 
-def _put(events: queue.Queue[Any], item: Any, stop: threading.Event) -> None:
-    while not stop.is_set():
-        try:
-            events.put(item, timeout=0.2)
-            return
-        except queue.Full:
-            continue
+def _put(events: _Handoff, item: Any, stop: threading.Event) -> None:
+    events.put(item, stop)

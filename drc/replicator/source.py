@@ -40,6 +40,7 @@ from drc.core.errors import (
 from drc.core.events import Op
 from drc.core.scn import split_binlog_name
 from drc.replicator import decoding, tablemap_cache
+from drc.replicator.fast_events import NOT_MINE, FastDecoder
 from drc.replicator.schema_types import table_schema_from_map
 from drc.replicator.source_events import (
     Begin,
@@ -211,10 +212,13 @@ class BinlogStream:
         gtid: str | None = None,
         blocking: bool = True,
         server_id: int | None = None,
+        fast: bool = True,
     ) -> None:
         """From (log_file, log_pos), or with ``gtid`` from that ``@slave_connect_state`` (the
         server then checks, strictly, that its binlog holds that position). ``blocking=False``
-        ends at the binlog's current end; ``server_id`` overrides the replica id presented."""
+        ends at the binlog's current end; ``server_id`` overrides the replica id presented.
+        ``fast``: decode a transaction's usual events itself (drc.replicator.fast_events)
+        instead of through the library (False: the library alone, the reference)."""
         self._settings = settings
         self._gtid = gtid
         self._blocking = blocking
@@ -250,6 +254,11 @@ class BinlogStream:
             ],
         )
         self._schemas: dict[int, Any] = {}
+        self._fast_wanted = fast
+        self._fast: FastDecoder | None = None
+        self._lengths: Any = None  # the post-header lengths the decoder was made for
+        self._log_file: str | None = None
+        self._log_index = 0
 
     def close(self) -> None:
         self._reader.close()
@@ -257,7 +266,15 @@ class BinlogStream:
     def events(self, stop: threading.Event) -> Iterator[SourceEvent]:
         try:
             while not stop.is_set():
-                event = self._reader.fetchone()
+                packet = self._packet()
+                if packet is not None:
+                    decoded = self._fast_decode(packet)
+                    if decoded is None:
+                        continue
+                    if decoded is not NOT_MINE:
+                        yield decoded
+                        continue
+                event = self._library_event(packet)
                 if event is None:
                     if not self._blocking:
                         return  # a non-blocking read reached the end of the binlog
@@ -277,6 +294,48 @@ class BinlogStream:
             failed = f"binlog stream from {self._settings!r} failed"
             raise unavailable(self._settings, failed, exc) from exc
 
+    def _packet(self) -> Any:
+        """The next raw packet, or None to let the library read it (not connected yet, or the
+        fast path is off)."""
+        reader = self._reader
+        if self._fast is None or not reader._BinLogStreamReader__connected_stream:
+            return None
+        return reader._stream_connection._read_packet()
+
+    def _fast_decode(self, packet: Any) -> Any:
+        assert self._fast is not None
+        if self._reader.log_file != self._log_file:
+            self._log_file = self._reader.log_file
+            self._log_index = split_binlog_name(self._log_file)[1]
+        return self._fast.decode(packet._data, self._log_index, self._reader.table_map)
+
+    def _library_event(self, packet: Any) -> Any:
+        """The library's next event; ``packet``, already read, is the first it reads."""
+        reader = self._reader
+        if packet is not None:
+            connection = reader._stream_connection
+
+            def once(*_args: Any, **_kwargs: Any) -> Any:
+                del connection._read_packet  # the method again for any further read
+                return packet
+
+            connection._read_packet = once
+        try:
+            event = reader.fetchone()
+        finally:
+            if packet is not None:
+                reader._stream_connection.__dict__.pop("_read_packet", None)
+        if self._fast_wanted and reader._BinLogStreamReader__connected_stream:
+            lengths = reader._BinLogStreamReader__post_header_lengths
+            if self._fast is None or lengths is not self._lengths:  # a format description
+                old = self._fast
+                checksum = reader._BinLogStreamReader__use_checksum
+                self._fast = FastDecoder(checksum, lengths, self._schemas)
+                self._lengths = lengths
+                if old is not None:
+                    self._fast.tables = old.tables
+        return event
+
     def _position(self, event: Any) -> tuple[int, int]:
         return split_binlog_name(self._reader.log_file)[1], int(event.packet.log_pos)
 
@@ -290,6 +349,8 @@ class BinlogStream:
             if schema is None:
                 schema = table.__dict__["_drc_schema"] = table_schema_from_map(event)
             self._schemas[event.table_id] = schema
+            if self._fast is not None:
+                self._fast.remember(event.table_id, table, schema)
             return None
         if isinstance(event, MariadbGtidListEvent):
             return GtidList(tuple(g.gtid for g in event.gtid_list))

@@ -44,6 +44,14 @@ def _cached_init(
     table_map[self.table_id] = self.table_obj
 
 
+def lookup(body: bytes) -> dict[str, Any] | None:
+    """The parse of a TABLE_MAP event body seen before (drc.replicator.fast_events), or None."""
+    hit = _cache.get(body)
+    if hit is not None:
+        _cache.move_to_end(body)
+    return hit
+
+
 def install() -> None:
     """Route TABLE_MAP parsing through the cache (idempotent)."""
     TableMapEvent.__init__ = _cached_init  # type: ignore[method-assign]

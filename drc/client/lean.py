@@ -1,0 +1,151 @@
+"""Keep-alive connections for the one request a subscriber repeats: ``GET /v1/events``.
+
+A subscriber that keeps up pulls once per transaction or two, and httpx's request machinery
+(URL and header models, its transport layers) cost more CPU per pull than the server's answer.
+Here each pull is one ``http.client`` exchange on a kept-alive connection, and the answer is
+handed back as an ``httpx.Response``, so everything that reads it (:mod:`drc.client.http`'s
+status classification, records and JSON pages) is the same code as before.
+
+Used only where httpx would have gone straight to the network: not with a custom transport
+(tests), nor with proxy settings in the environment, which httpx honours and this does not.
+TLS uses the client's own ``verify`` (an SSLContext, a CA file, or a bool), so HTTPS to a
+private CA or with a client certificate behaves as with httpx. A failure is raised as httpx's
+ConnectError / ReadTimeout / ReadError with the original exception as its cause, which
+:func:`drc.client.http.failure` classifies (a refused certificate stays a TLS error). A kept
+connection the server has closed meanwhile is reopened once, transparently.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+import threading
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import httpx
+
+_IDLE_PER_HOST = 4
+
+
+class LeanPool:
+    """Idle connections by (scheme, host, port); safe to use from several threads."""
+
+    def __init__(self, verify: Any, headers: dict[str, str]) -> None:
+        self._verify = verify
+        self._context: ssl.SSLContext | None = None
+        self._headers = headers
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+
+    @staticmethod
+    def usable(transport: Any) -> bool:
+        """Whether a client made with this transport would go straight to the network."""
+        return transport is None and not urllib.request.getproxies()
+
+    def get(self, url: str, params: dict[str, str], accept: str, timeout: httpx.Timeout) -> Any:
+        parts = urllib.parse.urlsplit(url)
+        key = (parts.scheme, parts.hostname or "", parts.port or _default_port(parts.scheme))
+        target = f"{parts.path or '/'}?{urllib.parse.urlencode(params)}"
+        headers = {**self._headers, "Accept": accept}
+        for attempt in (0, 1):
+            conn, reused = self._take(key, timeout)
+            try:
+                conn.request("GET", target, headers=headers)
+                answer = conn.getresponse()
+                body = answer.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if reused and attempt == 0 and _closed_meanwhile(exc):
+                    continue  # the server closed the idle connection: once more on a new one
+                raise _as_httpx(exc, url) from exc
+            if answer.will_close:
+                conn.close()
+            else:
+                self._give(key, conn)
+            return httpx.Response(answer.status, headers=answer.getheaders(), content=body)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
+
+    def _take(
+        self, key: tuple[str, str, int], timeout: httpx.Timeout
+    ) -> tuple[http.client.HTTPConnection, bool]:
+        with self._lock:
+            idle = self._idle.get(key)
+            conn = idle.pop() if idle else None
+        read_s = timeout.read
+        if conn is not None:
+            if conn.sock is not None:
+                conn.sock.settimeout(read_s)
+            return conn, True
+        scheme, host, port = key
+        connect_s = timeout.connect
+        try:
+            if scheme == "https":
+                conn = http.client.HTTPSConnection(
+                    host, port, timeout=connect_s, context=self._ssl_context()
+                )
+            else:
+                conn = http.client.HTTPConnection(host, port, timeout=connect_s)
+            conn.connect()
+        except OSError as exc:
+            raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
+        assert conn.sock is not None
+        conn.sock.settimeout(read_s)
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn, False
+
+    def _give(self, key: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < _IDLE_PER_HOST:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._context is None:
+            verify = self._verify
+            if isinstance(verify, ssl.SSLContext):
+                self._context = verify
+            elif verify is False:
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+                self._context = context
+            elif isinstance(verify, str):
+                self._context = ssl.create_default_context(cafile=verify)
+            else:
+                self._context = ssl.create_default_context()
+        return self._context
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
+
+
+def _closed_meanwhile(exc: BaseException) -> bool:
+    return isinstance(
+        exc,
+        http.client.RemoteDisconnected
+        | BrokenPipeError
+        | ConnectionResetError
+        | http.client.BadStatusLine,
+    )
+
+
+def _as_httpx(exc: BaseException, url: str) -> httpx.TransportError:
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return httpx.ReadTimeout(text)
+    if isinstance(exc, http.client.HTTPException):
+        return httpx.RemoteProtocolError(text)
+    return httpx.ReadError(text)
