@@ -42,7 +42,7 @@ from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.reduce import DdlStep, Span, plan_steps
 from drc.core.scn import SCN
-from drc.spark.session import build_session
+from drc.spark.session import LIGHT_JVM, build_session
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def _run(
                   listing.url, listing.epoch, token, partitions, batch_changes)  # fmt: skip
         out(f"catch-up of {channel.name}: ({start}, {end}] from {listing.url}, {len(infos)} "
             f"segments, master {master}, {partitions} partitions")  # fmt: skip
-        spark = build_session(master, f"drc-catchup-{channel.name}")
+        spark = build_session(master, f"drc-catchup-{channel.name}", conf=LIGHT_JVM)
         try:
             _replay(spark, job, streaming, session, infos, summary, out, renewer)
         finally:
