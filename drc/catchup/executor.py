@@ -40,7 +40,7 @@ from drc.apply.service import build_parts
 from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, SkipDrcOriginated
 from drc.catchup import journal, lease
-from drc.catchup.routing import Router, key_columns, net_key, route, transactions
+from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
 from drc.config import ChannelConfig, ConflictsConfig
 from drc.core.codec import (
@@ -51,7 +51,7 @@ from drc.core.codec import (
     peek_tables,
 )
 from drc.core.events import Op, RowChange, Transaction
-from drc.core.reduce import SCHEMA, TABLE, Nets, Span
+from drc.core.reduce import Nets, Span
 from drc.core.scn import SCN
 from drc.eventbuffer.export import read_segment_file
 from drc.eventbuffer.reader import Record
@@ -289,17 +289,13 @@ def apply_partition(
 ) -> PartitionResult:
     """Reduce, decide and write one partition of a span (see the module docstring)."""
     began = time.monotonic()
-    keys = {n: t.primary_key for n, t in definitions.items()}
-    columns: dict[tuple[str, str], Sequence[str]] = {}
+    key_of = NetKeys({n: t.primary_key for n, t in definitions.items()})
     nets, received = Nets(), 0
     for _, packed in sorted(items, key=lambda item: item[0]):  # the slices in stream order
-        for entry in decode_rows_packed(packed):
-            table = (entry[SCHEMA], entry[TABLE])
-            found = columns.get(table)
-            if found is None:
-                found = columns[table] = key_columns(keys, *table)
-            nets.add(net_key(entry, found), entry)
-            received += 1
+        entries = decode_rows_packed(packed)
+        received += len(entries)
+        for entry in entries:
+            nets.add(key_of(entry), entry)
     reduced = nets.result()
     result = PartitionResult(part, changes=received, reduced=len(reduced))
     result.reduce_s = time.monotonic() - began

@@ -13,30 +13,32 @@ Changes travel as drc.core.reduce entries; their position is :func:`position`: t
 SCN bytes, its fragment and the change's place in it, which sorts in stream order.
 
 :class:`Router` routes and reduces one contiguous slice of the stream at once (each key once
-per slice, its partition computed once); :func:`net_key` gives the key a partition reduces by.
+per slice, its partition computed once); :class:`NetKeys` gives the key a partition reduces by.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from drc.apply import tombstones
 from drc.core.codec import encode_value
-from drc.core.events import RowChange, Transaction
+from drc.core.events import Row, RowChange, Transaction
 from drc.core.markers import is_tombstone_table
 from drc.core.reduce import (
     AFTER,
     BEFORE,
+    POSITION,
     SCHEMA,
     SCN_,
     TABLE,
     TIMESTAMP,
     Entry,
     Nets,
+    key_getter,
+    moved_position,
     op_of,
-    row_key,
 )  # fmt: skip
 from drc.core.scn import SCN
 
@@ -57,13 +59,31 @@ def key_columns(primary_keys: Keys, schema: str, table: str) -> Sequence[str]:
     return () if is_tombstone_table(schema, table) else primary_keys.get((schema, table), ())
 
 
-def net_key(entry: Entry, columns: Sequence[str]) -> tuple[Any, ...] | None:
-    """The key ``entry`` is reduced by (None: kept as it came)."""
-    if not columns:
-        return None
-    table = (entry[SCHEMA], entry[TABLE])
-    row = entry[AFTER] if entry[AFTER] is not None else entry[BEFORE]
-    return (*table, *row_key(row, columns, table))
+KeyOf = Callable[[Row], tuple[Any, ...]] | None  # None: the table's changes are kept as they came
+
+
+class NetKeys:
+    """The key each entry is reduced by, per table (drc.core.reduce.key_getter)."""
+
+    def __init__(self, primary_keys: Keys) -> None:
+        self.primary_keys = primary_keys
+        self._getters: dict[tuple[str, str], KeyOf] = {}
+
+    def getter(self, schema: str, table: str) -> KeyOf:
+        try:
+            return self._getters[(schema, table)]
+        except KeyError:
+            pass
+        columns = key_columns(self.primary_keys, schema, table)
+        found = key_getter((schema, table), columns) if columns else None
+        self._getters[(schema, table)] = found
+        return found
+
+    def __call__(self, entry: Entry) -> tuple[Any, ...] | None:
+        key = self.getter(entry[SCHEMA], entry[TABLE])
+        if key is None:
+            return None
+        return key(entry[AFTER] if entry[AFTER] is not None else entry[BEFORE])
 
 
 class Router:
@@ -74,25 +94,23 @@ class Router:
         self.partitions = partitions
         self.parts: dict[int, Nets] = {}
         self.added = 0
-        self._columns: dict[tuple[str, str], Sequence[str]] = {}
+        self._keys = NetKeys(primary_keys)
         self._part_of: dict[Any, int] = {}
 
     def add(self, position: bytes, scn: bytes, timestamp: int, schema: str, table: str,
             before: Any, after: Any) -> None:  # fmt: skip
         self.added += 1
-        columns = self._columns.get((schema, table))
-        if columns is None:
-            columns = self._columns[(schema, table)] = key_columns(self.primary_keys, schema, table)
         entry = [position, scn, timestamp, schema, table, before, after]
-        if not columns:
+        key_of = self._keys.getter(schema, table)
+        if key_of is None:
             self._add(self._kept_partition(entry), None, entry)
             return
-        key = net_key(entry, columns)
+        key = key_of(after if after is not None else before)
         if before is not None and after is not None:
-            old = (schema, table, *row_key(before, columns, (schema, table)))
+            old = key_of(before)
             if old != key:  # the key moves: a delete of the old one, an insert of the new
                 self._add(self.partition(old), old, [*entry[:AFTER], None])
-                entry[BEFORE] = None
+                entry[POSITION], entry[BEFORE] = moved_position(position), None
         self._add(self.partition(key), key, entry)
 
     def _add(self, part: int, key: Any, entry: Entry) -> None:

@@ -34,11 +34,12 @@ lands in SCN order, so such keys converge too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
-from drc.core.events import Op, RowChange, Transaction
+from drc.core.events import Op, Row, RowChange, Transaction
 from drc.core.scn import SCN
 
 TableName = tuple[str, str]
@@ -160,16 +161,13 @@ class Nets:
         return len(self._nets) + len(self._kept)
 
     def result(self) -> list[Entry]:
-        """The nets in order of each one's last change (a key made and removed is nothing; at
-        one position, the delete of a moved key comes before the insert that reuses it)."""
+        """The nets in order of each one's last change (a key made and removed is nothing).
+        Positions are unique: the insert half of an update that moves its key sorts after
+        the delete half (:func:`moved_position`)."""
         out = [e for e in self._nets.values() if e[BEFORE] is not None or e[AFTER] is not None]
         out.extend(self._kept)
-        out.sort(key=_order)
+        out.sort(key=itemgetter(POSITION))
         return out
-
-
-def _order(entry: Entry) -> tuple[Any, bool]:
-    return entry[POSITION], entry[AFTER] is not None
 
 
 def op_of(entry: Entry) -> Op:
@@ -197,10 +195,11 @@ def reduce_changes(
                 "columns of every table in the span (an empty tuple for a keyless table)"
             )
         columns = primary_keys[table]
-        for part in key_parts(item, columns) if columns else (item,):
+        parts = key_parts(item, columns) if columns else (item,)
+        for at, part in zip((position * 2, position * 2 + 1), parts, strict=False):
             c = part.change
-            entry = [position, part.scn, part.timestamp, c.schema, c.table, c.before, c.after]
-            nets.add((*table, row_key(c.row, columns, table)) if columns else None, entry)
+            entry = [at, part.scn, part.timestamp, c.schema, c.table, c.before, c.after]
+            nets.add((*table, *row_key(c.row, columns, table)) if columns else None, entry)
     return [
         Change(e[SCN_], e[TIMESTAMP], RowChange(e[SCHEMA], e[TABLE], op_of(e), e[BEFORE], e[AFTER]))
         for e in nets.result()
@@ -219,6 +218,28 @@ def key_parts(item: Change, columns: Sequence[str]) -> tuple[Change, ...]:
     delete = RowChange(change.schema, change.table, Op.DELETE, change.before, None)
     insert = RowChange(change.schema, change.table, Op.INSERT, None, change.after)
     return (Change(item.scn, item.timestamp, delete), Change(item.scn, item.timestamp, insert))
+
+
+def moved_position(position: bytes) -> bytes:
+    """Where the insert half of an update that moves its key goes: right after its delete half
+    (at ``position``), before the next change."""
+    return position + b"\x01"
+
+
+def key_getter(table: TableName, columns: Sequence[str]) -> Callable[[Row], tuple[Any, ...]]:
+    """``row -> (schema, table, *key values)`` for rows of ``table`` (the error of
+    :func:`row_key` for a row lacking a key column)."""
+    schema, name = table
+    get = itemgetter(*columns)
+    single = len(columns) == 1
+
+    def key(row: Row) -> tuple[Any, ...]:
+        try:
+            return (schema, name, get(row)) if single else (schema, name, *get(row))
+        except KeyError:
+            return (schema, name, *row_key(row, columns, table))  # raises, naming the column
+
+    return key
 
 
 def row_key(row: Mapping[str, Any], columns: Sequence[str], table: TableName) -> tuple[Any, ...]:

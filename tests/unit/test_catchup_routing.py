@@ -8,7 +8,7 @@ import subprocess
 import sys
 from decimal import Decimal
 
-from drc.catchup.routing import Router, net_key, partition_of, route, transactions
+from drc.catchup.routing import NetKeys, Router, partition_of, route, transactions
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.reduce import Change, Entry, Nets, op_of, reduce_changes
 from drc.core.scn import SCN
@@ -121,10 +121,10 @@ def test_reducing_contiguous_runs_first_then_their_nets_gives_the_same_net_chang
         whole = reduce_changes([c for t in history for c in _changes(t)], KEYS)
         cuts = sorted(rng.sample(range(len(history) + 1), 2))
         runs = [history[: cuts[0]], history[cuts[0] : cuts[1]], history[cuts[1] :]]
-        merged = Nets()  # as a partition merges the slices' nets, in slice order
+        merged, key_of = Nets(), NetKeys(KEYS)  # as a partition merges the slices' nets
         for run in runs:
             for _, entry in routed(1, *run):
-                merged.add(net_key(entry, KEYS[(entry[3], entry[4])]), entry)
+                merged.add(key_of(entry), entry)
         assert [t.changes for t in transactions(merged.result())] == [
             t.changes for t in transactions(_entries(whole))
         ]
