@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from drc.apply import tombstones
-from drc.core.codec import encode_value
+from drc.core.codec import encode_key
 from drc.core.events import Row, RowChange, Transaction
 from drc.core.markers import is_tombstone_table
 from drc.core.reduce import (
@@ -46,7 +46,7 @@ Keys = Mapping[tuple[str, str], Sequence[str]]  # target table -> primary key co
 
 
 def partition_of(parts: Sequence[Any], partitions: int) -> int:
-    return zlib.crc32(encode_value(list(parts))) % partitions
+    return zlib.crc32(encode_key(list(parts))) % partitions
 
 
 def position(scn: bytes, fragment: int, index: int) -> bytes:

@@ -191,6 +191,13 @@ def encode_value(value: Any) -> bytes:
     return _pack(value)
 
 
+def encode_key(values: list[Any]) -> bytes:
+    """``encode_value(values)`` for a row key's values, decoded from a record (hashed per key
+    by catch-up's routing): key columns never hold JSON documents, so their object keys are
+    not walked again."""
+    return _pack(values)
+
+
 # ---------------------------------------------------------------- values: decode
 
 
