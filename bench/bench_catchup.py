@@ -135,7 +135,8 @@ class TreeUsage:
                     if int(stat[3]) != self.pid or stat[0] == "Z":  # the session, not a zombie
                         continue
                     pid = int(entry.name)
-                    kind = self._kind(pid, (entry / "cmdline").read_bytes())
+                    known = self._cpu.get(pid)  # an exiting process's cmdline reads empty
+                    kind = known[0] if known else self._kind(pid, (entry / "cmdline").read_bytes())
                     rss[kind] += int(stat[21]) * page / 1e6
                     self._cpu[pid] = (kind, (int(stat[11]) + int(stat[12])) / tick)
                 except (OSError, IndexError, ValueError):
