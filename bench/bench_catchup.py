@@ -15,7 +15,7 @@ Memory and CPU: the catch-up's peak resident size and CPU seconds per process ki
 driver, JVM, PySpark Python workers) and the target MariaDB's CPU seconds meanwhile, sampled
 from /proc. Usage:
 
-    python bench/bench_catchup.py [--changes 1000000] [--partitions 4] [--quick]
+    python bench/bench_catchup.py [--changes 1000000] [--partitions 4] [--quick] [--hot-only]
 """
 
 from __future__ import annotations
@@ -257,6 +257,9 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="a small backlog, for a smoke run")
+    parser.add_argument(
+        "--hot-only", action="store_true", help="only the backlog with hot rows (a shorter run)"
+    )
     args = parser.parse_args()
     base = BASE_ROWS
     if args.quick:
@@ -274,6 +277,9 @@ def main() -> None:
             lambda: backlog(dc1, args.changes, base, hot=True), workdir, args.partitions,
             _first_binlog(dc1),
         )  # fmt: skip
+        if args.hot_only:
+            print("\n".join(lines))
+            return
         setup(dc1, base)
         more, _ = run_case(
             "no hot rows: every update hits another row (nothing to reduce)", dc1, dc2,
