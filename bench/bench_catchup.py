@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -215,7 +216,13 @@ def run_case(
     try:
         served.wait_for(end)
         copy_schema(dc2, f"{SCHEMA}_start", f"{SCHEMA}_drc")
+        began = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds(dc2.pid)
         stream_s = streaming(dc2, served.api.url, end, workdir)
+        done = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stream_cpu = (
+            done.ru_utime + done.ru_stime - began[0].ru_utime - began[0].ru_stime,
+            cpu_seconds(dc2.pid) - began[1],
+        )
         stream_same = checksums(dc1, SCHEMA) == checksums(dc2, f"{SCHEMA}_drc")
         copy_schema(dc2, f"{SCHEMA}_start", f"{SCHEMA}_cu")
         execute_ignoring(dc2, "DELETE FROM drc.checkpoint WHERE channel = 'bench-cu-catchup'")
@@ -234,6 +241,8 @@ def run_case(
         f"| {'yes' if stream_same else 'NO'} |",
         f"| DRC catch-up, local[2], {partitions} partitions (JVM start included) | {cu_s:.1f} | "
         f"{native_s / cu_s:.2f}x | {stream_s / cu_s:.2f}x | {'yes' if cu_same else 'NO'} |",
+        f"\nstreaming CPU seconds: drc.apply {stream_cpu[0]:.1f}, target MariaDB "
+        f"{stream_cpu[1]:.1f}",
         f"\ncatch-up {usage.line()}; load average at its start {load:.1f}; "
         f"its summary: `{summary}`",
     ]
