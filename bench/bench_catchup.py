@@ -211,7 +211,9 @@ def run_case(
     copy_schema(dc2, SCHEMA, f"{SCHEMA}_start")
     write()
     end = position(dc1)
+    native_cpu = cpu_seconds(dc2.pid)
     native_s = native_replication(dc1, dc2, before, end)
+    native_cpu = cpu_seconds(dc2.pid) - native_cpu
     served = Served(dc1, before, workdir / f"buffer-{len(os.listdir(workdir))}")
     try:
         served.wait_for(end)
@@ -241,8 +243,8 @@ def run_case(
         f"| {'yes' if stream_same else 'NO'} |",
         f"| DRC catch-up, local[2], {partitions} partitions (JVM start included) | {cu_s:.1f} | "
         f"{native_s / cu_s:.2f}x | {stream_s / cu_s:.2f}x | {'yes' if cu_same else 'NO'} |",
-        f"\nstreaming CPU seconds: drc.apply {stream_cpu[0]:.1f}, target MariaDB "
-        f"{stream_cpu[1]:.1f}",
+        f"\nCPU seconds: native replication (the replica MariaDB) {native_cpu:.1f}; streaming: "
+        f"drc.apply {stream_cpu[0]:.1f}, target MariaDB {stream_cpu[1]:.1f}",
         f"\ncatch-up {usage.line()}; load average at its start {load:.1f}; "
         f"its summary: `{summary}`",
     ]
