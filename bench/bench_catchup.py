@@ -15,13 +15,14 @@ Memory and CPU: the catch-up's peak resident size and CPU seconds per process ki
 driver, JVM, PySpark Python workers) and the target MariaDB's CPU seconds meanwhile, sampled
 from /proc. Usage:
 
-    python bench/bench_catchup.py [--changes 1000000] [--partitions 4] [--quick]
+    python bench/bench_catchup.py [--changes 1000000] [--partitions 4] [--quick] [--hot-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -210,12 +211,20 @@ def run_case(
     copy_schema(dc2, SCHEMA, f"{SCHEMA}_start")
     write()
     end = position(dc1)
+    native_cpu = cpu_seconds(dc2.pid)
     native_s = native_replication(dc1, dc2, before, end)
+    native_cpu = cpu_seconds(dc2.pid) - native_cpu
     served = Served(dc1, before, workdir / f"buffer-{len(os.listdir(workdir))}")
     try:
         served.wait_for(end)
         copy_schema(dc2, f"{SCHEMA}_start", f"{SCHEMA}_drc")
+        began = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds(dc2.pid)
         stream_s = streaming(dc2, served.api.url, end, workdir)
+        done = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stream_cpu = (
+            done.ru_utime + done.ru_stime - began[0].ru_utime - began[0].ru_stime,
+            cpu_seconds(dc2.pid) - began[1],
+        )
         stream_same = checksums(dc1, SCHEMA) == checksums(dc2, f"{SCHEMA}_drc")
         copy_schema(dc2, f"{SCHEMA}_start", f"{SCHEMA}_cu")
         execute_ignoring(dc2, "DELETE FROM drc.checkpoint WHERE channel = 'bench-cu-catchup'")
@@ -234,6 +243,8 @@ def run_case(
         f"| {'yes' if stream_same else 'NO'} |",
         f"| DRC catch-up, local[2], {partitions} partitions (JVM start included) | {cu_s:.1f} | "
         f"{native_s / cu_s:.2f}x | {stream_s / cu_s:.2f}x | {'yes' if cu_same else 'NO'} |",
+        f"\nCPU seconds: native replication (the replica MariaDB) {native_cpu:.1f}; streaming: "
+        f"drc.apply {stream_cpu[0]:.1f}, target MariaDB {stream_cpu[1]:.1f}",
         f"\ncatch-up {usage.line()}; load average at its start {load:.1f}; "
         f"its summary: `{summary}`",
     ]
@@ -257,6 +268,9 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="a small backlog, for a smoke run")
+    parser.add_argument(
+        "--hot-only", action="store_true", help="only the backlog with hot rows (a shorter run)"
+    )
     args = parser.parse_args()
     base = BASE_ROWS
     if args.quick:
@@ -274,6 +288,9 @@ def main() -> None:
             lambda: backlog(dc1, args.changes, base, hot=True), workdir, args.partitions,
             _first_binlog(dc1),
         )  # fmt: skip
+        if args.hot_only:
+            print("\n".join(lines))
+            return
         setup(dc1, base)
         more, _ = run_case(
             "no hot rows: every update hits another row (nothing to reduce)", dc1, dc2,

@@ -8,10 +8,14 @@ segments it reads straight from the remote replicator (drc.client.SegmentSource:
 SHA-256 checked before a byte is used) into a local directory, where a later stage of the same
 run on the same host finds them again.
 
-Applying a partition (:func:`apply_partition`): its changes sorted into stream order, reduced
-to the net change per key (drc.core.reduce), cut into batches of about ``batch_changes`` (only
-between two transactions: a delete and its tombstone row stay together); each batch is one
-target transaction::
+Reading a slice (:func:`read_span`): each record decoded once into plain rows
+(drc.core.codec.decode_rows), the filter chain asked once per table, the slice reduced per key
+(but the changes of tables with a conflict policy, see below) and routed
+(drc.catchup.routing.Router), and each partition's nets of the slice shipped as one packed
+blob. Applying a partition (:func:`apply_partition`): the slices' nets merged in slice order
+into the net change per key (drc.core.reduce.Nets), in stream order, cut into batches of about
+``batch_changes`` (only between two transactions: a delete and its tombstone row stay
+together); each batch is one target transaction::
 
     probe          the rows of tables with a conflict policy, read and locked (FOR UPDATE)
     lease          the channel's lease row, shared lock: still this run's, or stop
