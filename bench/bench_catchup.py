@@ -11,16 +11,18 @@ reduce). The same binlog range is then applied into dc2
   - by ``drc catchup`` (Spark local mode) into another copy, timed from the command's start
     (JVM start included) until it exits;
 the replicator having captured the range first. The copies are compared with CHECKSUM TABLE.
-Memory: the peak resident size of each DRC process tree (the catch-up's includes its JVM and
-Python workers), sampled from /proc. Usage:
+Memory and CPU: the catch-up's peak resident size and CPU seconds per process kind (Python
+driver, JVM, PySpark Python workers) and the target MariaDB's CPU seconds meanwhile, sampled
+from /proc. Usage:
 
-    python bench/bench_catchup.py [--changes 1000000] [--partitions 4] [--quick]
+    python bench/bench_catchup.py [--changes 1000000] [--partitions 4] [--quick] [--hot-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -100,53 +102,99 @@ def backlog(server: ServerInfo, changes: int, base_rows: int, hot: bool) -> None
     conn.close()
 
 
-class PeakRss:
-    """Peak resident memory (MB) of a process and its descendants, sampled every 0.2 s."""
+class TreeUsage:
+    """Peak resident memory (MB) and CPU seconds of a process's session (the process started
+    with start_new_session), per kind: the Python driver, its JVM(s) and the PySpark Python
+    workers; sampled from /proc every 0.2 s."""
+
+    KINDS = ("driver", "jvm", "workers")
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.peak = pid, 0.0
+        self.pid = pid
+        self.peak = dict.fromkeys(self.KINDS, 0.0)
+        self.peak_total = 0.0
+        self.target_cpu = 0.0  # the target MariaDB's CPU seconds meanwhile (set by the caller)
+        self._cpu: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def _kind(self, pid: int, cmdline: bytes) -> str:
+        if pid == self.pid:
+            return "driver"
+        return "workers" if b"pyspark.daemon" in cmdline else "jvm"  # the launcher scripts too
+
     def _run(self) -> None:
-        page = os.sysconf("SC_PAGE_SIZE")
+        page, tick = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
         while not self._stop.wait(0.2):
-            total = 0
+            rss = dict.fromkeys(self.KINDS, 0.0)
             for entry in Path("/proc").iterdir():
                 if not entry.name.isdigit():
                     continue
                 try:
                     stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                    if int(stat[2]) == self.pid or int(entry.name) == self.pid:  # pgid
-                        total += int((entry / "statm").read_text().split()[1]) * page
+                    if int(stat[3]) != self.pid or stat[0] == "Z":  # the session, not a zombie
+                        continue
+                    pid = int(entry.name)
+                    known = self._cpu.get(pid)  # an exiting process's cmdline reads empty
+                    kind = known[0] if known else self._kind(pid, (entry / "cmdline").read_bytes())
+                    rss[kind] += int(stat[21]) * page / 1e6
+                    self._cpu[pid] = (kind, (int(stat[11]) + int(stat[12])) / tick)
                 except (OSError, IndexError, ValueError):
                     continue
-            self.peak = max(self.peak, total / 1e6)
+            self.peak = {k: max(v, rss[k]) for k, v in self.peak.items()}
+            self.peak_total = max(self.peak_total, sum(rss.values()))
 
-    def stop(self) -> float:
+    def stop(self) -> TreeUsage:
         self._stop.set()
         self._thread.join()
-        return self.peak
+        return self
+
+    @property
+    def cpu(self) -> dict[str, float]:
+        out = dict.fromkeys(self.KINDS, 0.0)
+        for kind, seconds in self._cpu.values():
+            out[kind] += seconds
+        return out
+
+    def line(self) -> str:
+        cpu, peak = self.cpu, self.peak
+        return (
+            f"peak memory {self.peak_total:.0f} MB (driver {peak['driver']:.0f}, JVM "
+            f"{peak['jvm']:.0f}, Python workers {peak['workers']:.0f}); CPU seconds: driver "
+            f"{cpu['driver']:.1f}, JVM {cpu['jvm']:.1f}, Python workers {cpu['workers']:.1f}, "
+            f"target MariaDB {self.target_cpu:.1f}"
+        )
 
 
-def catchup(dc2: ServerInfo, url: str, workdir: Path, partitions: int) -> tuple[float, float, str]:
-    """Seconds and peak MB of `drc catchup` (local mode) into cu_cu; its summary line."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a live process has used."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def catchup(
+    dc2: ServerInfo, url: str, workdir: Path, partitions: int
+) -> tuple[float, TreeUsage, str]:
+    """Seconds and resource use of `drc catchup` (local mode) into cu_cu (the target's CPU
+    seconds meanwhile added to its usage line); its summary line."""
     name = "bench-cu-catchup"
     config = channel_config(dc2, url, SCHEMA, name, f"{SCHEMA}_cu", workdir)
     argv = [sys.executable, "-m", "drc.cli", "catchup", "--config", str(config), "--channel",
             name, "--master", "local[2]", "--partitions", str(partitions)]  # fmt: skip
+    target_cpu = cpu_seconds(dc2.pid)
     began = time.perf_counter()
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                              start_new_session=True)  # fmt: skip
-    rss = PeakRss(child.pid)
+    usage = TreeUsage(child.pid)
     out, _ = child.communicate()
     seconds = time.perf_counter() - began
-    peak = rss.stop()
+    usage.stop()
+    usage.target_cpu = cpu_seconds(dc2.pid) - target_cpu
     if child.returncode != 0:
         raise RuntimeError(f"drc catchup failed: {out[-2000:]}")
     print(out, file=sys.stderr)  # its progress lines
-    return seconds, peak, out.strip().splitlines()[-1]
+    return seconds, usage, out.strip().splitlines()[-1]
 
 
 def streaming(dc2: ServerInfo, url: str, end: tuple[str, int], workdir: Path) -> float:
@@ -163,16 +211,25 @@ def run_case(
     copy_schema(dc2, SCHEMA, f"{SCHEMA}_start")
     write()
     end = position(dc1)
+    native_cpu = cpu_seconds(dc2.pid)
     native_s = native_replication(dc1, dc2, before, end)
+    native_cpu = cpu_seconds(dc2.pid) - native_cpu
     served = Served(dc1, before, workdir / f"buffer-{len(os.listdir(workdir))}")
     try:
         served.wait_for(end)
         copy_schema(dc2, f"{SCHEMA}_start", f"{SCHEMA}_drc")
+        began = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds(dc2.pid)
         stream_s = streaming(dc2, served.api.url, end, workdir)
+        done = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stream_cpu = (
+            done.ru_utime + done.ru_stime - began[0].ru_utime - began[0].ru_stime,
+            cpu_seconds(dc2.pid) - began[1],
+        )
         stream_same = checksums(dc1, SCHEMA) == checksums(dc2, f"{SCHEMA}_drc")
         copy_schema(dc2, f"{SCHEMA}_start", f"{SCHEMA}_cu")
         execute_ignoring(dc2, "DELETE FROM drc.checkpoint WHERE channel = 'bench-cu-catchup'")
-        cu_s, cu_mb, summary = catchup(dc2, served.api.url, workdir, partitions)
+        load = os.getloadavg()[0]
+        cu_s, usage, summary = catchup(dc2, served.api.url, workdir, partitions)
         cu_same = checksums(dc1, SCHEMA) == checksums(dc2, f"{SCHEMA}_cu")
     finally:
         served.close()
@@ -186,7 +243,9 @@ def run_case(
         f"| {'yes' if stream_same else 'NO'} |",
         f"| DRC catch-up, local[2], {partitions} partitions (JVM start included) | {cu_s:.1f} | "
         f"{native_s / cu_s:.2f}x | {stream_s / cu_s:.2f}x | {'yes' if cu_same else 'NO'} |",
-        f"\ncatch-up peak memory (driver, JVM and Python workers together): {cu_mb:.0f} MB; "
+        f"\nCPU seconds: native replication (the replica MariaDB) {native_cpu:.1f}; streaming: "
+        f"drc.apply {stream_cpu[0]:.1f}, target MariaDB {stream_cpu[1]:.1f}",
+        f"\ncatch-up {usage.line()}; load average at its start {load:.1f}; "
         f"its summary: `{summary}`",
     ]
     return lines, end
@@ -209,6 +268,9 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--quick", action="store_true", help="a small backlog, for a smoke run")
+    parser.add_argument(
+        "--hot-only", action="store_true", help="only the backlog with hot rows (a shorter run)"
+    )
     args = parser.parse_args()
     base = BASE_ROWS
     if args.quick:
@@ -226,6 +288,9 @@ def main() -> None:
             lambda: backlog(dc1, args.changes, base, hot=True), workdir, args.partitions,
             _first_binlog(dc1),
         )  # fmt: skip
+        if args.hot_only:
+            print("\n".join(lines))
+            return
         setup(dc1, base)
         more, _ = run_case(
             "no hot rows: every update hits another row (nothing to reduce)", dc1, dc2,

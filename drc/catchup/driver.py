@@ -46,7 +46,7 @@ from drc.core.reduce import DdlStep, Span, plan_steps
 from drc.core.scn import SCN
 from drc.core.windows import Windows
 from drc.spark.progress import progress
-from drc.spark.session import build_session, with_task_retries
+from drc.spark.session import LIGHT_JVM, build_session, with_task_retries
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,9 @@ def _run(
                   listing.url, listing.epoch, token, partitions, batch_changes)  # fmt: skip
         out(f"catch-up of {channel.name}: ({start}, {end}] from {listing.url}, {len(infos)} "
             f"segments, master {master}, {partitions} partitions")  # fmt: skip
-        spark = build_session(with_task_retries(master), f"drc-catchup-{channel.name}")
+        spark = build_session(
+            with_task_retries(master), f"drc-catchup-{channel.name}", conf=LIGHT_JVM
+        )
         try:
             _replay(spark, job, streaming, session, infos, summary, out, renewer)
         finally:

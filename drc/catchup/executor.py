@@ -8,10 +8,14 @@ segments it reads straight from the remote replicator (drc.client.SegmentSource:
 SHA-256 checked before a byte is used) into a local directory, where a later stage of the same
 run on the same host finds them again.
 
-Applying a partition (:func:`apply_partition`): its changes sorted into stream order, reduced
-to the net change per key (drc.core.reduce), cut into batches of about ``batch_changes`` (only
-between two transactions: a delete and its tombstone row stay together); each batch is one
-target transaction::
+Reading a slice (:func:`read_span`): each record decoded once into plain rows
+(drc.core.codec.decode_rows), the filter chain asked once per table, the slice reduced per key
+(but the changes of tables with a conflict policy, see below) and routed
+(drc.catchup.routing.Router), and each partition's nets of the slice shipped as one packed
+blob. Applying a partition (:func:`apply_partition`): the slices' nets merged in slice order
+into the net change per key (drc.core.reduce.Nets), in stream order, cut into batches of about
+``batch_changes`` (only between two transactions: a delete and its tombstone row stay
+together); each batch is one target transaction::
 
     probe          the rows of tables with a conflict policy, read and locked (FOR UPDATE)
     lease          the channel's lease row, shared lock: still this run's, or stop
@@ -48,15 +52,20 @@ from drc.apply.plan import Effects, TargetTable
 from drc.apply.retry import RetryPolicy, call_with_retries
 from drc.apply.service import build_parts
 from drc.apply.sink import TargetSession, TargetSettings
-from drc.apply.stages import Chain
+from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, SkipDrcOriginated
 from drc.catchup import journal, lease
-from drc.catchup.routing import Position, route, transactions
+from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
 from drc.config import ChannelConfig, ConflictsConfig
-from drc.core.codec import decode_transaction, encode_transaction, peek_tables
+from drc.core.codec import (
+    decode_rows,
+    decode_rows_packed,
+    decode_transaction,
+    encode_rows,
+    peek_tables,
+)
 from drc.core.events import Op, RowChange, Transaction
-from drc.core.markers import is_tombstone_table
-from drc.core.reduce import Change, Span, reduce_changes
+from drc.core.reduce import SCN_, Entry, Nets, Span
 from drc.core.scn import SCN
 from drc.eventbuffer.export import read_segment_file
 from drc.eventbuffer.reader import Record
@@ -179,9 +188,9 @@ def scan(job: Job, infos: Iterable[SegmentInfo], after: SCN, to: SCN) -> Iterato
 
 def target_tables(job: Job, tables: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
     """The target's names of the source tables the chain keeps (table filter, map_tables)."""
-    probe = tuple(RowChange(schema, table, Op.INSERT, None, {}) for schema, table in tables)
-    kept = job.chain()(Transaction(SCN.ZERO, 0, None, 0, probe))
-    return set() if kept is None else set(kept.tables())
+    names = _TableNames(job.chain(), job.channel)
+    found = (names.target(False, schema, table) for schema, table in tables)
+    return {target for target in found if target is not None}
 
 
 def fragments_at(job: Job, infos: Iterable[SegmentInfo], scns: set[SCN]) -> Iterator[Transaction]:
@@ -202,56 +211,46 @@ def read_span(
     span: Span,
     primary_keys: Mapping[tuple[str, str], Sequence[str]],
     count: Callable[[int], Any] = lambda _n: None,
-) -> Iterator[tuple[int, tuple[Position, bytes]]]:
-    """The row changes of ``span`` in these slices (after the chain), routed to their
-    partitions and already reduced per slice: a slice is a contiguous part of the stream, so
-    reducing the slices' net changes again gives the span's, and a hot row crosses the shuffle
-    once per slice instead of once per change. Only a slice's own records are decoded."""
+) -> Iterator[tuple[int, tuple[tuple[int, int], bytes]]]:
+    """The row changes of ``span`` in these slices (after the chain), reduced per slice and
+    routed: ``(partition, ((segment, slice), packed nets))``, one per slice and partition. A
+    slice is a contiguous part of the stream, so reducing the slices' nets again, in slice
+    order, gives the span's; a hot row crosses the shuffle once per slice, and a slice's nets
+    for one partition cross it as one packed blob (drc.core.codec.encode_rows), not as objects.
+    Only a slice's own records are decoded, each once (drc.core.codec.decode_rows)."""
     parts = job.parts()
     chain = Chain(parts.filters)
-    reducible = {t: k for t, k in primary_keys.items() if t not in in_order(parts, [t])}
+    names = _TableNames(chain, job.channel)
+    unreduced = in_order(parts, primary_keys)
     with job.source() as source:
         for piece in pieces:
-            routed: dict[int, list[tuple[Position, Change]]] = {}
+            router = Router(primary_keys, job.partitions, unreduced)
             for record, mine in _records(job, piece, source, span.after):
                 if record.scn > span.end or (record.scn == span.end and not span.end_included):
                     break
-                if not mine:
-                    continue
-                kept = chain(decode_transaction(record.payload, 0)[0])
-                if kept is not None and kept.changes:
-                    count(len(kept.changes))
-                    for part, item in route(kept, primary_keys, job.partitions):
-                        routed.setdefault(part, []).append(item)
-            for part, items in routed.items():
-                for position, net in _combined(items, reducible):
-                    yield part, (position, _encode(net))
+                if mine:
+                    _route_record(record.payload, chain, names, router)
+            count(router.added)
+            order = (piece[0].seq, piece[1])
+            for part, nets in router.parts.items():
+                yield part, (order, encode_rows(nets.result()))
 
 
-def _combined(
-    items: list[tuple[Position, Change]], primary_keys: Mapping[tuple[str, str], Sequence[str]]
-) -> Iterator[tuple[Position, Change]]:
-    """The net changes of a contiguous run, each at the position of its key's last change
-    (keyless and tombstone rows: every change at its own position)."""
-    keys = {(c.change.schema, c.change.table): _reducible(c, primary_keys) for _, c in items}
-    ends: dict[tuple[Any, ...], Position] = {}
-    kept: dict[int, Position] = {}
-    for position, item in items:
-        columns = keys[(item.change.schema, item.change.table)]
-        if columns:
-            ends[_ref(item, columns)] = position
-        else:
-            kept[id(item)] = position
-    for net in reduce_changes([item for _, item in items], keys):
-        columns = keys[(net.change.schema, net.change.table)]
-        yield (ends[_ref(net, columns)] if columns else kept[id(net)]), net
-
-
-def _reducible(
-    item: Change, primary_keys: Mapping[tuple[str, str], Sequence[str]]
-) -> Sequence[str]:
-    table = (item.change.schema, item.change.table)
-    return () if is_tombstone_table(*table) else primary_keys.get(table, ())
+def _route_record(payload: bytes, chain: Chain, names: _TableNames, router: Router) -> None:
+    rows = decode_rows(payload)
+    if rows.ddl or not names.fast:  # DDL the chain drops, or a chain that reads rows: whole
+        kept = chain(decode_transaction(payload, 0)[0])
+        if kept is not None:
+            route(kept, router)
+        return
+    scn, timestamp, drc = rows.scn, rows.timestamp, rows.drc_originated
+    prefix = scn + rows.fragment.to_bytes(4, "big")
+    add, target = router.add, names.target
+    for index, (schema, table, _op, before, after) in enumerate(rows.changes):
+        found = target(drc, schema, table)
+        if found is not None:
+            at = prefix + index.to_bytes(4, "big")
+            add(at, scn, timestamp, found[0], found[1], before, after)
 
 
 def in_order(parts: Any, tables: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -262,33 +261,45 @@ def in_order(parts: Any, tables: Iterable[tuple[str, str]]) -> set[tuple[str, st
     return {t for t in tables if handling.engine.policies.get(*t) is not None}
 
 
-def batches(changes: Sequence[Change], size: int) -> Iterator[list[Change]]:
-    """``changes`` cut into batches of at least ``size`` (the last may be smaller), only where
-    the SCN changes: the same input gives the same batches."""
+def batches(entries: Sequence[Entry], size: int) -> Iterator[Sequence[Entry]]:
+    """``entries`` (in stream order) cut into batches of at least ``size`` (the last may be
+    smaller), only where the SCN changes: the same input gives the same batches."""
     start = 0
-    while start < len(changes):
-        end = min(start + size, len(changes))
-        while end < len(changes) and changes[end].scn == changes[end - 1].scn:
+    while start < len(entries):
+        end = min(start + size, len(entries))
+        while end < len(entries) and entries[end][SCN_] == entries[end - 1][SCN_]:
             end += 1
-        yield list(changes[start:end])
+        yield entries[start:end]
         start = end
 
 
-def _ref(item: Change, columns: Sequence[str]) -> tuple[Any, ...]:
-    change = item.change
-    return (change.schema, change.table, *(change.row[c] for c in columns))
+# Stages that decide a row change by its transaction's origin and its table's name alone.
+_BY_NAME = (SkipDrcOriginated, KeepTables, KeepApplicableDdl, MapNames)
 
 
-def _encode(item: Change) -> bytes:
-    """A change as it crosses the shuffle: DRC's own codec (exact values, and several times
-    cheaper than pickling the objects)."""
-    txn = Transaction(item.scn, 0, None, item.timestamp, (item.change,))
-    return encode_transaction(txn)
+class _TableNames:
+    """The chain's verdict on a source table's row changes (dropped, or its target name),
+    asked once per table: the chain runs on one probe change instead of on every change.
+    Only for chains whose stages go by names (and no map_columns, which renames columns)."""
 
+    def __init__(self, chain: Chain, channel: ChannelConfig) -> None:
+        self.chain = chain
+        self.fast = not channel.map_columns and all(type(s) in _BY_NAME for s in chain.stages)
+        self._known: dict[tuple[bool, str, str], tuple[str, str] | None] = {}
 
-def _decode(payload: bytes) -> Change:
-    txn = decode_transaction(payload, 0)[0]
-    return Change(txn.scn, txn.timestamp, txn.changes[0])
+    def target(self, drc_originated: bool, schema: str, table: str) -> tuple[str, str] | None:
+        key = (drc_originated, schema, table)
+        try:
+            return self._known[key]
+        except KeyError:
+            pass
+        probe = RowChange(schema, table, Op.INSERT, None, {})
+        kept = self.chain(
+            Transaction(SCN.ZERO, 0, None, 0, (probe,), drc_originated=drc_originated)
+        )
+        found = None if kept is None else (kept.changes[0].schema, kept.changes[0].table)
+        self._known[key] = found
+        return found
 
 
 @dataclass
@@ -310,25 +321,23 @@ def apply_partition(
     span_key: str,
     definitions: Mapping[tuple[str, str], TargetTable],
     part: int,
-    items: Iterable[tuple[Position, bytes]],
+    items: Iterable[tuple[tuple[int, int], bytes]],
 ) -> PartitionResult:
     """Reduce, decide and write one partition of a span (see the module docstring)."""
     began = time.monotonic()
-    ordered = [_decode(payload) for _, payload in sorted(items, key=lambda item: item[0])]
-    result = PartitionResult(part, changes=len(ordered))
-    keys: dict[tuple[str, str], Sequence[str]] = {
-        (c.change.schema, c.change.table): () for c in ordered
-    }
     parts = job.parts()
     # Not reduced: tombstone rows (read, not written: they stay as they came, see routing)
     # and tables with a policy (decided change by change, as streaming does).
-    kept = in_order(parts, definitions)
-    keys.update(
-        {n: t.primary_key for n, t in definitions.items()
-         if not is_tombstone_table(*n) and n not in kept}
-    )  # fmt: skip
-    reduced = reduce_changes(ordered, keys)
-    result.reduced = len(reduced)
+    keys = {n: t.primary_key for n, t in definitions.items()}
+    key_of = NetKeys(keys, in_order(parts, definitions))
+    nets, received = Nets(), 0
+    for _, packed in sorted(items, key=lambda item: item[0]):  # the slices in stream order
+        entries = decode_rows_packed(packed)
+        received += len(entries)
+        for entry in entries:
+            nets.add(key_of(entry), entry)
+    reduced = nets.result()
+    result = PartitionResult(part, changes=received, reduced=len(reduced))
     result.reduce_s = time.monotonic() - began
     session: TargetSession = parts.target
     handling = parts.conflicts
@@ -338,10 +347,15 @@ def apply_partition(
     )  # fmt: skip
     policy = RetryPolicy(retries=job.channel.retries)
     try:
-        for number, batch in enumerate(batches(reduced, job.batch_changes)):
+        for number, run in enumerate(batches(reduced, job.batch_changes)):
+            batch, size = list(transactions(run)), len(run)
 
-            def attempt(batch: list[Change] = batch, number: int = number) -> Effects | None:
-                return _write_batch(job, session, engine, handling, span_key, part, number, batch)
+            def attempt(
+                batch: list[Transaction] = batch, number: int = number, size: int = size
+            ) -> Effects | None:
+                return _write_batch(
+                    job, session, engine, handling, (span_key, part, number, size), batch
+                )
 
             effects = call_with_retries(
                 attempt, policy, recover=session.recover, sleep=time.sleep, stopped=lambda: False
@@ -364,14 +378,14 @@ def _write_batch(
     session: TargetSession,
     engine: ApplyEngine,
     handling: Any,
-    span_key: str,
-    part: int,
-    number: int,
-    batch: list[Change],
+    where: tuple[str, int, int, int],
+    batch: list[Transaction],
 ) -> Effects | None:
-    """One batch, one target transaction; None when an earlier run committed it."""
+    """One batch, one target transaction; None when an earlier run committed it. ``where``:
+    the span, partition, batch number and its number of changes."""
     name = job.channel.name
-    pending = engine.prepare(transactions(batch))
+    span_key, part, number, size = where
+    pending = engine.prepare(batch)
     observed: list[Observed] = []
     if handling is not None:  # first: its table setup may commit; then the rows are locked
         observed = handling.probe(pending.probes)
@@ -385,7 +399,7 @@ def _write_batch(
     writes.flush()
     for statement in decision.log_statements():
         session.execute(statement, "recording conflicts and tombstones")
-    session.execute(journal.mark_done(name, span_key, part, number, len(batch)))
+    session.execute(journal.mark_done(name, span_key, part, number, size))
     session.commit()
     effects = writes.effects
     effects.conflicts = decision.counts.conflicts

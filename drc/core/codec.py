@@ -74,7 +74,7 @@ import decimal
 import struct
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -189,6 +189,13 @@ def encode_value(value: Any) -> bytes:
     if isinstance(value, dict | list):
         _check_json(value)
     return _pack(value)
+
+
+def encode_key(values: list[Any]) -> bytes:
+    """``encode_value(values)`` for a row key's values, decoded from a record (hashed per key
+    by catch-up's routing): key columns never hold JSON documents, so their object keys are
+    not walked again."""
+    return _pack(values)
 
 
 # ---------------------------------------------------------------- values: decode
@@ -346,6 +353,11 @@ def _txn_to_wire(txn: Transaction) -> list[Any]:
 
 
 def _change_from_wire(item: Any) -> RowChange:
+    schema, table, op, before, after = _checked_change(item)
+    return RowChange(schema, table, op, before, after)
+
+
+def _checked_change(item: Any) -> tuple[str, str, Op, Any, Any]:
     if type(item) is not list or len(item) != 5:
         raise _Malformed("a row change is not a 5-element array")
     schema, table, code, before, after = item
@@ -361,7 +373,7 @@ def _change_from_wire(item: Any) -> RowChange:
         _check_image(before)
     if after is not None:
         _check_image(after)
-    return RowChange(schema, table, op, before, after)
+    return schema, table, op, before, after
 
 
 _SHAPES = {
@@ -392,15 +404,19 @@ _WIRE_TYPES = frozenset(
 _WIRE_NAMES = "scn server_id gtid timestamp drc_originated fragment last_fragment changes ddl"
 
 
-def _txn_from_wire(wire: Any) -> Transaction:
+def _check_wire(wire: Any) -> None:
     if type(wire) is not list or _kinds(wire) not in _WIRE_TYPES:
         raise _Malformed(
             f"payload is not a [{', '.join(_WIRE_NAMES.split())}] array; "
             f"item types are {[_kind(v) for v in wire] if type(wire) is list else _kind(wire)}"
         )
+    if not 0 <= wire[1] <= U32_MAX:
+        raise _Malformed(f"server_id {wire[1]} is not a uint32")
+
+
+def _txn_from_wire(wire: Any) -> Transaction:
+    _check_wire(wire)
     scn, server_id, gtid, timestamp, drc, fragment, last, changes, ddl = wire[:9]
-    if not 0 <= server_id <= U32_MAX:
-        raise _Malformed(f"server_id {server_id} is not a uint32")
     return Transaction(
         scn=SCN.from_bytes(scn),
         server_id=server_id,
@@ -473,6 +489,66 @@ def decode_transaction(
 
     Raises CorruptRecordError (with ``offset``) for any framing, CRC or structure failure.
     """
+    payload, end = _checked_payload(buf, offset)
+    try:
+        return _txn_from_wire(_unpack(payload)), end
+    except _DECODE_ERRORS as exc:
+        raise _undecodable(exc, offset) from exc
+
+
+def decode_rows(buf: bytes | bytearray | memoryview, offset: int = 0) -> RowsRecord:
+    """The record at ``offset`` checked exactly as :func:`decode_transaction` checks it, without
+    building the Transaction (a bulk reader's fast path: drc.catchup). Its row changes are the
+    payload's own ``[schema, table, op, before, after]`` arrays, the op as :class:`Op`."""
+    payload, _ = _checked_payload(buf, offset)
+    try:
+        wire = _unpack(payload)
+        _check_wire(wire)
+        changes = [_checked_change(item) for item in wire[7]]
+        ddl = [_ddl_from_wire(item) for item in wire[8]]
+    except _DECODE_ERRORS as exc:
+        raise _undecodable(exc, offset) from exc
+    return RowsRecord(wire[0], wire[3], wire[4], wire[5], changes, bool(ddl))
+
+
+class RowsRecord(NamedTuple):
+    """What :func:`decode_rows` returns."""
+
+    scn: bytes  # SCN.to_bytes()
+    timestamp: int
+    drc_originated: bool
+    fragment: int
+    changes: list[tuple[str, str, Op, Any, Any]]  # schema, table, op, before, after
+    ddl: bool  # whether it carries DDL
+
+
+def encode_rows(rows: list[Any]) -> bytes:
+    """Decoded rows and values (lists of them, as :func:`decode_rows` gives) packed again, no
+    frame: a bulk reader ships them between its own processes (drc.catchup)."""
+    return _pack(rows)
+
+
+def decode_rows_packed(data: bytes) -> list[Any]:
+    """Inverse of :func:`encode_rows`."""
+    try:
+        value = _unpack(data)
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecordError(f"packed rows do not decode: {exc}", 0) from exc
+    if type(value) is not list:
+        raise CorruptRecordError("packed rows are not an array", 0)
+    return value
+
+
+def _undecodable(exc: BaseException, offset: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"record at offset {offset} passed its CRC but does not decode "
+        f"({type(exc).__name__}: {exc}); the writer is faulty",
+        offset,
+    )
+
+
+def _checked_payload(buf: bytes | bytearray | memoryview, offset: int) -> tuple[memoryview, int]:
+    """The payload of the record at ``offset`` once its frame and CRC are checked."""
     end = offset + peek_length(buf, offset)
     if end > len(buf):
         raise CorruptRecordError(
@@ -485,14 +561,7 @@ def decode_transaction(
     payload = view[offset + HEADER_SIZE : end]
     if zlib.crc32(payload, zlib.crc32(view[offset : offset + 8])) != stored:
         raise CorruptRecordError(f"CRC mismatch in record at offset {offset}", offset)
-    try:
-        return _txn_from_wire(_unpack(payload)), end
-    except _DECODE_ERRORS as exc:
-        raise CorruptRecordError(
-            f"record at offset {offset} passed its CRC but does not decode "
-            f"({type(exc).__name__}: {exc}); the writer is faulty",
-            offset,
-        ) from exc
+    return payload, end
 
 
 def peek_tables(record: bytes | bytearray | memoryview) -> tuple[bool, set[tuple[str, str]], int]:

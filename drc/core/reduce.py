@@ -34,11 +34,12 @@ lands in SCN order, so such keys converge too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
-from drc.core.events import Op, RowChange, Transaction
+from drc.core.events import Op, Row, RowChange, Transaction
 from drc.core.scn import SCN
 
 TableName = tuple[str, str]
@@ -119,13 +120,60 @@ def changes_of(transactions: Iterable[Transaction]) -> Iterator[Change]:
             yield Change(txn.scn, txn.timestamp, change)
 
 
-@dataclass(slots=True)
-class _Net:
-    """What one key's changes amount to so far."""
+Entry = list[Any]
+"""A row change as bulk catch-up carries it: ``[position, scn, timestamp, schema, table, before,
+after]``; ``position`` orders the stream (any comparable value: an index here, the record's
+place in catch-up), ``scn`` and ``timestamp`` are its transaction's, the images as in a
+RowChange (its op is which images it has). A plain list: cheap to build, pack and ship."""
 
-    first: Change  # its first change: the before-image the target should hold
-    last: Change  # its latest change: the after-image it ends with
-    position: int  # where ``last`` was in the input
+POSITION, SCN_, TIMESTAMP, SCHEMA, TABLE, BEFORE, AFTER = range(7)
+
+
+class Nets:
+    """The net change per key of entries added in stream order (see the module docstring).
+
+    ``add(key, entry)``: ``key`` names the row (schema, table and key values), None keeps the
+    entry as it came (keyless and tombstone rows). The first entry of a key is kept and
+    updated in place (its before-image stays; position, SCN, time and after-image become the
+    latest), so pass a list of its own. Adding the nets of contiguous runs, in order, gives the
+    nets of the whole: a net is itself a first before-image and a last after-image.
+    """
+
+    __slots__ = ("_nets", "_kept")
+
+    def __init__(self) -> None:
+        self._nets: dict[Any, Entry] = {}
+        self._kept: list[Entry] = []
+
+    def add(self, key: Any, entry: Entry) -> None:
+        if key is None:
+            self._kept.append(entry)
+            return
+        net = self._nets.get(key)
+        if net is None:
+            self._nets[key] = entry
+        else:
+            net[POSITION], net[SCN_], net[TIMESTAMP], net[AFTER] = (
+                entry[POSITION], entry[SCN_], entry[TIMESTAMP], entry[AFTER]
+            )  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self._nets) + len(self._kept)
+
+    def result(self) -> list[Entry]:
+        """The nets in order of each one's last change (a key made and removed is nothing).
+        Positions are unique: the insert half of an update that moves its key sorts after
+        the delete half (:func:`moved_position`)."""
+        out = [e for e in self._nets.values() if e[BEFORE] is not None or e[AFTER] is not None]
+        out.extend(self._kept)
+        out.sort(key=itemgetter(POSITION))
+        return out
+
+
+def op_of(entry: Entry) -> Op:
+    if entry[BEFORE] is None:
+        return Op.INSERT
+    return Op.DELETE if entry[AFTER] is None else Op.UPDATE
 
 
 def reduce_changes(
@@ -137,8 +185,7 @@ def reduce_changes(
     changes kept as they are). A table missing from it is a ValueError: reducing without
     knowing the key would be a silent wrong answer.
     """
-    nets: dict[tuple[str, str, tuple[Any, ...]], _Net] = {}
-    kept: list[tuple[int, int, Change]] = []  # (position, order within it, change)
+    nets = Nets()
     for position, item in enumerate(changes):
         change = item.change
         table = (change.schema, change.table)
@@ -148,23 +195,15 @@ def reduce_changes(
                 "columns of every table in the span (an empty tuple for a keyless table)"
             )
         columns = primary_keys[table]
-        if not columns:
-            kept.append((position, 0, item))
-            continue
-        for part in key_parts(item, columns):
-            key = (*table, row_key(part.change.row, columns, table))
-            net = nets.get(key)
-            if net is None:
-                nets[key] = _Net(part, part, position)
-            else:
-                net.last, net.position = part, position
-    for net in nets.values():
-        result = _net_change(net.first, net.last)
-        if result is not None:
-            order = 0 if result.change.op is Op.DELETE else 1  # a moved key frees before reuse
-            kept.append((net.position, order, result))
-    kept.sort(key=lambda entry: (entry[0], entry[1]))
-    return [change for _, _, change in kept]
+        parts = key_parts(item, columns) if columns else (item,)
+        for at, part in zip((position * 2, position * 2 + 1), parts, strict=False):
+            c = part.change
+            entry = [at, part.scn, part.timestamp, c.schema, c.table, c.before, c.after]
+            nets.add((*table, *row_key(c.row, columns, table)) if columns else None, entry)
+    return [
+        Change(e[SCN_], e[TIMESTAMP], RowChange(e[SCHEMA], e[TABLE], op_of(e), e[BEFORE], e[AFTER]))
+        for e in nets.result()
+    ]
 
 
 def key_parts(item: Change, columns: Sequence[str]) -> tuple[Change, ...]:
@@ -181,6 +220,28 @@ def key_parts(item: Change, columns: Sequence[str]) -> tuple[Change, ...]:
     return (Change(item.scn, item.timestamp, delete), Change(item.scn, item.timestamp, insert))
 
 
+def moved_position(position: bytes) -> bytes:
+    """Where the insert half of an update that moves its key goes: right after its delete half
+    (at ``position``), before the next change."""
+    return position + b"\x01"
+
+
+def key_getter(table: TableName, columns: Sequence[str]) -> Callable[[Row], tuple[Any, ...]]:
+    """``row -> (schema, table, *key values)`` for rows of ``table`` (the error of
+    :func:`row_key` for a row lacking a key column)."""
+    schema, name = table
+    get = itemgetter(*columns)
+    single = len(columns) == 1
+
+    def key(row: Row) -> tuple[Any, ...]:
+        try:
+            return (schema, name, get(row)) if single else (schema, name, *get(row))
+        except KeyError:
+            return (schema, name, *row_key(row, columns, table))  # raises, naming the column
+
+    return key
+
+
 def row_key(row: Mapping[str, Any], columns: Sequence[str], table: TableName) -> tuple[Any, ...]:
     try:
         return tuple(row[column] for column in columns)
@@ -189,20 +250,3 @@ def row_key(row: Mapping[str, Any], columns: Sequence[str], table: TableName) ->
             f"a row of {table[0]}.{table[1]} lacks primary key column {exc.args[0]}: the key "
             "given does not match the schema the rows were written with"
         ) from None
-
-
-def _net_change(first: Change, last: Change) -> Change | None:
-    before = first.change.before  # None: the key did not exist before the span
-    after = last.change.after  # None: the key does not exist after it
-    schema, table = first.change.schema, first.change.table
-    if before is None and after is None:
-        return None
-    if first is last:
-        return first
-    if before is None:
-        op = Op.INSERT
-    elif after is None:
-        op = Op.DELETE
-    else:
-        op = Op.UPDATE
-    return Change(last.scn, last.timestamp, RowChange(schema, table, op, before, after))

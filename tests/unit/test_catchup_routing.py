@@ -8,10 +8,10 @@ import subprocess
 import sys
 from decimal import Decimal
 
-from drc.catchup.executor import _combined, batches
-from drc.catchup.routing import partition_of, route, transactions
+from drc.catchup.executor import batches
+from drc.catchup.routing import NetKeys, Router, partition_of, route, transactions
 from drc.core.events import Op, RowChange, Transaction
-from drc.core.reduce import Change, reduce_changes
+from drc.core.reduce import Change, Entry, Nets, op_of, reduce_changes
 from drc.core.scn import SCN
 
 KEYS = {("db", "t"): ("id",), ("db", "log"): ()}
@@ -29,32 +29,44 @@ def upd(before: dict[str, object], **after: object) -> RowChange:
     return RowChange("db", "t", Op.UPDATE, before, after)
 
 
+def routed(partitions: int, *txns: Transaction) -> list[tuple[int, Entry]]:
+    """Each partition's nets, as (partition, entry)."""
+    router = Router(KEYS, partitions)
+    for t in txns:
+        route(t, router)
+    return [(part, e) for part, nets in sorted(router.parts.items()) for e in nets.result()]
+
+
 def test_every_change_of_a_key_goes_to_one_partition_and_keyless_tables_stay_whole() -> None:
-    routed = [
-        *route(txn(10, ins("t", id=1, v="a"), ins("log", v=1)), KEYS, 7),
-        *route(txn(20, upd({"id": 1, "v": "a"}, id=1, v="b"), ins("log", v=2)), KEYS, 7),
-    ]
+    out = routed(
+        7,
+        txn(10, ins("t", id=1, v="a"), ins("log", v=1)),
+        txn(20, upd({"id": 1, "v": "a"}, id=1, v="b"), ins("log", v=2)),
+    )
     by_table: dict[str, set[int]] = {}
-    for part, (_, item) in routed:
-        by_table.setdefault(item.change.table, set()).add(part)
+    for part, entry in out:
+        by_table.setdefault(entry[4], set()).add(part)
     assert all(len(parts) == 1 for parts in by_table.values())
-    positions = [position for _, (position, _) in routed]
-    assert positions == sorted(positions), "positions follow the stream"
+    logs = [entry for _, entry in out if entry[4] == "log"]
+    assert [e[6] for e in logs] == [{"v": 1}, {"v": 2}], "keyless rows kept, in stream order"
+    [(_, net)] = [item for item in out if item[1][4] == "t"]
+    assert (op_of(net), net[6]) == (Op.INSERT, {"id": 1, "v": "b"}), "reduced per key"
 
 
 def test_an_update_that_moves_the_key_is_routed_as_a_delete_and_an_insert() -> None:
-    routed = list(route(txn(10, upd({"id": 1, "v": "a"}, id=2, v="a")), KEYS, 1000))
-    ops = [(item.change.op, item.change.row["id"]) for _, (_, item) in routed]
-    assert ops == [(Op.DELETE, 1), (Op.INSERT, 2)]
-    assert routed[0][0] == partition_of(("db", "t", 1), 1000)
-    assert routed[1][0] == partition_of(("db", "t", 2), 1000)
+    out = routed(1000, txn(10, upd({"id": 1, "v": "a"}, id=2, v="a")))
+    ops = {(op_of(e), (e[6] or e[5])["id"]): part for part, e in out}
+    assert ops == {
+        (Op.DELETE, 1): partition_of(("db", "t", 1), 1000),
+        (Op.INSERT, 2): partition_of(("db", "t", 2), 1000),
+    }
 
 
 def test_a_tombstone_row_goes_with_the_key_it_dates() -> None:
     tomb = RowChange("drc", "tomb_x_db_t", Op.INSERT, None,
                      {"id": 5, "drc$schema": "db", "drc$table": "t"})  # fmt: skip
     delete = RowChange("db", "t", Op.DELETE, {"id": 5, "v": "a"}, None)
-    (first, _), (second, _) = route(txn(10, delete, tomb), KEYS, 97)
+    [(first, _), (second, _)] = routed(97, txn(10, delete, tomb))
     assert first == second
 
 
@@ -75,7 +87,9 @@ def test_reduced_changes_become_one_transaction_per_scn() -> None:
         Change(a, 5, ins("t", id=2)),
         Change(b, 6, ins("t", id=3)),
     ]
-    out = transactions(changes)
+    entries = [[n, c.scn.to_bytes(), c.timestamp, "db", "t", None, c.change.after]
+               for n, c in enumerate(changes)]  # fmt: skip
+    out = list(transactions(entries))
     assert [(t.scn, t.timestamp, len(t.changes)) for t in out] == [(a, 5, 2), (b, 6, 1)]
 
 
@@ -105,23 +119,64 @@ def test_reducing_contiguous_runs_first_then_their_nets_gives_the_same_net_chang
     rng = random.Random(14)
     for _ in range(200):
         history = _history(rng, rng.randint(1, 40))
-        routed = [item for t in history for _, item in route(t, KEYS, 1)]
-        whole = reduce_changes([c for _, c in routed], KEYS)
-        cuts = sorted(rng.sample(range(len(routed) + 1), 2))
-        runs = [routed[: cuts[0]], routed[cuts[0] : cuts[1]], routed[cuts[1] :]]
-        nets = sorted((i for run in runs for i in _combined(run, KEYS)), key=lambda i: i[0])
-        assert [c.change for c in reduce_changes([c for _, c in nets], KEYS)] == [
-            c.change for c in whole
+        whole = reduce_changes([c for t in history for c in _changes(t)], KEYS)
+        cuts = sorted(rng.sample(range(len(history) + 1), 2))
+        runs = [history[: cuts[0]], history[cuts[0] : cuts[1]], history[cuts[1] :]]
+        merged, key_of = Nets(), NetKeys(KEYS)  # as a partition merges the slices' nets
+        for run in runs:
+            for _, entry in routed(1, *run):
+                merged.add(key_of(entry), entry)
+        assert [t.changes for t in transactions(merged.result())] == [
+            t.changes for t in transactions(_entries(whole))
         ]
 
 
 def test_batches_are_cut_between_transactions_only_and_alike_every_time() -> None:
-    def at(n: int) -> Change:
-        return Change(SCN(1, 1, 1, n), 0, RowChange("d", "t", Op.INSERT, None, {"id": n}))
+    def at(n: int) -> Entry:
+        return [n, SCN(1, 1, 1, n).to_bytes(), 0, "d", "t", None, {"id": n}]
 
-    changes = [at(scn) for scn in (1, 2, 2, 2, 3, 4, 4, 5)]
-    cut = [[c.scn.log_pos for c in batch] for batch in batches(changes, 2)]
+    entries = [at(scn) for scn in (1, 2, 2, 2, 3, 4, 4, 5)]
+    cut = [[e[6]["id"] for e in batch] for batch in batches(entries, 2)]
     assert cut == [[1, 2, 2, 2], [3, 4, 4], [5]]
-    assert cut == [[c.scn.log_pos for c in batch] for batch in batches(changes, 2)]
-    assert [len(b) for b in batches(changes, 100)] == [8]
+    assert cut == [[e[6]["id"] for e in batch] for batch in batches(entries, 2)]
+    assert [len(b) for b in batches(entries, 100)] == [8]
     assert list(batches([], 2)) == []
+
+
+def test_tables_given_as_unreduced_keep_every_change_in_order_routed_by_key() -> None:
+    history = [
+        txn(10, ins("t", id=1, v="a")),
+        txn(20, upd({"id": 1, "v": "a"}, id=1, v="b")),
+        txn(30, RowChange("db", "t", Op.DELETE, {"id": 1, "v": "b"}, None)),
+        txn(40, upd({"id": 2, "v": "x"}, id=3, v="x")),
+    ]
+    router = Router(KEYS, 5, unreduced={("db", "t")})
+    for t in history:
+        route(t, router)
+    out = [(part, e) for part, nets in router.parts.items() for e in nets.result()]
+    one = [e for part, e in out if part == partition_of(("db", "t", 1), 5)]
+    assert [op_of(e) for e in one if (e[6] or e[5])["id"] == 1] == [
+        Op.INSERT, Op.UPDATE, Op.DELETE
+    ], "every change kept, in SCN order, with its key"  # fmt: skip
+    moved = {
+        (op_of(e), (e[6] or e[5])["id"]): part
+        for part, e in out
+        if e[1] == history[3].scn.to_bytes()
+    }
+    assert moved == {
+        (Op.DELETE, 2): partition_of(("db", "t", 2), 5),
+        (Op.INSERT, 3): partition_of(("db", "t", 3), 5),
+    }
+    merged, key_of = Nets(), NetKeys(KEYS, {("db", "t")})  # and the partition keeps them too
+    for _, entry in sorted(out, key=lambda item: item[1][0]):
+        merged.add(key_of(entry), entry)
+    assert len(merged.result()) == 5
+
+
+def _changes(t: Transaction) -> list[Change]:
+    return [Change(t.scn, t.timestamp, c) for c in t.changes]
+
+
+def _entries(changes: list[Change]) -> list[Entry]:
+    return [[n, c.scn.to_bytes(), c.timestamp, c.change.schema, c.change.table, c.change.before,
+             c.change.after] for n, c in enumerate(changes)]  # fmt: skip
