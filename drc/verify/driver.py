@@ -72,6 +72,7 @@ class Report:
     tables: list[TableReport] = field(default_factory=list)
     seconds: float = 0.0
     rounds: int = 0
+    stalled: str | None = None  # the rechecks ended early: a channel did not move
 
     @property
     def differences(self) -> int:
@@ -345,7 +346,9 @@ def _recheck(
     outcome = Recheck(source, target, forward, reverse, max_rounds=options.max_rounds,
                       wait_timeout_s=options.wait_timeout_s,
                       sleep=lambda s: _sleep(options, s)).run(specs, candidates)  # fmt: skip
-    report.rounds = outcome.rounds
+    report.rounds, report.stalled = outcome.rounds, outcome.stalled
+    if outcome.stalled:
+        out(f"rechecks ended: {outcome.stalled}")
     decisions = repair.decide_all(source, target, specs, outcome.confirmed, config.conflicts,
                                   config.datacenter.name, channel.origin)  # fmt: skip
     by_name = {t.source: t for t in report.tables}

@@ -77,6 +77,7 @@ def summary(report: Report) -> dict[str, Any]:
     return {
         "rows": report.rows,
         "differences": report.differences,
+        "stalled": report.stalled,
         "tables": [
             {
                 "source": t.source,

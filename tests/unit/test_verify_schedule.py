@@ -163,6 +163,7 @@ def test_a_channel_that_does_not_pass_the_point_leaves_rows_unsettled() -> None:
         {"d.t": spec}, {"d.t": [Difference("different", (1,))]})  # fmt: skip
     assert outcome.confirmed == {}  # never confirmed without the channel passing
     assert list(outcome.unsettled) == [("d.t", (1,))]
+    assert outcome.stalled is not None and "the channel did not apply" in outcome.stalled
 
 
 def test_a_paused_channel_does_not_hold_up_another_channels_run(
