@@ -173,6 +173,7 @@ def main() -> None:
         from drc.verify.driver import SPARK_CONF
 
         session = build_session("local[2]", "drc-bench-verify", conf=SPARK_CONF)
+        session.sparkContext.parallelize(range(2), 2).count()  # its Python workers up, as later
         times: dict[str, list[tuple[float, float]]] = {"cli": [], "warm": [], "pt": []}
         exact = {"cli": True, "warm": True}
         pt_found = 0

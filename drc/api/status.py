@@ -17,7 +17,9 @@ deletes came without a tombstone and were given a derived one.
 applied; grows while the remote is unreachable or the channel stopped), ``last_scn`` (the
 applied SCN), and the counters (drc.apply.stats.ApplyStats): ``ddl`` statements run,
 ``ddl_skipped`` statements left out (account statements, object kinds not in the channel's
-``objects``, DDL on mapped tables).
+``objects``, DDL on mapped tables). A channel with ``[channels.verify]`` also has ``verify``:
+its periodic verify (drc.verify.schedule: state, runs by result, the last run's times, error
+and per-table rows and differences, the next run's time).
 
 A ``drc run --role apply`` process has no buffer: ``buffer``, ``lag`` and ``capture`` are null.
 """

@@ -253,6 +253,8 @@ def _verify_line(verify: dict[str, Any]) -> str:
                    else "the sides are equal")  # fmt: skip
         shown = (f"verify: last run {ended} ({verify['last_seconds']:.1f}s), "
                  f"{last['rows']} rows, {outcome}")  # fmt: skip
+        if last.get("stalled"):
+            shown += f" (not all confirmed: {last['stalled']})"
     if verify.get("last_error"):
         shown += f"; last run FAILED: {verify['last_error']}"
     if state == "waiting" and verify.get("waiting_for"):

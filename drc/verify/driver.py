@@ -21,7 +21,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -72,6 +71,7 @@ class Report:
     tables: list[TableReport] = field(default_factory=list)
     seconds: float = 0.0
     rounds: int = 0
+    stalled: str | None = None  # the rechecks ended early: a channel did not move
 
     @property
     def differences(self) -> int:
@@ -220,28 +220,50 @@ TASKS_PER_SLOT = 2  # tasks per core Spark offers: progress lines move, straggle
 
 class _Spark:
     """The session verify runs on: the one given, or one started in a thread at once (the
-    JVM takes seconds to start; planning goes on meanwhile) and stopped at the end."""
+    JVM takes seconds to start; planning goes on meanwhile) and stopped at the end. A verify
+    that ends before the session is up (nothing to compare, a planning error) does not wait
+    for it: the thread stops it when it comes (a daemon thread; a JVM whose Python process
+    exits stops on its own)."""
 
     def __init__(self, given: Any, master: str) -> None:
-        self._given = given
-        self._pool: ThreadPoolExecutor | None = None
-        self._future: Future[Any] | None = None
+        self._session = given
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._unwanted = False
+        self._thread: threading.Thread | None = None
         if given is None:
-            from drc.spark.session import build_session
+            self._thread = threading.Thread(target=self._build, args=(master,), daemon=True,
+                                            name="verify-spark")  # fmt: skip
+            self._thread.start()
 
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="verify-spark")
-            self._future = self._pool.submit(build_session, master, "drc-verify",
-                                             conf=SPARK_CONF)  # fmt: skip
+    def _build(self, master: str) -> None:
+        from drc.spark.session import build_session
+
+        try:
+            session = build_session(master, "drc-verify", conf=SPARK_CONF)
+        except BaseException as exc:  # raised by get()
+            self._error = exc
+            return
+        with self._lock:
+            self._session = session
+            unwanted = self._unwanted
+        if unwanted:
+            session.stop()
 
     def get(self) -> Any:
-        return self._given if self._future is None else self._future.result()
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._session
 
     def stop(self) -> None:
-        if self._future is None or self._pool is None:
-            return
-        self._pool.shutdown()
-        if self._future.exception() is None:
-            self._future.result().stop()
+        if self._thread is None:
+            return  # given by the caller, who stops it
+        with self._lock:
+            session, self._unwanted = self._session, True
+        if session is not None:
+            session.stop()
 
 
 def _compare(
@@ -345,7 +367,9 @@ def _recheck(
     outcome = Recheck(source, target, forward, reverse, max_rounds=options.max_rounds,
                       wait_timeout_s=options.wait_timeout_s,
                       sleep=lambda s: _sleep(options, s)).run(specs, candidates)  # fmt: skip
-    report.rounds = outcome.rounds
+    report.rounds, report.stalled = outcome.rounds, outcome.stalled
+    if outcome.stalled:
+        out(f"rechecks ended: {outcome.stalled}")
     decisions = repair.decide_all(source, target, specs, outcome.confirmed, config.conflicts,
                                   config.datacenter.name, channel.origin)  # fmt: skip
     by_name = {t.source: t for t in report.tables}

@@ -93,6 +93,7 @@ class Outcome:
     confirmed: dict[tuple[str, tuple[Any, ...]], tuple[str, Images]]
     unsettled: dict[tuple[str, tuple[Any, ...]], tuple[str, Images]]
     rounds: int = 0
+    stalled: str | None = None  # why the rechecks ended early (a channel did not move)
 
 
 class Recheck:
@@ -128,6 +129,7 @@ class Recheck:
             outcome.rounds += 1
             mine = self._images(self.source, specs, pending, target=False)
             if not self._wait(self.forward, binlog_end(self.source), "the channel"):
+                outcome.stalled = self._stalled("the channel")
                 break  # not confirmable: what is pending stays unsettled
             theirs = self._images(self.target, specs, pending, target=True)
             reverse_point = binlog_end(self.target)
@@ -141,10 +143,16 @@ class Recheck:
                      outcome.rounds, len(verdict.equal), len(verdict.confirmed),
                      len(pending))  # fmt: skip
             if pending and not self._wait(self.reverse, reverse_point, "the reverse channel"):
+                outcome.stalled = self._stalled("the reverse channel")
                 break
         unknown = (None, None)
         outcome.unsettled = {k: (kind, previous.get(k, unknown)) for k, kind in pending.items()}
         return outcome
+
+    def _stalled(self, what: str) -> str:
+        return (f"{what} did not apply the changes up to the compared point within "
+                f"{self.wait_timeout_s:.0f}s (is it running?), so the rows still differing "
+                "could not be confirmed")  # fmt: skip
 
     def _wait(self, follower: Follower, point: BinlogPoint | None, what: str) -> bool:
         """Until ``follower`` passed ``point``; False when it did not within the timeout

@@ -16,6 +16,7 @@ def as_dict(report: Report, keys_shown: int = 20) -> dict[str, Any]:
         "rows": report.rows,
         "differences": report.differences,
         "recheck_rounds": report.rounds,
+        "stalled": report.stalled,
         "tables": [
             {
                 "source": t.source,
@@ -60,6 +61,8 @@ def as_text(report: Report, keys_shown: int = 20) -> list[str]:
         if t.unsettled:
             lines.append(f"  {len(t.unsettled)} rows kept changing through every recheck "
                          "(not counted as differences; run verify again)")  # fmt: skip
+    if report.stalled:
+        lines.append(f"NOT ALL CONFIRMED: {report.stalled}; run verify again")
     verdict = "the sides differ" if report.differences else "the sides are equal"
     if report.differences:
         verdict += f" ({report.differences} differences)"

@@ -77,6 +77,7 @@ def summary(report: Report) -> dict[str, Any]:
     return {
         "rows": report.rows,
         "differences": report.differences,
+        "stalled": report.stalled,
         "tables": [
             {
                 "source": t.source,
@@ -143,15 +144,9 @@ class PeriodicVerify:
         watcher.start()
         try:
             while not self._stop.is_set():
-                entry = self._due()
+                entry = self._next_ready()
                 if entry is None:
-                    self._stop.wait(min(RECHECK_EVERY_S, self._until_next()))
-                    continue
-                why = self._not_ready(entry)
-                if why is not None:
-                    with self._lock:
-                        entry.state, entry.waiting_for = "waiting", why
-                    self._stop.wait(RECHECK_EVERY_S)
+                    self._stop.wait(self._until_next())
                     continue
                 self._run_one(entry)
         finally:
@@ -166,14 +161,27 @@ class PeriodicVerify:
 
     # ------------------------------------------------------------------ scheduling
 
-    def _due(self) -> ChannelVerify | None:
+    def _next_ready(self) -> ChannelVerify | None:
+        """The most overdue run whose channel is ready; the due ones that are not say why."""
         now = self._now()
-        due = [e for e in self.channels.values() if e.next_run <= now]
-        return min(due, key=lambda e: e.next_run) if due else None
+        found = None
+        for entry in sorted(self.channels.values(), key=lambda e: e.next_run):
+            if entry.next_run > now:
+                break
+            why = self._not_ready(entry)
+            if why is not None:
+                with self._lock:
+                    entry.state, entry.waiting_for = "waiting", why
+            elif found is None:
+                found = entry
+        return found
 
     def _until_next(self) -> float:
+        """How long to sleep: until the next run is due, and no more than RECHECK_EVERY_S
+        (a due run waiting for its channel is looked at again after that)."""
         soonest = min((e.next_run for e in self.channels.values()), default=self._now() + 60)
-        return max(0.1, soonest - self._now())
+        ahead = soonest - self._now()
+        return RECHECK_EVERY_S if ahead <= 0 else max(0.1, min(ahead, RECHECK_EVERY_S))
 
     def _not_ready(self, entry: ChannelVerify) -> str | None:
         """Why the channel's run should wait now (None: it may start)."""

@@ -163,3 +163,36 @@ def test_a_channel_that_does_not_pass_the_point_leaves_rows_unsettled() -> None:
         {"d.t": spec}, {"d.t": [Difference("different", (1,))]})  # fmt: skip
     assert outcome.confirmed == {}  # never confirmed without the channel passing
     assert list(outcome.unsettled) == [("d.t", (1,))]
+    assert outcome.stalled is not None and "the channel did not apply" in outcome.stalled
+
+
+def test_a_paused_channel_does_not_hold_up_another_channels_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(schedule, "RECHECK_EVERY_S", 0.01)
+    config = _config()
+    second = config.channels[0].model_copy(update={"name": "from-dc3", "origin": "dc3"})
+    config = config.model_copy(update={"channels": (config.channels[0], second)})
+    clock = Clock()
+    states = {"from-dc1": {"state": "paused"}, "from-dc3": {"state": "running"}}
+    ran: list[str] = []
+    done = threading.Event()
+
+    def runner(config: Any, name: str, options: Options, **kw: Any) -> Report:
+        ran.append(name)
+        done.set()
+        return Report(name)
+
+    verifier = PeriodicVerify(config, states.get, runner=runner, spark=lambda master: None,
+                              wall_clock=clock)  # fmt: skip
+    verifier.channels["from-dc1"].next_run -= 10  # the most overdue, but paused
+    clock.now += 61
+    stop = threading.Event()
+    verifier.start(stop)
+    try:
+        assert done.wait(5)
+    finally:
+        stop.set()
+        verifier.close()
+    assert ran == ["from-dc3"]
+    assert verifier.status("from-dc1")["state"] == "waiting"  # type: ignore[index]
