@@ -450,7 +450,8 @@ class DrcConfig(_Model):
 
     @model_validator(mode="after")
     def _apply_needs_one_target(self) -> DrcConfig:
-        if self.channels and self.target is None and len(self.source.servers) > 1:
+        applies = self.channels or any(t.policy == "lww" for t in self.conflicts.tables)
+        if applies and self.target is None and len(self.source.servers) > 1:
             raise ValueError(NO_TARGET_FOR_SERVERS)
         return self
 

@@ -17,7 +17,7 @@ from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.query import ServerLimits
 from drc.api.server import ApiServer, ApiServerError
 from drc.apply.service import target_settings
-from drc.apply.sink import TargetSession
+from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.trigger_guard import LocalTriggerGuard
 from drc.client.peers import Peer, PeerStatus
 from drc.config import DrcConfig
@@ -28,7 +28,13 @@ from drc.replicator.assembler import FragmentLimits
 from drc.replicator.backfill import BinlogBackfill
 from drc.replicator.fencing import FencedMetaStore, GroupBuffer
 from drc.replicator.group import GroupSettings
-from drc.replicator.heartbeat import HeartbeatWriter, connector, writable_connector
+from drc.replicator.heartbeat import (
+    HeartbeatWriter,
+    NoWritableServer,
+    connector,
+    writable_connector,
+    writable_server,
+)
 from drc.replicator.member import GroupMemberRunner
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, inspect_source
@@ -139,8 +145,9 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
     if isinstance(buffer, GroupBuffer):
         service.group = build_member(config, replicator, buffer, writes)
     if guards_local_triggers(config):
-        settings = target_settings(config.target_or_source())
-        service.trigger_guard = LocalTriggerGuard(lambda: TargetSession(settings), replicator.stats)
+        service.trigger_guard = LocalTriggerGuard(
+            lambda: TargetSession(local_primary(config)), replicator.stats
+        )
         replicator.set_local_ddl(service.trigger_guard.submit)
     return service
 
@@ -208,16 +215,37 @@ def peer_status(config: DrcConfig) -> PeerStatus:
     )
 
 
+def _source_servers(config: DrcConfig) -> list[TargetSettings] | None:
+    """Each of several ``[source] servers`` as a session's settings; None when [target] (or
+    the one source server) is where this datacenter's own writes go."""
+    if config.target is not None or len(config.source.servers) <= 1:
+        return None
+    return [
+        target_settings(config.source.model_copy(update={"host": host, "port": port}))
+        for host, port in config.source.addresses()
+    ]
+
+
+def local_primary(config: DrcConfig) -> TargetSettings:
+    """Where DRC writes into this datacenter's own database outside apply channels (trigger
+    guards): [target], the source, or the writable one of several source servers (the one
+    capture reads; the first listed when none answers, so the failure names a server)."""
+    servers = _source_servers(config)
+    if servers is None:
+        return target_settings(config.target_or_source())
+    try:
+        return writable_server(servers)
+    except NoWritableServer:
+        return servers[0]
+
+
 def build_heartbeat(config: DrcConfig) -> HeartbeatWriter | None:
     """This datacenter's heartbeat writer (drc.replicator.heartbeat), None when turned off."""
     interval = config.replicator.heartbeat_interval_s
     if not interval:
         return None
-    if config.target is None and len(config.source.servers) > 1:
-        servers = [
-            target_settings(config.source.model_copy(update={"host": host, "port": port}))
-            for host, port in config.source.addresses()
-        ]
+    servers = _source_servers(config)
+    if servers is not None:
         return HeartbeatWriter(
             config.datacenter.name, writable_connector(servers), interval, writable_only=True
         )

@@ -142,23 +142,27 @@ class NoWritableServer(pymysql.err.OperationalError):
     """None of the listed servers is reachable and writable."""
 
 
+def writable_server(servers: list[Any], timeout_s: float = 5.0) -> Any:
+    """The first of ``servers`` (TargetSettings) that answers with read_only = 0."""
+    for settings in servers:
+        try:
+            conn = connector(settings, timeout_s)()
+        except (pymysql.MySQLError, OSError):
+            continue
+        try:
+            if not is_read_only(conn):
+                return settings
+        except (pymysql.MySQLError, OSError):
+            pass
+        finally:
+            conn.close()
+    names = ", ".join(f"{settings.host}:{settings.port}" for settings in servers)
+    raise NoWritableServer(f"no writable server among {names}")
+
+
 def writable_connector(servers: list[Any], timeout_s: float = 5.0) -> Callable[[], Any]:
     """Opens a session on the first of ``servers`` (TargetSettings) whose read_only is 0."""
-    connects = [connector(settings, timeout_s) for settings in servers]
-    names = ", ".join(f"{settings.host}:{settings.port}" for settings in servers)
-
-    def connect() -> Any:
-        for open_session in connects:
-            try:
-                conn = open_session()
-            except (pymysql.MySQLError, OSError):
-                continue
-            if not is_read_only(conn):
-                return conn
-            conn.close()
-        raise NoWritableServer(f"no writable server among {names}")
-
-    return connect
+    return lambda: connector(writable_server(servers, timeout_s), timeout_s)()
 
 
 def is_read_only(conn: Any) -> bool:

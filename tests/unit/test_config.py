@@ -96,3 +96,15 @@ def test_channels_with_several_source_servers_need_a_target(tmp_path: Path) -> N
     )
     assert load_config(_write(tmp_path, with_target)).target_or_source().host == "10.0.0.9"
     assert load_config(_write(tmp_path, servers)).channels == ()
+
+
+def test_lww_tables_with_several_source_servers_need_a_target(tmp_path: Path) -> None:
+    servers = BASE.replace(
+        'user = "drc"', 'user = "drc"\nservers = ["10.0.0.1:3306", "10.0.0.2:3306"]'
+    )
+    lww = (
+        '\n[conflicts]\npriority = ["dc1"]\n'
+        '[[conflicts.tables]]\ntable = "shop.*"\npolicy = "lww"\ncolumn = "updated_at"\n'
+    )
+    with pytest.raises(ConfigError, match=r"add a\s+\[target\]"):
+        load_config(_write(tmp_path, servers + lww))
