@@ -266,7 +266,8 @@ def test_drc_run_starts_a_catchup_past_its_threshold_shows_it_and_streams_after_
             channel.control.resume()
             workload(dc1, schema, seed=5, txns=50, ddl_at=None)  # streamed after it
             wait_end(dc2, schema, mark_end(dc1, schema))
-            assert "bulk catch-up: idle" in status()
+            # The subprocess exits (Spark stopped) a little after its rows and checkpoint land.
+            wait_for(lambda: "bulk catch-up: idle" in status(), "drc status to show it ended", 120)
             assert channel.stats.idempotent_fixes == 0, "nothing applied twice"
             assert node.auto is not None and node.auto.status("auto")["runs"] == 1  # type: ignore[index]
     assert_same(dc1, dc2, schema)
