@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
 
-from drc.cli.run import config_option, setup_logging
+from drc.cli import spark
+from drc.cli.run import config_option
 from drc.config import load_config
 
 
@@ -33,12 +33,7 @@ from drc.config import load_config
     show_default=True,
     help="The report's form on stdout.",
 )
-@click.option(
-    "--master",
-    default="local[*]",
-    show_default=True,
-    help="Spark master: local[*], local[N] or spark://HOST:PORT.",
-)
+@spark.master_option
 @click.option(
     "--chunk-rows",
     default=10_000,
@@ -85,17 +80,10 @@ def verify(config_path: str, channel_name: str, tables: str | None, repair: bool
     when any remains (or a table could not be compared). Needs [channels.origin_db]; see
     docs/verify.md.
     """
-    from drc.spark.session import check_master
     from drc.verify import report as shown
     from drc.verify.driver import Options, run_verify
 
-    try:
-        check_master(master)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--master") from None
-    setup_logging()
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    spark.prepare(master)
     config = load_config(config_path)
     options = Options(tables=tables, repair=repair, master=master, chunk_rows=chunk_rows,
                       streams=streams, max_rounds=rounds, keys_shown=keys_shown,
