@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import os
 
+from hypothesis import settings
+
+# Hypothesis's per-example deadline is a timing assert: on a loaded 2-core host an example can
+# take 0.5 s without anything being wrong. Properties are checked, not speed.
+settings.register_profile("drc", deadline=None)
+settings.load_profile("drc")
+
 
 def running_in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -284,6 +284,9 @@ class _Item:
     table: TargetTable | None = None
     key: tuple[Any, ...] = ()
     delete_stamp: Any = None
+    # A converging change (no policy applied): the rows it leaves per key, so a later change
+    # of the same key in the group is judged against them, not against the probe's row.
+    leaves: tuple[tuple[tuple[str, str, tuple[Any, ...]], Row | None], ...] = ()
 
 
 @dataclass(slots=True)
@@ -362,10 +365,17 @@ class ConflictEngine:
                 if tombstones.is_tombstone_table(change.schema, change.table):
                     continue
                 policy = self.policies.get(change.schema, change.table)
-                if policy is None or (plain and plain(txn.scn, change.schema, change.table)):
+                if policy is None:
                     items.append(_Item(txn, change))
                     continue
                 table = self._tables(change.schema, change.table)
+                if plain and plain(txn.scn, change.schema, change.table):
+                    leaves = tuple(
+                        ((table.schema, table.table, key_of(table, part.row)), part.after)
+                        for part in _split_key_change(change, table)
+                    )
+                    items.append(_Item(txn, change, leaves=leaves))
+                    continue
                 for part in _split_key_change(change, table):
                     key = key_of(table, part.row)
                     ref = (table.schema, table.table, key)
@@ -438,16 +448,37 @@ class ConflictEngine:
         for item in items:
             if item.policy is None or item.table is None:
                 out.changes.append(item.change)
+                self._leave(item, states, probed)
                 continue
             ref = (item.table.schema, item.table.table, item.key)
-            state = states.get(ref)
-            if state is None:
-                probe, seen = probed[ref]
-                state = states[ref] = _State(
-                    seen.row, self.datacenter, seen, probe.images, seen.tombstone
-                )
+            state = states.get(ref) or self._probed_state(ref, states, probed)
             self._one(item, state, out)
         return out
+
+    def _probed_state(
+        self,
+        ref: tuple[str, str, tuple[Any, ...]],
+        states: dict[tuple[str, str, tuple[Any, ...]], _State],
+        probed: Mapping[tuple[str, str, tuple[Any, ...]], tuple[Probe, Observed]],
+    ) -> _State:
+        probe, seen = probed[ref]
+        state = states[ref] = _State(seen.row, self.datacenter, seen, probe.images, seen.tombstone)
+        return state
+
+    def _leave(
+        self,
+        item: _Item,
+        states: dict[tuple[str, str, tuple[Any, ...]], _State],
+        probed: Mapping[tuple[str, str, tuple[Any, ...]], tuple[Probe, Observed]],
+    ) -> None:
+        """A converging change written before a detected change of the same key (a window's
+        last changes and the first ones after it in one group): that change meets the row
+        the converging one left, as the target will hold it."""
+        for ref, row in item.leaves:
+            if ref not in states and ref not in probed:  # no detected change of it here
+                continue
+            state = states.get(ref) or self._probed_state(ref, states, probed)
+            state.row, state.observed, state.version_dc = row, None, self.origin
 
     def _one(self, item: _Item, state: _State, out: Resolution) -> None:
         change, policy = item.change, item.policy

@@ -98,20 +98,20 @@ def test_wait_zero_waits_until_the_batch_is_full(buffer: EventBuffer) -> None:
         later(0.1 * n, store, buffer, txn(n, ins("orders", n)))
     batch, took = timed(buffer, query(wait_ms=0, limits=Limits(3, 1 << 20)))
     assert batch.transactions == 3 and batch.next == scn(3)
-    assert 0.25 < took < 1.5, "returned when full, long before the 10 s cap"
+    assert 0.25 < took < 5.0, "returned when full, long before the 10 s cap"
 
 
 def test_wait_zero_stops_at_the_servers_cap(buffer: EventBuffer) -> None:
     store(buffer, txn(1, ins("orders", 1)))
     batch, took = timed(buffer, query(wait_ms=0, max_wait_ms=300, limits=Limits(3, 1 << 20)))
-    assert batch.transactions == 1 and 0.28 < took < 1.0
+    assert batch.transactions == 1 and 0.28 < took < 5.0, "the cap, not the 10 s default"
 
 
 def test_a_stopping_server_ends_long_polls_promptly(buffer: EventBuffer) -> None:
     stop = threading.Event()
     later(0.1, stop.set)
     _, took = timed(buffer, query(wait_ms=10_000), stopped=stop.is_set)
-    assert took < 1.0
+    assert took < 5.0, "long before the 10 s wait ends"
 
 
 def test_waiters_are_counted_while_they_wait(buffer: EventBuffer) -> None:
@@ -127,7 +127,7 @@ def test_the_scan_budget_bounds_a_pull_over_a_long_filtered_stretch(buffer: Even
     store(buffer, *(txn(n, ins("items", n)) for n in range(1, 21)))
     q = query(wait_ms=10_000, selection=Selection(ORDERS))
     batch, took = timed(buffer, q, scan_records=5)
-    assert batch.items == [] and scn(5) <= batch.next < scn(20) and took < 0.5
+    assert batch.items == [] and scn(5) <= batch.next < scn(20) and took < 5.0
 
 
 def test_an_old_scn_and_a_foreign_epoch_are_refused(tmp_path: Path) -> None:

@@ -652,6 +652,52 @@ def test_a_key_changing_update_onto_a_newer_row_keeps_that_row() -> None:
     assert resolution.entries[0].key == {"id": 2}
 
 
+# ------------------------------------------------------------------ a snapshot's window
+
+
+def run_window(
+    engine: ConflictEngine, *transactions: Transaction, converging_up_to: Transaction,
+    rows: Mapping[int, Mapping[str, Any]],
+) -> Resolution:  # fmt: skip
+    """As :func:`run`, the changes up to ``converging_up_to`` inside a snapshot's window."""
+    last = converging_up_to.scn
+    prepared = engine.prepare(list(transactions), lambda scn, schema, table: scn <= last)
+    seen = [observe(p, answer(p, rows.get(p.key[0]), None)) for p in prepared.probes]
+    return prepared.resolve(seen)
+
+
+@pytest.mark.parametrize("policy", [LWW, TablePolicy("overwrite")])
+def test_a_change_after_the_window_meets_the_row_a_converging_one_left_in_the_group(
+    policy: TablePolicy,
+) -> None:
+    # The copy holds the row at a later state than the window's last change of it (the chunk
+    # was read after it); one group ends the window and goes on past it.
+    engine = make_engine(("db.t", policy))
+    copied = row(v="copied", ts=at(5))
+    inside = txn(update(row(v="a", ts=at(1)), row(v="b", ts=at(2))))
+    past = txn(update(row(v="b", ts=at(2)), row(v="c", ts=at(3))))
+    resolution = run_window(engine, inside, past, converging_up_to=inside, rows={1: copied})
+    assert decided(resolution) == [], "no false conflict after the window"
+    assert final_row(copied, resolution) == row(v="c", ts=at(3))
+
+
+def test_converging_deletes_and_key_moves_leave_their_rows_for_later_changes() -> None:
+    engine = make_engine(("db.t", TablePolicy("overwrite")))
+    moved = txn(update(row(1, "a"), row(2, "a")), delete(row(3)))
+    past = txn(insert(row(1, "new")), update(row(2, "a"), row(2, "b")), insert(row(3, "again")))
+    resolution = run_window(engine, moved, past, converging_up_to=moved,
+                            rows={1: row(1, "a"), 3: row(3)})  # fmt: skip
+    assert decided(resolution) == []
+
+
+def test_outside_a_window_the_same_group_is_a_conflict() -> None:
+    engine = make_engine(("db.t", TablePolicy("overwrite")))
+    first = txn(update(row(v="a"), row(v="b")))
+    second = txn(update(row(v="b"), row(v="c")))
+    resolution = run(engine, first, second, rows={1: row(v="copied")})
+    assert decided(resolution) == [("update-update", "incoming")]
+
+
 # ------------------------------------------------------------------ overwrite and keep
 
 
