@@ -284,6 +284,7 @@ class _Item:
     table: TargetTable | None = None
     key: tuple[Any, ...] = ()
     delete_stamp: Any = None
+    quiet: bool = False  # in a snapshot's window: decided, never logged (prepare)
 
 
 @dataclass(slots=True)
@@ -346,7 +347,13 @@ class ConflictEngine:
         plain: Callable[[SCN, str, str], bool] | None = None,
     ) -> Prepared:
         """The probes of ``transactions``' changes to tables with a policy; ``plain`` picks
-        changes that converge without detection (a snapshot's window, drc.core.windows)."""
+        changes inside a snapshot's window (drc.core.windows), whose target row may already be
+        at a later state of the origin's: they converge without detection, except on lww
+        tables, where they are decided by their versions but never logged. The copy's later
+        state is newer than the change and wins as it should; and the table may take local
+        writes once joined, before the channel has passed its window: a plain write of an
+        older origin change would undo a newer local one on this side only (the origin keeps
+        the local one, being newer), and the datacenters would differ for good."""
         items: list[_Item] = []
         images: dict[tuple[str, str, tuple[Any, ...]], list[Row]] = {}
         probes_for: dict[tuple[str, str, tuple[Any, ...]], tuple[TargetTable, bool]] = {}
@@ -362,7 +369,8 @@ class ConflictEngine:
                 if tombstones.is_tombstone_table(change.schema, change.table):
                     continue
                 policy = self.policies.get(change.schema, change.table)
-                if policy is None or (plain and plain(txn.scn, change.schema, change.table)):
+                window = plain is not None and plain(txn.scn, change.schema, change.table)
+                if policy is None or (window and policy.name != "lww"):
                     items.append(_Item(txn, change))
                     continue
                 table = self._tables(change.schema, change.table)
@@ -374,7 +382,7 @@ class ConflictEngine:
                         waiting = stamps.get(ref)
                         carried = waiting.popleft() if waiting and change.op is Op.DELETE else None
                         stamp = self._delete_stamp(txn, part, policy, carried, change)
-                    items.append(_Item(txn, part, policy, table, key, stamp))
+                    items.append(_Item(txn, part, policy, table, key, stamp, quiet=window))
                     found = images.setdefault(ref, [])
                     found.extend(i for i in (part.before, part.after) if i is not None)
                     probes_for[ref] = (table, policy.column is not None)
@@ -470,7 +478,8 @@ class ConflictEngine:
             assert local is not None
             out.changes.append(RowChange(change.schema, change.table, Op.DELETE, dict(local), None))
             state.row, state.observed = None, None
-        out.entries.append(self._entry(item, kind, decision, reason, local, state.row))
+        if not item.quiet:
+            out.entries.append(self._entry(item, kind, decision, reason, local, state.row))
 
     def _incoming(self, item: _Item) -> Version | None:
         policy = item.policy

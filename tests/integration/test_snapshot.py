@@ -4,6 +4,7 @@ copied into dc2 on real Spark (local mode) while writes go on, and joined to a r
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -381,19 +382,7 @@ def test_snapshot_into_a_two_way_pair_under_load_on_both_sides(
         execute(server, "CREATE DATABASE tw2", "CREATE TABLE tw2.o (id INT AUTO_INCREMENT "
                 "PRIMARY KEY, n INT)")  # fmt: skip
     load(dc1, "tw", 10_000)
-    configs = write_configs(sandbox, tmp_path / "cfg", tables=["tw2.*", "tw.*"],
-                            no_primary_key="match_whole_row")  # fmt: skip
-    text = configs["dc2"].read_text().replace('tables = ["tw2.*", "tw.*"]', 'tables = ["tw2.*"]')
-    configs["dc2"].write_text(
-        text
-        + f"""
-[channels.origin_db]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password_file = "{tmp_path / "cfg" / "dc1.password"}"
-"""
-    )
+    configs = two_way_configs(sandbox, tmp_path / "cfg", ["tw2.*"], ["tw.*"])
     with running_nodes(configs):
         back = Reverse(dc2)
         with back, Writer(dc1, "tw", "tw2", 10_000) as writer:
@@ -412,6 +401,39 @@ password_file = "{tmp_path / "cfg" / "dc1.password"}"
     assert sorted(summary.copied) == sorted(f"tw.{t}" for t in JOINED)
     assert_same(dc1, dc2, "tw")
     assert_same(dc1, dc2, "tw2")
+
+
+def two_way_configs(
+    sandbox: SandboxDescription,
+    directory: Path,
+    kept: list[str],
+    joined: list[str],
+    extra: str = "",
+) -> dict[str, Path]:
+    """`drc run` configs of both datacenters, each capturing ``kept`` and ``joined`` and
+    applying them from the other; only dc2's channel from dc1 starts without ``joined`` (a
+    snapshot joins them) and reads dc1's database ([channels.origin_db]). ``extra``: more TOML
+    for both (a [conflicts] section)."""
+    both = [*kept, *joined]
+    configs = write_configs(sandbox, directory, tables=both, no_primary_key="match_whole_row",
+                            extra=extra)  # fmt: skip
+    dc1 = sandbox.server("dc1")
+    text = configs["dc2"].read_text()
+    channel = text.index('name = "from-dc1"')
+    listed = f"tables = {json.dumps(both)}"
+    at = text.index(listed, channel)
+    text = text[:at] + f"tables = {json.dumps(kept)}" + text[at + len(listed) :]
+    configs["dc2"].write_text(
+        text
+        + f"""
+[channels.origin_db]
+host = "{dc1.host}"
+port = {dc1.port}
+user = "{dc1.user}"
+password_file = "{directory / "dc1.password"}"
+"""
+    )
+    return configs
 
 
 class Reverse:

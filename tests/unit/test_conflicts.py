@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -146,10 +146,12 @@ def run(
     *transactions: Transaction,
     rows: Mapping[int, Mapping[str, Any]] | None = None,
     tombs: Mapping[int, tuple[Any, str]] | None = None,
+    plain: Callable[[SCN, str, str], bool] | None = None,
 ) -> Resolution:
-    """Prepare, answer every probe from ``rows``/``tombs`` (by id), resolve."""
+    """Prepare (``plain``: the snapshot windows), answer every probe from ``rows``/``tombs``
+    (by id), resolve."""
     rows, tombs = rows or {}, tombs or {}
-    prepared = engine.prepare(list(transactions))
+    prepared = engine.prepare(list(transactions), plain)
     seen = [observe(p, answer(p, rows.get(p.key[0]), tombs.get(p.key[0]))) for p in prepared.probes]
     return prepared.resolve(seen)
 
@@ -1231,3 +1233,49 @@ def test_a_delete_whose_tombstone_row_is_in_the_next_fragment_gets_its_time() ->
     resolution = run(engine, first, second, rows={1: row()})
     assert resolution.tombstones == [tomb_write(1, at(40))]
     assert engine.fallback_stamps == 0
+
+
+# ------------------------------------------------------------------ inside a snapshot's window
+
+
+def in_window(scn: SCN, schema: str, table: str) -> bool:
+    return True  # every change of these tests is inside the table's window
+
+
+def test_in_a_window_an_lww_change_older_than_the_copied_row_is_dropped_and_not_logged() -> None:
+    copied = row(v="later", ts=at(20))  # the chunk was read after this change
+    resolution = run(make_engine(), txn(update(row(ts=at(5)), row(v="b", ts=at(10)))),
+                     rows={1: copied}, plain=in_window)  # fmt: skip
+    assert resolution.changes == [] and resolution.entries == []
+
+
+def test_in_a_window_an_lww_change_keeps_a_newer_local_write_made_after_the_join() -> None:
+    """Once joined, the table takes local writes while the channel still replays its window: an
+    older origin change must not undo them here (the origin keeps the local write, it is newer),
+    or the datacenters would differ for good."""
+    local = row(v="written here after the join", ts=at(30))
+    older = txn(update(row(ts=at(5)), row(v="origin", ts=at(10))))
+    resolution = run(make_engine(), older, rows={1: local}, plain=in_window)
+    assert final_row(local, resolution) == local and resolution.entries == []
+    gone = run(make_engine(), txn(delete(row(ts=at(10))), tombstone_row(1, at(12))),
+               rows={1: local}, plain=in_window)  # fmt: skip
+    assert final_row(local, gone) == local and gone.entries == []
+
+
+def test_in_a_window_a_newer_lww_change_applies_and_a_delete_leaves_its_tombstone() -> None:
+    newer = row(v="origin", ts=at(40))
+    resolution = run(make_engine(), txn(update(row(ts=at(5)), newer)), rows={1: row(ts=at(20))},
+                     plain=in_window)  # fmt: skip
+    assert final_row(row(ts=at(20)), resolution) == newer and resolution.entries == []
+    deleted = run(make_engine(), txn(delete(row(ts=at(10))), tombstone_row(1, at(50))),
+                  rows={1: row(ts=at(20))}, plain=in_window)  # fmt: skip
+    assert final_row(row(ts=at(20)), deleted) is None and deleted.entries == []
+    assert deleted.tombstones == [tomb_write(1, at(50))]
+
+
+def test_in_a_window_other_policies_converge_plainly_without_probes() -> None:
+    engine = make_engine(("db.t", TablePolicy("overwrite")))
+    change = update(row(ts=at(5)), row(v="b", ts=at(10)))
+    prepared = engine.prepare([txn(change)], in_window)
+    assert prepared.probes == []
+    assert prepared.resolve([]).changes == [change]
