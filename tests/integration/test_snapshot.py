@@ -23,7 +23,7 @@ from drc.apply import build_channel
 from drc.config import load_config
 from drc.core.errors import ConfigError
 from drc.sandbox.demo import write_configs
-from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
 from drc.snapshot.origin import SnapshotError
 from tests.integration.capture import master_position
@@ -302,6 +302,45 @@ def test_a_snapshot_killed_midway_and_run_again_ends_equal(
             wait_for(lambda: seen(dc2, schema, token), "the last write applied", 120,
                      running=running)  # fmt: skip
     assert_same(dc1, dc2, schema)
+
+
+@pytest.mark.slow
+def test_snapshot_on_the_sandbox_standalone_cluster(
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    """`drc snapshot --master spark://...` (the CLI, its driver in its own process) with the
+    chunks copied by the sandbox's Spark worker while dc1 writes, then applied by the channel."""
+    schema, other, rows = "snap_cluster", "snap_cluster_o", 4_000
+    description = Sandbox(sandbox.dir).up(datacenters=len(sandbox.servers), with_spark=True)
+    assert description.spark is not None
+    prepare(dc1, dc2, schema, other)
+    execute(dc1, f"CREATE DATABASE {other}",
+            f"CREATE TABLE {other}.o (id INT AUTO_INCREMENT PRIMARY KEY, n INT)")  # fmt: skip
+    load(dc1, schema, rows)
+    with serving(dc1, tmp_path / "buf", [f"{schema}.*"], master_position(dc1)) as (capture, url):
+        execute(dc1, f"UPDATE {schema}.acct SET bal = 1 WHERE id = 1")
+        capture.wait_for(master_position(dc1))
+        path = config_file(tmp_path, dc1, dc2, url, [f"{schema}.*"])
+        with Writer(dc1, schema, other, rows):
+            done = subprocess.run(
+                [sys.executable, "-m", "drc.cli", "snapshot", "--config", str(path), "--channel",
+                 "snap", "--master", description.spark.master_url, "--chunk-rows", "500",
+                 "--partitions", "2"],
+                capture_output=True, text=True, timeout=900, check=False,
+            )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"master {description.spark.master_url}" in done.stdout
+        assert f"joined {schema}.acct" in done.stdout
+        config = load_config(path)
+        channel = build_channel(config.channels[0], config.target_or_source(),
+                                conflicts=config.conflicts, datacenter="dc2")  # fmt: skip
+        with Running(channel) as running:
+            token = mark(dc1, schema)
+            wait_for(lambda: seen(dc2, schema, token), "the last write applied", 180,
+                     running=running)  # fmt: skip
+    assert_same(dc1, dc2, schema)
+    logged = "SELECT COUNT(*) FROM drc.conflicts WHERE schema_name = %s"
+    assert query(dc2, logged, (schema,)) == [(0,)], "no false conflict"
 
 
 def _copied(server: ServerInfo) -> int:
