@@ -15,6 +15,7 @@ import itertools
 import multiprocessing
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -386,5 +387,6 @@ def test_a_million_rows_snapshot_under_two_way_load_ends_and_stays_equal(
             assert_same(dc1, dc2, schema)
     window = next(w for w in summary.windows if w.source == (SCHEMA, "lw"))
     found = conflicts(dc1) + conflicts(dc2)
-    print(f"lw window {window.copied_at} .. {window.converge_until}; {len(found)} conflicts")
+    kinds = Counter((c["datacenter"], c["table_name"], c["kind"], c["decision"]) for c in found)
+    print(f"lw window {window.copied_at} .. {window.converge_until}; conflicts {dict(kinds)}")
     assert false_conflicts(found, window) == [], "no false conflict"
