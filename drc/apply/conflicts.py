@@ -284,7 +284,7 @@ class _Item:
     table: TargetTable | None = None
     key: tuple[Any, ...] = ()
     delete_stamp: Any = None
-    quiet: bool = False  # in a snapshot's window: decided, never logged (prepare)
+    quiet: bool = False  # in a snapshot's window: converges, never logged (prepare)
 
 
 @dataclass(slots=True)
@@ -348,12 +348,16 @@ class ConflictEngine:
     ) -> Prepared:
         """The probes of ``transactions``' changes to tables with a policy; ``plain`` picks
         changes inside a snapshot's window (drc.core.windows), whose target row may already be
-        at a later state of the origin's: they converge without detection, except on lww
-        tables, where they are decided by their versions but never logged. The copy's later
-        state is newer than the change and wins as it should; and the table may take local
-        writes once joined, before the channel has passed its window: a plain write of an
-        older origin change would undo a newer local one on this side only (the origin keeps
-        the local one, being newer), and the datacenters would differ for good."""
+        at a later state of the origin's. They converge and are never logged (``quiet``):
+
+        - written as they are (upserts, deletes by key), but still through the per-key state,
+          so a change after the window in the same target transaction is compared with the
+          row the window's changes leave, not with the row the probe read before them (that
+          would be a false conflict);
+        - on lww tables, decided by their versions instead: the copy's later state is newer
+          and stays, and a row written here after the join, while the channel is still inside
+          the window, is not undone by an older change of the origin (which keeps the local
+          write, it being newer: a plain write would leave the datacenters different)."""
         items: list[_Item] = []
         images: dict[tuple[str, str, tuple[Any, ...]], list[Row]] = {}
         probes_for: dict[tuple[str, str, tuple[Any, ...]], tuple[TargetTable, bool]] = {}
@@ -369,10 +373,10 @@ class ConflictEngine:
                 if tombstones.is_tombstone_table(change.schema, change.table):
                     continue
                 policy = self.policies.get(change.schema, change.table)
-                window = plain is not None and plain(txn.scn, change.schema, change.table)
-                if policy is None or (window and policy.name != "lww"):
+                if policy is None:
                     items.append(_Item(txn, change))
                     continue
+                window = plain is not None and plain(txn.scn, change.schema, change.table)
                 table = self._tables(change.schema, change.table)
                 for part in _split_key_change(change, table):
                     key = key_of(table, part.row)
@@ -460,6 +464,9 @@ class ConflictEngine:
     def _one(self, item: _Item, state: _State, out: Resolution) -> None:
         change, policy = item.change, item.policy
         assert policy is not None
+        if item.quiet and policy.name != "lww":
+            self._apply(item, state, out, upsert=True)
+            return
         kind = _conflict(change, state, self._incoming(item), self.ranks)
         if kind is None:
             self._apply(item, state, out)

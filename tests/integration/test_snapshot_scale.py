@@ -65,6 +65,8 @@ TABLES: dict[str, tuple[str, int, str]] = {
            "SELECT seq, 0, TIMESTAMP '2025-01-01 00:00:00' + INTERVAL seq SECOND"),
     "bag": ("kind VARCHAR(8), v INT", 30_000, "SELECT 'b', seq % 10"),  # keyless
 }  # fmt: skip
+# lww on the table both sides write; overwrite on two that only dc1 writes, so that a false
+# conflict would be logged there.
 CONFLICTS = f"""
 [conflicts]
 priority = ["dc1", "dc2"]
@@ -72,6 +74,12 @@ priority = ["dc1", "dc2"]
 table = "{SCHEMA}.lw"
 policy = "lww"
 column = "ts"
+[[conflicts.tables]]
+table = "{SCHEMA}.ints"
+policy = "overwrite"
+[[conflicts.tables]]
+table = "{SCHEMA}.skey"
+policy = "overwrite"
 """
 DC1_RATE, DC2_RATE = 250.0, 50.0  # transactions/s: 300 in total
 DC1_LANES, DC2_LANES = 4, 2  # writer threads: a busy host makes each commit take a while

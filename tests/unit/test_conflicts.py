@@ -1273,9 +1273,26 @@ def test_in_a_window_a_newer_lww_change_applies_and_a_delete_leaves_its_tombston
     assert deleted.tombstones == [tomb_write(1, at(50))]
 
 
-def test_in_a_window_other_policies_converge_plainly_without_probes() -> None:
-    engine = make_engine(("db.t", TablePolicy("overwrite")))
-    change = update(row(ts=at(5)), row(v="b", ts=at(10)))
-    prepared = engine.prepare([txn(change)], in_window)
-    assert prepared.probes == []
-    assert prepared.resolve([]).changes == [change]
+@pytest.mark.parametrize("policy", ["overwrite", "keep"])
+def test_in_a_window_other_policies_write_the_change_as_it_is_and_log_nothing(
+    policy: str,
+) -> None:
+    engine = make_engine(("db.t", TablePolicy(policy)))
+    after = row(v="b", ts=at(10))
+    resolution = run(engine, txn(update(row(ts=at(5)), after)), rows={1: row(v="later")},
+                     plain=in_window)  # fmt: skip
+    assert resolution.changes == [upserted(after)] and resolution.entries == []
+
+
+@pytest.mark.parametrize("policy", [TablePolicy("overwrite"), LWW])
+def test_a_change_after_the_window_is_compared_with_the_row_the_window_s_changes_leave(
+    policy: TablePolicy,
+) -> None:
+    """One target transaction across the window's end: the change after it finds the row the
+    change inside it wrote, not the row the probe read before (a false conflict, logged)."""
+    copied, first, second = row(v="a", ts=at(5)), row(v="b", ts=at(10)), row(v="c", ts=at(20))
+    inside, after = txn(update(copied, first)), txn(update(first, second))
+    resolution = run(make_engine(("db.t", policy)), inside, after, rows={1: copied},
+                     plain=lambda scn, _s, _t: scn <= inside.scn)  # fmt: skip
+    assert resolution.entries == []
+    assert final_row(copied, resolution) == second
