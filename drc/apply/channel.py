@@ -91,6 +91,7 @@ log = logging.getLogger(__name__)
 
 _MOVED = object()  # the checkpoint may have moved since it was read: read it again
 IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked at again
+LEASE_CHECK_S = 1.0  # how often a channel with nothing to write looks at its lease
 DDL_LOCK_POLL_S = 5  # how long one wait for an earlier run's DDL lock lasts
 UNAVAILABLE_LOG_EVERY_S = 30.0
 STOPPAGE_KEYS_SHOWN = 10
@@ -159,6 +160,7 @@ class ApplyChannel:
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
         self.lease_owner = ""  # a catch-up driver's own channel applies under its lease
         self._lease_taken: object = None  # the lease's taken_at when the checkpoint was read
+        self._lease_checked = -LEASE_CHECK_S  # clock of the last idle look (_lease_moved)
         self.catchup_unfinished: journal.Run | None = None  # waited for (drc.catchup.auto)
         self._catchup_logged: tuple[str, float] = ("", 0.0)  # a wait is logged every 30 s
         # An operator's pause/skip/rewind (drc.apply.control). With ``hold_on_error`` a change
@@ -382,7 +384,13 @@ class ApplyChannel:
 
     def _flush(self, group: Group, *, pending_ddl: SCN | None = None, force: bool = False) -> None:
         position = group.checkpoint or self._applied
-        if not (group.writes or pending_ddl or force or worth_saving(self._applied, position)):
+        if not (
+            group.writes
+            or pending_ddl
+            or force
+            or worth_saving(self._applied, position)
+            or self._lease_moved()
+        ):
             group.clear()
             self.progress.applied()  # nothing to write: what was taken needs nothing more
             return
@@ -418,6 +426,23 @@ class ApplyChannel:
         self._conflict_tables = [f"{e.schema}.{e.table}" for e in decision.entries]
         effects.conflicts = decision.counts.conflicts
         return effects
+
+    def _lease_moved(self) -> bool:
+        """Whether a catch-up or snapshot took the channel's lease since the checkpoint was
+        read (looked at every LEASE_CHECK_S at most). A channel with nothing to write passes
+        through :meth:`_handover` only when it commits: without this, one whose selected tables
+        are idle (or whose changes are all echoes) would never see the tables a snapshot joined,
+        nor apply their changes."""
+        now = self._clock()
+        if now - self._lease_checked < LEASE_CHECK_S:
+            return False
+        self._lease_checked = now
+        return bool(self._retrying(self._lease_taken_now) != self._lease_taken)
+
+    def _lease_taken_now(self) -> object:
+        taken = self._lease_state()[2]
+        self.target.commit()
+        return taken
 
     def _lease_state(self) -> tuple[str, bool, object, journal.Run | None]:
         """The catch-up lease (owner, held now, taken_at) and the channel's unfinished run."""

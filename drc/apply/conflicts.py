@@ -284,9 +284,7 @@ class _Item:
     table: TargetTable | None = None
     key: tuple[Any, ...] = ()
     delete_stamp: Any = None
-    # A converging change (no policy applied): the rows it leaves per key, so a later change
-    # of the same key in the group is judged against them, not against the probe's row.
-    leaves: tuple[tuple[tuple[str, str, tuple[Any, ...]], Row | None], ...] = ()
+    quiet: bool = False  # in a snapshot's window: converges, never logged (prepare)
 
 
 @dataclass(slots=True)
@@ -349,7 +347,17 @@ class ConflictEngine:
         plain: Callable[[SCN, str, str], bool] | None = None,
     ) -> Prepared:
         """The probes of ``transactions``' changes to tables with a policy; ``plain`` picks
-        changes that converge without detection (a snapshot's window, drc.core.windows)."""
+        changes inside a snapshot's window (drc.core.windows), whose target row may already be
+        at a later state of the origin's. They converge and are never logged (``quiet``):
+
+        - written as they are (upserts, deletes by key), but still through the per-key state,
+          so a change after the window in the same target transaction is compared with the
+          row the window's changes leave, not with the row the probe read before them (that
+          would be a false conflict);
+        - on lww tables, decided by their versions instead: the copy's later state is newer
+          and stays, and a row written here after the join, while the channel is still inside
+          the window, is not undone by an older change of the origin (which keeps the local
+          write, it being newer: a plain write would leave the datacenters different)."""
         items: list[_Item] = []
         images: dict[tuple[str, str, tuple[Any, ...]], list[Row]] = {}
         probes_for: dict[tuple[str, str, tuple[Any, ...]], tuple[TargetTable, bool]] = {}
@@ -368,14 +376,8 @@ class ConflictEngine:
                 if policy is None:
                     items.append(_Item(txn, change))
                     continue
+                window = plain is not None and plain(txn.scn, change.schema, change.table)
                 table = self._tables(change.schema, change.table)
-                if plain and plain(txn.scn, change.schema, change.table):
-                    leaves = tuple(
-                        ((table.schema, table.table, key_of(table, part.row)), part.after)
-                        for part in _split_key_change(change, table)
-                    )
-                    items.append(_Item(txn, change, leaves=leaves))
-                    continue
                 for part in _split_key_change(change, table):
                     key = key_of(table, part.row)
                     ref = (table.schema, table.table, key)
@@ -384,7 +386,7 @@ class ConflictEngine:
                         waiting = stamps.get(ref)
                         carried = waiting.popleft() if waiting and change.op is Op.DELETE else None
                         stamp = self._delete_stamp(txn, part, policy, carried, change)
-                    items.append(_Item(txn, part, policy, table, key, stamp))
+                    items.append(_Item(txn, part, policy, table, key, stamp, quiet=window))
                     found = images.setdefault(ref, [])
                     found.extend(i for i in (part.before, part.after) if i is not None)
                     probes_for[ref] = (table, policy.column is not None)
@@ -448,41 +450,23 @@ class ConflictEngine:
         for item in items:
             if item.policy is None or item.table is None:
                 out.changes.append(item.change)
-                self._leave(item, states, probed)
                 continue
             ref = (item.table.schema, item.table.table, item.key)
-            state = states.get(ref) or self._probed_state(ref, states, probed)
+            state = states.get(ref)
+            if state is None:
+                probe, seen = probed[ref]
+                state = states[ref] = _State(
+                    seen.row, self.datacenter, seen, probe.images, seen.tombstone
+                )
             self._one(item, state, out)
         return out
-
-    def _probed_state(
-        self,
-        ref: tuple[str, str, tuple[Any, ...]],
-        states: dict[tuple[str, str, tuple[Any, ...]], _State],
-        probed: Mapping[tuple[str, str, tuple[Any, ...]], tuple[Probe, Observed]],
-    ) -> _State:
-        probe, seen = probed[ref]
-        state = states[ref] = _State(seen.row, self.datacenter, seen, probe.images, seen.tombstone)
-        return state
-
-    def _leave(
-        self,
-        item: _Item,
-        states: dict[tuple[str, str, tuple[Any, ...]], _State],
-        probed: Mapping[tuple[str, str, tuple[Any, ...]], tuple[Probe, Observed]],
-    ) -> None:
-        """A converging change written before a detected change of the same key (a window's
-        last changes and the first ones after it in one group): that change meets the row
-        the converging one left, as the target will hold it."""
-        for ref, row in item.leaves:
-            if ref not in states and ref not in probed:  # no detected change of it here
-                continue
-            state = states.get(ref) or self._probed_state(ref, states, probed)
-            state.row, state.observed, state.version_dc = row, None, self.origin
 
     def _one(self, item: _Item, state: _State, out: Resolution) -> None:
         change, policy = item.change, item.policy
         assert policy is not None
+        if item.quiet and policy.name != "lww":
+            self._apply(item, state, out, upsert=True)
+            return
         kind = _conflict(change, state, self._incoming(item), self.ranks)
         if kind is None:
             self._apply(item, state, out)
@@ -501,7 +485,8 @@ class ConflictEngine:
             assert local is not None
             out.changes.append(RowChange(change.schema, change.table, Op.DELETE, dict(local), None))
             state.row, state.observed = None, None
-        out.entries.append(self._entry(item, kind, decision, reason, local, state.row))
+        if not item.quiet:
+            out.entries.append(self._entry(item, kind, decision, reason, local, state.row))
 
     def _incoming(self, item: _Item) -> Version | None:
         policy = item.policy

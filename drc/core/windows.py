@@ -15,7 +15,8 @@ joins it. Each copied table gets a window, two SCNs of the origin's stream::
 - Between the two, a chunk may have been read after the change: the target row can be at a
   later state than the change's before-image. Keyed changes are written as idempotent upserts
   and deletes by key without conflict detection (``converging``), so each row ends with its
-  last change's effect, which is the source's state; no false conflict is logged.
+  last change's effect, which is the source's state; no false conflict is logged. (On an lww
+  table they are decided by their versions, unlogged: drc.apply.conflicts.)
 - ``converge_until`` is at or after the point the last chunk was read at. Past it the target
   holds exactly what the source held, and changes apply with conflict detection again.
 

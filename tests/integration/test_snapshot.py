@@ -4,6 +4,7 @@ copied into dc2 on real Spark (local mode) while writes go on, and joined to a r
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -12,17 +13,19 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
 from drc.apply import build_channel
-from drc.config import load_config
+from drc.config import DrcConfig, load_config
 from drc.core.errors import ConfigError
 from drc.sandbox.demo import write_configs
-from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
 from drc.snapshot.origin import SnapshotError
 from tests.integration.capture import master_position
@@ -89,18 +92,18 @@ def load(server: ServerInfo, schema: str, rows: int) -> None:
     conn.close()
 
 
-class Writer:
-    """Writes to every table of ``schema`` (and ``other``) in a thread until stopped: inserts,
-    updates, deletes, a primary key moved, identical keyless rows."""
+class Background:
+    """A writer thread (``_write``, until ``stop`` is set) as a context manager; what stopped
+    it is raised on exit."""
 
-    def __init__(self, server: ServerInfo, schema: str, other: str, rows: int) -> None:
-        self.server, self.schema, self.other, self.rows = server, schema, other, rows
+    def __init__(self, server: ServerInfo) -> None:
+        self.server = server
         self.stop = threading.Event()
         self.done = 0
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Writer:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -115,6 +118,18 @@ class Writer:
             self._write()
         except BaseException as exc:  # reported by __exit__
             self.error = exc
+
+    def _write(self) -> None:
+        raise NotImplementedError
+
+
+class Writer(Background):
+    """Writes to every table of ``schema`` (and ``other``) in a thread until stopped: inserts,
+    updates, deletes, a primary key moved, identical keyless rows."""
+
+    def __init__(self, server: ServerInfo, schema: str, other: str, rows: int) -> None:
+        super().__init__(server)
+        self.schema, self.other, self.rows = schema, other, rows
 
     def _write(self) -> None:
         s, rng, next_id = self.schema, random.Random(11), self.rows + 1_000_000
@@ -272,14 +287,7 @@ def test_a_snapshot_killed_midway_and_run_again_ends_equal(
     dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
 ) -> None:
     schema, other, rows = "snap_kill", "snap_kill_o", 30_000
-    prepare(dc1, dc2, schema, other)
-    execute(dc1, f"CREATE DATABASE {other}",
-            f"CREATE TABLE {other}.o (id INT AUTO_INCREMENT PRIMARY KEY, n INT)")  # fmt: skip
-    load(dc1, schema, rows)
-    with serving(dc1, tmp_path / "buf", [f"{schema}.*"], master_position(dc1)) as (capture, url):
-        execute(dc1, f"UPDATE {schema}.acct SET bal = 1 WHERE id = 1")
-        capture.wait_for(master_position(dc1))
-        path = config_file(tmp_path, dc1, dc2, url, [f"{schema}.*"])
+    with served(dc1, dc2, tmp_path, schema, other, rows) as path:
         with Writer(dc1, schema, other, rows):
             killed = subprocess.Popen(
                 [sys.executable, "-m", "drc.cli", "snapshot", "--config", str(path), "--channel",
@@ -295,13 +303,61 @@ def test_a_snapshot_killed_midway_and_run_again_ends_equal(
             summary = run_snapshot(config, "snap", master="local[2]", chunk_rows=500,
                                    out=lambda _l: None)  # fmt: skip
             assert 5 <= summary.resumed < summary.chunks, "killed midway; its chunks are kept"
-        channel = build_channel(config.channels[0], config.target_or_source(),
-                                conflicts=config.conflicts, datacenter="dc2")  # fmt: skip
-        with Running(channel) as running:
-            token = mark(dc1, schema)
-            wait_for(lambda: seen(dc2, schema, token), "the last write applied", 120,
-                     running=running)  # fmt: skip
+        caught_up(config, dc1, dc2, schema)
     assert_same(dc1, dc2, schema)
+
+
+@contextmanager
+def served(
+    dc1: ServerInfo, dc2: ServerInfo, tmp: Path, schema: str, other: str, rows: int
+) -> Iterator[Path]:
+    """``rows`` rows in ``schema`` on dc1 (and ``other``, for the Writer), dc1 captured and
+    served; yields dc2's config."""
+    prepare(dc1, dc2, schema, other)
+    execute(dc1, f"CREATE DATABASE {other}",
+            f"CREATE TABLE {other}.o (id INT AUTO_INCREMENT PRIMARY KEY, n INT)")  # fmt: skip
+    load(dc1, schema, rows)
+    with serving(dc1, tmp / "buf", [f"{schema}.*"], master_position(dc1)) as (capture, url):
+        execute(dc1, f"UPDATE {schema}.acct SET bal = 1 WHERE id = 1")
+        capture.wait_for(master_position(dc1))
+        yield config_file(tmp, dc1, dc2, url, [f"{schema}.*"])
+
+
+def caught_up(config: DrcConfig, dc1: ServerInfo, dc2: ServerInfo, schema: str) -> None:
+    """dc2's channel run until dc1's last write to ``schema`` is applied."""
+    channel = build_channel(config.channels[0], config.target_or_source(),
+                            conflicts=config.conflicts, datacenter="dc2")  # fmt: skip
+    with Running(channel) as running:
+        token = mark(dc1, schema)
+        wait_for(lambda: seen(dc2, schema, token), "the last write applied", 180,
+                 running=running)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_snapshot_on_the_sandbox_standalone_cluster(
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    """`drc snapshot --master spark://...` (the CLI, its driver in its own process) with the
+    chunks copied by the sandbox's Spark worker while dc1 writes, then applied by the channel."""
+    schema, other, rows = "snap_cluster", "snap_cluster_o", 4_000
+    description = Sandbox(sandbox.dir).up(datacenters=len(sandbox.servers), with_spark=True)
+    assert description.spark is not None
+    with served(dc1, dc2, tmp_path, schema, other, rows) as path:
+        with Writer(dc1, schema, other, rows):
+            done = subprocess.run(
+                [sys.executable, "-m", "drc.cli", "snapshot", "--config", str(path), "--channel",
+                 "snap", "--master", description.spark.master_url, "--chunk-rows", "500",
+                 "--partitions", "2"],
+                capture_output=True, text=True, timeout=900, check=False,
+            )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"master {description.spark.master_url}" in done.stdout
+        assert f"joined {schema}.acct" in done.stdout
+        caught_up(load_config(path), dc1, dc2, schema)
+    assert_same(dc1, dc2, schema)
+    logged = ("SELECT scn, table_name, primary_key, kind, local_row, incoming_before, "
+              "incoming_after FROM drc.conflicts WHERE schema_name = %s")  # fmt: skip
+    assert query(dc2, logged, (schema,)) == [], "no false conflict"
 
 
 def _copied(server: ServerInfo) -> int:
@@ -382,19 +438,7 @@ def test_snapshot_into_a_two_way_pair_under_load_on_both_sides(
         execute(server, "CREATE DATABASE tw2", "CREATE TABLE tw2.o (id INT AUTO_INCREMENT "
                 "PRIMARY KEY, n INT)")  # fmt: skip
     load(dc1, "tw", 10_000)
-    configs = write_configs(sandbox, tmp_path / "cfg", tables=["tw2.*", "tw.*"],
-                            no_primary_key="match_whole_row")  # fmt: skip
-    text = configs["dc2"].read_text().replace('tables = ["tw2.*", "tw.*"]', 'tables = ["tw2.*"]')
-    configs["dc2"].write_text(
-        text
-        + f"""
-[channels.origin_db]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password_file = "{tmp_path / "cfg" / "dc1.password"}"
-"""
-    )
+    configs = two_way_configs(sandbox, tmp_path / "cfg", ["tw2.*"], ["tw.*"])
     with running_nodes(configs):
         back = Reverse(dc2)
         with back, Writer(dc1, "tw", "tw2", 10_000) as writer:
@@ -413,6 +457,39 @@ password_file = "{tmp_path / "cfg" / "dc1.password"}"
     assert sorted(summary.copied) == sorted(f"tw.{t}" for t in JOINED)
     assert_same(dc1, dc2, "tw")
     assert_same(dc1, dc2, "tw2")
+
+
+def two_way_configs(
+    sandbox: SandboxDescription,
+    directory: Path,
+    kept: list[str],
+    joined: list[str],
+    extra: str = "",
+) -> dict[str, Path]:
+    """`drc run` configs of both datacenters, each capturing ``kept`` and ``joined`` and
+    applying them from the other; only dc2's channel from dc1 starts without ``joined`` (a
+    snapshot joins them) and reads dc1's database ([channels.origin_db]). ``extra``: more TOML
+    for both (a [conflicts] section)."""
+    both = [*kept, *joined]
+    configs = write_configs(sandbox, directory, tables=both, no_primary_key="match_whole_row",
+                            extra=extra)  # fmt: skip
+    dc1 = sandbox.server("dc1")
+    text = configs["dc2"].read_text()
+    channel = text.index('name = "from-dc1"')
+    listed = f"tables = {json.dumps(both)}"
+    at = text.index(listed, channel)
+    text = text[:at] + f"tables = {json.dumps(kept)}" + text[at + len(listed) :]
+    configs["dc2"].write_text(
+        text
+        + f"""
+[channels.origin_db]
+host = "{dc1.host}"
+port = {dc1.port}
+user = "{dc1.user}"
+password_file = "{directory / "dc1.password"}"
+"""
+    )
+    return configs
 
 
 class Reverse:

@@ -264,6 +264,26 @@ def test_drc_originated_and_filtered_transactions_move_the_checkpoint_only_rarel
     assert [m[1] for m in far.marks()] == ["1:11:2:5"]
 
 
+def test_an_idle_channel_whose_lease_was_taken_meanwhile_goes_through_the_handover() -> None:
+    """A snapshot joined tables while the channel had nothing to write (its changes all
+    echoes): it commits once, through the handover, which reads the joined tables; with the
+    lease untouched it writes nothing (an idle checkpoint write would echo back and forth)."""
+    saved = {"from-dc1": ("1:11:1:5", "dc1", None, None)}
+    echoes = [txn(10 + i, ins("t", id=i), drc_originated=True) for i in range(3)]
+    for moved in (False, True):
+        fake = target(checkpoints=dict(saved))
+        harness = Harness(fake, [batch(1, *echoes, next_scn=scn(100))])
+
+        def catchup(moved: bool = moved, harness: Harness = harness) -> tuple[Any, ...]:
+            streaming = harness.started_after is not None  # taken and released since the start
+            return ("snapshot:x", 0, "t1" if moved and streaming else "t0", *(None,) * 5)
+
+        fake.catchup = catchup
+        harness.run()
+        assert [m[1] for m in fake.marks()] == (["1:11:1:100"] if moved else [])
+        assert fake.writes() == []
+
+
 def test_a_table_without_primary_key_is_refused_and_the_stop_names_its_transaction() -> None:
     fake = target()
     n = ins("n", a=1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -146,10 +146,12 @@ def run(
     *transactions: Transaction,
     rows: Mapping[int, Mapping[str, Any]] | None = None,
     tombs: Mapping[int, tuple[Any, str]] | None = None,
+    plain: Callable[[SCN, str, str], bool] | None = None,
 ) -> Resolution:
-    """Prepare, answer every probe from ``rows``/``tombs`` (by id), resolve."""
+    """Prepare (``plain``: the snapshot windows), answer every probe from ``rows``/``tombs``
+    (by id), resolve."""
     rows, tombs = rows or {}, tombs or {}
-    prepared = engine.prepare(list(transactions))
+    prepared = engine.prepare(list(transactions), plain)
     seen = [observe(p, answer(p, rows.get(p.key[0]), tombs.get(p.key[0]))) for p in prepared.probes]
     return prepared.resolve(seen)
 
@@ -652,31 +654,18 @@ def test_a_key_changing_update_onto_a_newer_row_keeps_that_row() -> None:
     assert resolution.entries[0].key == {"id": 2}
 
 
-# ------------------------------------------------------------------ a snapshot's window
+# ------------------------------------------------------------ a snapshot's window (and at the end)
 
 
-def run_window(
-    engine: ConflictEngine, *transactions: Transaction, converging_up_to: Transaction,
-    rows: Mapping[int, Mapping[str, Any]],
-) -> Resolution:  # fmt: skip
-    """As :func:`run`, the changes up to ``converging_up_to`` inside a snapshot's window."""
-    last = converging_up_to.scn
-    prepared = engine.prepare(list(transactions), lambda scn, schema, table: scn <= last)
-    seen = [observe(p, answer(p, rows.get(p.key[0]), None)) for p in prepared.probes]
-    return prepared.resolve(seen)
-
-
-@pytest.mark.parametrize("policy", [LWW, TablePolicy("overwrite")])
-def test_a_change_after_the_window_meets_the_row_a_converging_one_left_in_the_group(
-    policy: TablePolicy,
-) -> None:
-    # The copy holds the row at a later state than the window's last change of it (the chunk
-    # was read after it); one group ends the window and goes on past it.
-    engine = make_engine(("db.t", policy))
+def test_a_change_after_the_window_meets_the_row_a_copy_read_later_left() -> None:
+    # The copy holds the row at a later state than the window's change of it (the chunk was
+    # read after it); one group ends the window and goes on past it.
+    engine = make_engine(("db.t", TablePolicy("overwrite")))
     copied = row(v="copied", ts=at(5))
     inside = txn(update(row(v="a", ts=at(1)), row(v="b", ts=at(2))))
     past = txn(update(row(v="b", ts=at(2)), row(v="c", ts=at(3))))
-    resolution = run_window(engine, inside, past, converging_up_to=inside, rows={1: copied})
+    resolution = run(engine, inside, past, rows={1: copied},
+                     plain=lambda scn, _s, _t: scn <= inside.scn)  # fmt: skip
     assert decided(resolution) == [], "no false conflict after the window"
     assert final_row(copied, resolution) == row(v="c", ts=at(3))
 
@@ -685,8 +674,8 @@ def test_converging_deletes_and_key_moves_leave_their_rows_for_later_changes() -
     engine = make_engine(("db.t", TablePolicy("overwrite")))
     moved = txn(update(row(1, "a"), row(2, "a")), delete(row(3)))
     past = txn(insert(row(1, "new")), update(row(2, "a"), row(2, "b")), insert(row(3, "again")))
-    resolution = run_window(engine, moved, past, converging_up_to=moved,
-                            rows={1: row(1, "a"), 3: row(3)})  # fmt: skip
+    resolution = run(engine, moved, past, rows={1: row(1, "a"), 3: row(3)},
+                     plain=lambda scn, _s, _t: scn <= moved.scn)  # fmt: skip
     assert decided(resolution) == []
 
 
@@ -1277,3 +1266,66 @@ def test_a_delete_whose_tombstone_row_is_in_the_next_fragment_gets_its_time() ->
     resolution = run(engine, first, second, rows={1: row()})
     assert resolution.tombstones == [tomb_write(1, at(40))]
     assert engine.fallback_stamps == 0
+
+
+# ------------------------------------------------------------------ inside a snapshot's window
+
+
+def in_window(scn: SCN, schema: str, table: str) -> bool:
+    return True  # every change of these tests is inside the table's window
+
+
+def test_in_a_window_an_lww_change_older_than_the_copied_row_is_dropped_and_not_logged() -> None:
+    copied = row(v="later", ts=at(20))  # the chunk was read after this change
+    resolution = run(make_engine(), txn(update(row(ts=at(5)), row(v="b", ts=at(10)))),
+                     rows={1: copied}, plain=in_window)  # fmt: skip
+    assert resolution.changes == [] and resolution.entries == []
+
+
+def test_in_a_window_an_lww_change_keeps_a_newer_local_write_made_after_the_join() -> None:
+    """Once joined, the table takes local writes while the channel still replays its window: an
+    older origin change must not undo them here (the origin keeps the local write, it is newer),
+    or the datacenters would differ for good."""
+    local = row(v="written here after the join", ts=at(30))
+    older = txn(update(row(ts=at(5)), row(v="origin", ts=at(10))))
+    resolution = run(make_engine(), older, rows={1: local}, plain=in_window)
+    assert final_row(local, resolution) == local and resolution.entries == []
+    gone = run(make_engine(), txn(delete(row(ts=at(10))), tombstone_row(1, at(12))),
+               rows={1: local}, plain=in_window)  # fmt: skip
+    assert final_row(local, gone) == local and gone.entries == []
+
+
+def test_in_a_window_a_newer_lww_change_applies_and_a_delete_leaves_its_tombstone() -> None:
+    newer = row(v="origin", ts=at(40))
+    resolution = run(make_engine(), txn(update(row(ts=at(5)), newer)), rows={1: row(ts=at(20))},
+                     plain=in_window)  # fmt: skip
+    assert final_row(row(ts=at(20)), resolution) == newer and resolution.entries == []
+    deleted = run(make_engine(), txn(delete(row(ts=at(10))), tombstone_row(1, at(50))),
+                  rows={1: row(ts=at(20))}, plain=in_window)  # fmt: skip
+    assert final_row(row(ts=at(20)), deleted) is None and deleted.entries == []
+    assert deleted.tombstones == [tomb_write(1, at(50))]
+
+
+@pytest.mark.parametrize("policy", ["overwrite", "keep"])
+def test_in_a_window_other_policies_write_the_change_as_it_is_and_log_nothing(
+    policy: str,
+) -> None:
+    engine = make_engine(("db.t", TablePolicy(policy)))
+    after = row(v="b", ts=at(10))
+    resolution = run(engine, txn(update(row(ts=at(5)), after)), rows={1: row(v="later")},
+                     plain=in_window)  # fmt: skip
+    assert resolution.changes == [upserted(after)] and resolution.entries == []
+
+
+@pytest.mark.parametrize("policy", [TablePolicy("overwrite"), LWW])
+def test_a_change_after_the_window_is_compared_with_the_row_the_window_s_changes_leave(
+    policy: TablePolicy,
+) -> None:
+    """One target transaction across the window's end: the change after it finds the row the
+    change inside it wrote, not the row the probe read before (a false conflict, logged)."""
+    copied, first, second = row(v="a", ts=at(5)), row(v="b", ts=at(10)), row(v="c", ts=at(20))
+    inside, after = txn(update(copied, first)), txn(update(first, second))
+    resolution = run(make_engine(("db.t", policy)), inside, after, rows={1: copied},
+                     plain=lambda scn, _s, _t: scn <= inside.scn)  # fmt: skip
+    assert resolution.entries == []
+    assert final_row(copied, resolution) == second
