@@ -110,6 +110,7 @@ class Drc:
         self.work = work
         self.runs = 0
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.configs: dict[str, Path] = {}
 
     def start(self) -> None:
         self.runs += 1
@@ -124,6 +125,21 @@ class Drc:
         )
         self.procs = start_nodes(configs, nodes)
         wait_healthy(configs)
+        self.configs = configs
+
+    def captured(self) -> tuple[int, int]:
+        """(transactions stored, of them stored without rows) by both nodes' capture."""
+        import tomllib
+
+        from drc.client.status import fetch_status
+
+        found = [0, 0]
+        for path in self.configs.values():
+            port = tomllib.loads(path.read_text())["api"]["port"]
+            capture = fetch_status(f"http://127.0.0.1:{port}", timeout=5)["capture"]
+            found[0] += int(capture["transactions"])
+            found[1] += int(capture["drc_applied_markers"])
+        return found[0], found[1]
 
     def pids(self) -> list[int]:
         return [s.pid for s in self.servers] + [p.pid for p in self.procs.values()]

@@ -27,7 +27,6 @@ import resource
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pymysql  # noqa: E402
-from bench_hotpath import _position, _sysbench  # noqa: E402
+from bench_hotpath import _position, _sysbench, capture_until  # noqa: E402
 
 from drc.apply.checkpoint import CheckpointRow, create_statements, upsert  # noqa: E402
 from drc.core.scn import SCN  # noqa: E402
@@ -86,7 +85,7 @@ def capture_cpu(work: Path, server: ServerInfo, start: tuple[str, int], end: tup
     from drc.eventbuffer import EventBuffer
     from drc.metastore.store import MetaStore
     from drc.replicator.replicator import CaptureOptions, Replicator
-    from drc.replicator.source import SourceSettings, split_binlog_name
+    from drc.replicator.source import SourceSettings
 
     shutil.rmtree(work, ignore_errors=True)
     settings = SourceSettings(server.host, server.port, server.user, server.password, 99007)
@@ -94,16 +93,7 @@ def capture_cpu(work: Path, server: ServerInfo, start: tuple[str, int], end: tup
     store = MetaStore.open(work / "metastore.sqlite3")
     options = CaptureOptions(start_from=f"{start[0]}:{start[1]}", omit_drc_rows=marker)
     rep = Replicator(settings, buffer, store, options)
-    target = (split_binlog_name(end[0])[1], end[1])
-    stop = threading.Event()
-    thread = threading.Thread(target=rep.run, args=(stop,))
-    began = _cpu()
-    thread.start()
-    while (last := buffer.last_scn) is None or (last.log_index, last.log_pos) < target:
-        time.sleep(0.002)
-    spent = _cpu() - began
-    stop.set()
-    thread.join()
+    spent = capture_until(rep, buffer, end)
     buffer.close()
     store.close()
     return spent, rep.stats.drc_applied_markers

@@ -62,6 +62,7 @@ class Phase:
     cpu_s: float = 0.0
     server_cpu_s: float = 0.0  # of it, the two MariaDB servers
     transactions: int = 0
+    captured: tuple[int, int] = (0, 0)  # DRC: transactions stored, of them without rows
     load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at start and end
     complete: bool = True
 
@@ -161,6 +162,8 @@ def run_phase(system: Drc | Native, number: int, rate: int, args: argparse.Names
     phase.cpu_s = cpu_seconds(pids) - cpu_before
     phase.server_cpu_s = cpu_seconds(servers) - server_before
     phase.load = (load_start, os.getloadavg()[0])
+    if isinstance(system, Drc):
+        phase.captured = system.captured()
     for proc in profilers:
         proc.wait()
     system.stop()
@@ -241,6 +244,14 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
             f"| {phase.cpu_us_per_txn:.0f} | {phase.nodes_us_per_txn:.0f} "
             f"| {phase.load[0]:.1f} / {phase.load[1]:.1f} |"
         )
+    print()
+    for phase in phases:
+        if phase.system != "native":
+            stored, markers = phase.captured
+            print(
+                f"- {phase.system} at {phase.rate}: the nodes' capture stored {stored} "
+                f"transactions, {markers} of them without rows (drc_applied = marker)"
+            )
     print("\n| tps/side | system | p50 DRC/native | p99 DRC/native | CPU per txn DRC/native |")
     print("| ---: | --- | ---: | ---: | ---: |")
     by = {(p.system, p.rate): p for p in phases}

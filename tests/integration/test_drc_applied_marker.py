@@ -33,25 +33,35 @@ SCHEMA = "marker_db"
 TXNS_PER_SIDE = 120
 
 
-def _workload(server: ServerInfo, parity: int, seed: int) -> None:
+def _statements(datacenter: str, parity: int, seed: int) -> list[list[tuple[str, Any]]]:
     """TXNS_PER_SIDE transactions of this side's own rows (ids of one parity)."""
     rng = random.Random(seed)
+    live: list[int] = []
+    txns: list[list[tuple[str, Any]]] = []
+    for n in range(TXNS_PER_SIDE):
+        roll = rng.random()
+        if roll < 0.45 or len(live) < 5:
+            new = [len(txns) * 6 + 2 * k + parity for k in range(3)]
+            live += new
+            txns.append(
+                [("INSERT INTO t VALUES (%s, %s, 0)", (i, f"{datacenter}-{n}")) for i in new]
+            )
+        elif roll < 0.75:
+            txns.append([
+                ("UPDATE t SET n = n + 1 WHERE id = %s", (rng.choice(live),)),
+                ("INSERT INTO log VALUES (%s, 'update')", (n * 2 + parity,)),
+            ])  # fmt: skip
+        else:
+            txns.append([("DELETE FROM t WHERE id = %s", (live.pop(rng.randrange(len(live))),))])
+    return txns
+
+
+def _workload(server: ServerInfo, parity: int, seed: int) -> None:
     conn = connect(server, autocommit=False, database=SCHEMA)
-    ids: list[int] = []
-    next_id = parity
     with conn.cursor() as cur:
-        for n in range(TXNS_PER_SIDE):
-            roll = rng.random()
-            if roll < 0.45 or len(ids) < 5:
-                rows = [(next_id + 2 * k, f"{server.datacenter}-{n}", 0) for k in range(3)]
-                cur.executemany("INSERT INTO t (id, v, n) VALUES (%s, %s, %s)", rows)
-                ids.extend(r[0] for r in rows)
-                next_id += 6
-            elif roll < 0.75:
-                cur.execute("UPDATE t SET n = n + 1 WHERE id = %s", (rng.choice(ids),))
-                cur.execute("INSERT INTO log VALUES (%s, %s)", (n * 2 + parity, "update"))
-            else:
-                cur.execute("DELETE FROM t WHERE id = %s", (ids.pop(rng.randrange(len(ids))),))
+        for txn in _statements(server.datacenter, parity, seed):
+            for statement, params in txn:
+                cur.execute(statement, params)
             conn.commit()
     conn.close()
 
@@ -117,20 +127,12 @@ def test_marker_mode_pair_crosses_exactly_once_without_decoding_drc_rows(
     sandbox: SandboxDescription, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dc1, dc2 = sandbox.server("dc1"), sandbox.server("dc2")
-    configs = write_configs(sandbox, tmp_path, SCHEMA, drc_applied="marker")
     decoded = _decoded_tables(monkeypatch)
     stop = threading.Event()
+    configs = write_configs(sandbox, tmp_path, SCHEMA, drc_applied="marker")
     nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
     try:
-        for node in nodes.values():
-            node.start(stop)
-        conn = connect(dc1)
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE {SCHEMA}")
-            cur.execute(f"CREATE TABLE {SCHEMA}.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
-            cur.execute(f"CREATE TABLE {SCHEMA}.log (id INT PRIMARY KEY, note VARCHAR(40))")
-        conn.close()
-        assert wait_for(lambda: _has_tables(dc2), 30), "schema did not reach dc2"
+        _start_with_schema(nodes, stop, dc1, dc2)
         writers = [
             threading.Thread(target=_workload, args=(dc1, 1, 11)),
             threading.Thread(target=_workload, args=(dc2, 2, 22)),
@@ -179,6 +181,24 @@ def test_marker_mode_pair_crosses_exactly_once_without_decoding_drc_rows(
     ]
     assert not any(t.drc_originated for t in skipping)
     assert [t.scn for t in skipping if t.changes] == [t.scn for t in own["dc1"] if t.changes]
+
+
+def _start_with_schema(
+    nodes: dict[str, Node], stop: threading.Event, dc1: ServerInfo, dc2: ServerInfo
+) -> None:
+    """Start the nodes, create SCHEMA's tables on dc1 and wait for them on dc2."""
+    for node in nodes.values():
+        node.start(stop)
+    conn = connect(dc1)
+    with conn.cursor() as cur:
+        for statement in (
+            f"CREATE DATABASE {SCHEMA}",
+            f"CREATE TABLE {SCHEMA}.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+            f"CREATE TABLE {SCHEMA}.log (id INT PRIMARY KEY, note VARCHAR(40))",
+        ):
+            cur.execute(statement)
+    conn.close()
+    assert wait_for(lambda: _has_tables(dc2), 30), "schema did not reach dc2"
 
 
 def _markers(node: Node) -> int:
