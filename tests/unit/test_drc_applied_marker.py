@@ -279,3 +279,10 @@ def test_api_in_full_mode_refuses_a_batch_holding_a_marker_and_serves_it_when_as
     else:
         txns = wire.split_records(served.content)
     assert [t.rows_omitted for t in txns] == [False, True, False]
+
+
+def test_tail_shows_a_marker_as_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from drc.cli.tail import _table_lines
+
+    _table_lines(_marker(10))
+    assert capsys.readouterr().out == "1:7:1:10  rows not stored (drc_applied = marker) [drc]\n"
