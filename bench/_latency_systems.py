@@ -93,23 +93,53 @@ class Native:
 class Drc:
     """One ``drc run`` per datacenter, fresh for each phase."""
 
-    name = "DRC"
-
-    def __init__(self, description: object, dc1: ServerInfo, dc2: ServerInfo, work: Path) -> None:
+    def __init__(
+        self,
+        description: object,
+        dc1: ServerInfo,
+        dc2: ServerInfo,
+        work: Path,
+        drc_applied: str = "full",
+    ) -> None:
+        """``drc_applied``: the nodes' ``[replicator] drc_applied`` (how the echo of what
+        their channels applied is captured); named in the system's name unless "full"."""
+        self.name = "DRC" if drc_applied == "full" else f"DRC {drc_applied}"
+        self.drc_applied = drc_applied
         self.description = description
         self.servers = (dc1, dc2)
         self.work = work
         self.runs = 0
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.configs: dict[str, Path] = {}
 
     def start(self) -> None:
         self.runs += 1
-        nodes = self.work / f"nodes{self.runs}"
+        nodes = self.work / f"nodes-{self.drc_applied}-{self.runs}"
         for server in self.servers:  # a fresh buffer: channels start from its beginning
             sql(server, "SET SESSION sql_log_bin = 0", "DROP DATABASE IF EXISTS drc")
-        configs = write_configs(self.description, nodes, schema="*")  # type: ignore[arg-type]
+        configs = write_configs(
+            self.description,  # type: ignore[arg-type]
+            nodes,
+            schema="*",
+            drc_applied=self.drc_applied,
+        )
         self.procs = start_nodes(configs, nodes)
         wait_healthy(configs)
+        self.configs = configs
+
+    def captured(self) -> tuple[int, int]:
+        """(transactions stored, of them stored without rows) by both nodes' capture."""
+        import tomllib
+
+        from drc.client.status import fetch_status
+
+        found = [0, 0]
+        for path in self.configs.values():
+            port = tomllib.loads(path.read_text())["api"]["port"]
+            capture = fetch_status(f"http://127.0.0.1:{port}", timeout=5)["capture"]
+            found[0] += int(capture["transactions"])
+            found[1] += int(capture["drc_applied_markers"])
+        return found[0], found[1]
 
     def pids(self) -> list[int]:
         return [s.pid for s in self.servers] + [p.pid for p in self.procs.values()]

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,11 +67,28 @@ def _position(server: ServerInfo) -> tuple[str, int]:
     return name, int(pos)
 
 
+def capture_until(rep: Any, buffer: Any, end: tuple[str, int]) -> float:
+    """Run ``rep`` until ``buffer`` holds the binlog up to ``end``; CPU seconds it took."""
+    from drc.replicator.source import split_binlog_name
+
+    target = (split_binlog_name(end[0])[1], end[1])
+    stop = threading.Event()
+    thread = threading.Thread(target=rep.run, args=(stop,))
+    began = _cpu()
+    thread.start()
+    while (last := buffer.last_scn) is None or (last.log_index, last.log_pos) < target:
+        time.sleep(0.002)
+    spent = _cpu() - began
+    stop.set()
+    thread.join()
+    return spent
+
+
 def capture(work: Path, txns: int, rate: int) -> list[str]:
     from drc.eventbuffer import EventBuffer
     from drc.metastore.store import MetaStore
     from drc.replicator.replicator import CaptureOptions, Replicator
-    from drc.replicator.source import BinlogStream, SourceSettings, split_binlog_name
+    from drc.replicator.source import BinlogStream, SourceSettings
 
     box = Sandbox(work / "sbx")
     server = box.up(1).server("dc1")
@@ -99,16 +117,7 @@ def capture(work: Path, txns: int, rate: int) -> list[str]:
             ), buffer
 
         rep, buffer = replicator("batch", f"{start[0]}:{start[1]}")
-        target = (split_binlog_name(end[0])[1], end[1])
-        stop = threading.Event()
-        thread = threading.Thread(target=rep.run, args=(stop,))
-        began = _cpu()
-        thread.start()
-        while (last := buffer.last_scn) is None or (last.log_index, last.log_pos) < target:
-            time.sleep(0.002)
-        batch_us = (_cpu() - began) / rep.stats.transactions * 1e6
-        stop.set()
-        thread.join()
+        batch_us = capture_until(rep, buffer, end) / rep.stats.transactions * 1e6
         buffer.close()
 
         rep, buffer = replicator("live", "current")

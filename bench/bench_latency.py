@@ -12,6 +12,11 @@ for DRC, both ``drc run`` processes, from the load's start to that last arrival,
 transactions replicated (sysbench's on both sides, probes included).
 
     python bench/bench_latency.py [--rates 200,300,400,500] [--seconds 30] [--profile DIR]
+        [--drc-applied full|marker|full,marker]
+
+``--drc-applied full,marker`` runs DRC twice per rate, back to back, with each value of the
+nodes' ``[replicator] drc_applied`` (the echo of applied transactions captured with its rows,
+or as a marker without them), and reports the nodes' CPU per transaction of each.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class Phase:
     cpu_s: float = 0.0
     server_cpu_s: float = 0.0  # of it, the two MariaDB servers
     transactions: int = 0
+    captured: tuple[int, int] = (0, 0)  # DRC: transactions stored, of them without rows
     load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at start and end
     complete: bool = True
 
@@ -67,6 +73,11 @@ class Phase:
     @property
     def cpu_us_per_txn(self) -> float:
         return self.cpu_s * 1e6 / max(1, self.transactions)
+
+    @property
+    def nodes_us_per_txn(self) -> float:
+        """Of it, the DRC nodes' share (0 for native)."""
+        return (self.cpu_s - self.server_cpu_s) * 1e6 / max(1, self.transactions)
 
 
 def sysbench(
@@ -151,6 +162,8 @@ def run_phase(system: Drc | Native, number: int, rate: int, args: argparse.Names
     phase.cpu_s = cpu_seconds(pids) - cpu_before
     phase.server_cpu_s = cpu_seconds(servers) - server_before
     phase.load = (load_start, os.getloadavg()[0])
+    if isinstance(system, Drc):
+        phase.captured = system.captured()
     for proc in profilers:
         proc.wait()
     system.stop()
@@ -205,6 +218,8 @@ def percentile(values: list[float], q: float) -> float:
 def report(phases: list[Phase], args: argparse.Namespace) -> None:
     rates = ",".join(map(str, args.rates))
     command = f"python bench/bench_latency.py --rates {rates} --seconds {args.seconds}"
+    if args.drc_applied != "full":
+        command += f" --drc-applied {args.drc_applied}"
     print(f"# End-to-end latency, DRC vs native (`{command}`, {time.strftime('%Y-%m-%d %H:%M')})\n")
     print(
         f"Arrival polled every {args.poll_ms:g} ms on each side; load average = the host's "
@@ -212,9 +227,10 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
     )
     print(
         "| tps/side | system | achieved dc1/dc2 | dc1->dc2 p50/p99 ms | dc2->dc1 p50/p99 ms "
-        "| p50 ms | p99 ms | max ms | CPU s (servers) | txns | CPU us/txn | load avg |"
+        "| p50 ms | p99 ms | max ms | CPU s (servers) | txns | CPU us/txn | nodes us/txn "
+        "| load avg |"
     )
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| ---: | --- |" + " ---: |" * 11)
     for phase in phases:
         values = phase.all_latencies
         directions = [phase.latencies[k] for k in ("dc1 -> dc2", "dc2 -> dc1")]
@@ -225,24 +241,34 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
             f"| {cells[0]} | {cells[1]} | {percentile(values, 0.5):.1f} "
             f"| {percentile(values, 0.99):.1f} | {max(values, default=float('nan')):.1f} "
             f"| {phase.cpu_s:.1f} ({phase.server_cpu_s:.1f}) | {phase.transactions} "
-            f"| {phase.cpu_us_per_txn:.0f} "
+            f"| {phase.cpu_us_per_txn:.0f} | {phase.nodes_us_per_txn:.0f} "
             f"| {phase.load[0]:.1f} / {phase.load[1]:.1f} |"
         )
-    print("\n| tps/side | p50 DRC/native | p99 DRC/native | CPU per txn DRC/native |")
-    print("| ---: | ---: | ---: | ---: |")
-    by = {(p.system, p.rate): p for p in phases}
-    for rate in args.rates:
-        drc, native = by.get(("DRC", rate)), by.get(("native", rate))
-        if drc is None or native is None:
-            continue
-        d, n = drc.all_latencies, native.all_latencies
-        print(
-            f"| {rate} | {_ratio(percentile(d, 0.5), percentile(n, 0.5))} "
-            f"| {_ratio(percentile(d, 0.99), percentile(n, 0.99))} "
-            f"| {_ratio(drc.cpu_us_per_txn, native.cpu_us_per_txn)} |"
-        )
     print()
-    for system in ("DRC", "native"):
+    for phase in phases:
+        if phase.system != "native":
+            stored, markers = phase.captured
+            print(
+                f"- {phase.system} at {phase.rate}: the nodes' capture stored {stored} "
+                f"transactions, {markers} of them without rows (drc_applied = marker)"
+            )
+    print("\n| tps/side | system | p50 DRC/native | p99 DRC/native | CPU per txn DRC/native |")
+    print("| ---: | --- | ---: | ---: | ---: |")
+    by = {(p.system, p.rate): p for p in phases}
+    names = list(dict.fromkeys(p.system for p in phases))
+    for rate in args.rates:
+        native = by.get(("native", rate))
+        for drc in [by.get((name, rate)) for name in names if name != "native"]:
+            if drc is None or native is None:
+                continue
+            d, n = drc.all_latencies, native.all_latencies
+            print(
+                f"| {rate} | {drc.system} | {_ratio(percentile(d, 0.5), percentile(n, 0.5))} "
+                f"| {_ratio(percentile(d, 0.99), percentile(n, 0.99))} "
+                f"| {_ratio(drc.cpu_us_per_txn, native.cpu_us_per_txn)} |"
+            )
+    print()
+    for system in names:
         ok = [
             p.rate
             for p in phases
@@ -270,6 +296,10 @@ def main() -> None:
     parser.add_argument("--poll-ms", type=float, default=3.0, help="arrival polling interval")
     parser.add_argument("--profile", metavar="DIR", help="py-spy the DRC nodes into DIR")
     parser.add_argument("--quick", action="store_true", help="300 tps, 8 s")
+    parser.add_argument(
+        "--drc-applied", default="full", choices=["full", "marker", "full,marker", "marker,full"],
+        help="the DRC nodes' [replicator] drc_applied; two values: DRC runs with each in turn",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.rate:
         args.rates = [args.rate]
@@ -277,14 +307,16 @@ def main() -> None:
         args.rates, args.seconds = [300], 8
     workdir = Path(tempfile.mkdtemp(prefix="drc-lat-"))
     box = Sandbox(workdir / "sbx")
-    drc: Drc | None = None
+    drcs: list[Drc] = []
     try:
         description = box.up(2)
         dc1, dc2 = description.server("dc1"), description.server("dc2")
         native = Native(dc1, dc2)
-        drc = Drc(description, dc1, dc2, workdir)
+        wanted = args.systems.lower().split(",")
+        drcs = [Drc(description, dc1, dc2, workdir, mode) for mode in args.drc_applied.split(",")]
         prepare(native, dc1, dc2)
-        systems = [s for s in (drc, native) if s.name.lower() in args.systems.lower().split(",")]
+        systems: list[Drc | Native] = [*drcs, native] if "drc" in wanted else [native]
+        systems = [s for s in systems if s is not native or "native" in wanted]
         phases = []
         number = 0
         for rate in args.rates:
@@ -294,8 +326,9 @@ def main() -> None:
                 print(f"({system.name} at {rate} tps/side done)", file=sys.stderr, flush=True)
         report(phases, args)
     finally:
-        if drc is not None and drc.procs:
-            drc.stop()
+        for drc in drcs:
+            if drc.procs:
+                drc.stop()
         box.down()
         shutil.rmtree(workdir, ignore_errors=True)
 

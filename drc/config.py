@@ -116,6 +116,9 @@ class ReplicatorConfig(_Model):
     commit_max_ms: float = Field(50, gt=0)
     # drc.heartbeat row written in the source this often (0: never), so lag is true when idle.
     heartbeat_interval_s: float = Field(1.0, ge=0, le=3600)
+    # How DRC-originated transactions (its apply channels' writes) are stored: "full" with
+    # their rows, or "marker": without them, never decoded (docs/configuration.md).
+    drc_applied: Literal["full", "marker"] = "full"
     buffer: BufferConfig = BufferConfig()
 
     @model_validator(mode="after")

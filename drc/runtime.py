@@ -136,6 +136,7 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
         fragments=FragmentLimits(rows=rep.fragment_rows, bytes=int(rep.fragment_mb * (1 << 20))),
         commit_max_ms=rep.commit_max_ms,
         spill_dir=Path(rep.buffer_dir),
+        omit_drc_rows=rep.drc_applied == "marker",
     )
     writes = (
         metastore if not isinstance(buffer, GroupBuffer) else FencedMetaStore(metastore, buffer)
@@ -277,6 +278,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         group=None if service.group is None else service.group.status,
         failures=lambda: [] if service.failures is None else service.failures(),
         heartbeat=lambda: None if service.heartbeat is None else service.heartbeat(),
+        drc_applied=config.replicator.drc_applied,
     )
     return _server(config, deps, api.port)
 

@@ -6,6 +6,9 @@ Selection, per stored transaction (its records share one SCN; fragments 0.. with
 flagged ``last_fragment``):
 
 - ``skip_drc``: a transaction flagged ``drc_originated`` is dropped whole.
+- ``markers``: without ``skip_drc``, a DRC-originated transaction stored without its rows
+  (``rows_omitted``) is sent as stored, whatever the ``tables`` filter (its tables are not
+  known); without ``markers`` meeting one raises :class:`RowsOmitted` (the API's 409).
 - ``tables``: each fragment keeps the row changes of matching tables and the DDL that names a
   matching table (:func:`drc.core.selection.selects_ddl`), or, naming no table (CREATE DATABASE,
   GRANT, ...), runs in a database the filter could match. Fragments left empty are dropped, but
@@ -36,7 +39,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from drc.core.codec import decode_transaction, encode_transaction, peek_tables
+from drc.core.codec import decode_transaction, encode_transaction, peek_tables, rows_omitted
 from drc.core.errors import CorruptRecordError
 from drc.core.events import SchemaChange, Transaction
 from drc.core.scn import SCN
@@ -51,6 +54,11 @@ class Selection:
 
     tables: TableFilter = TableFilter()
     skip_drc: bool = False
+    markers: bool = False  # takes records stored without their rows (drc_applied=marker)
+
+    @property
+    def refuses_markers(self) -> bool:
+        return not (self.skip_drc or self.markers)
 
     @property
     def passes_everything(self) -> bool:
@@ -69,6 +77,15 @@ class Selection:
         if len(changes) == len(txn.changes) and len(ddl) == len(txn.ddl):
             return txn
         return dataclasses.replace(txn, changes=changes, ddl=ddl)
+
+
+class RowsOmitted(Exception):
+    """A record stored without its rows at ``scn`` would be sent to a subscriber that did
+    not say it takes such records."""
+
+    def __init__(self, scn: SCN) -> None:
+        super().__init__(f"the transaction at SCN {scn} is stored without its rows")
+        self.scn = scn
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +131,8 @@ class Item:
 
 def select(group: Sequence[Record], selection: Selection) -> list[Item]:
     """The records to send for one stored transaction (its records, in order)."""
+    if selection.refuses_markers:
+        _refuse_markers(group)
     if selection.passes_everything:
         return [Item(r.scn, r.payload) for r in group]
     whole = _whole(group, selection)
@@ -126,9 +145,20 @@ def select(group: Sequence[Record], selection: Selection) -> list[Item]:
     for record, txn in zip(group, txns, strict=True):
         narrowed = selection.narrow(txn)
         # The last fragment closes the transaction for the subscriber: sent once any was.
-        if narrowed.changes or narrowed.ddl or (kept and narrowed.last_fragment):
+        if (
+            narrowed.changes
+            or narrowed.ddl
+            or narrowed.rows_omitted
+            or (kept and narrowed.last_fragment)
+        ):
             kept.append(Item(record.scn, record.payload, narrowed, narrowed is not txn))
     return kept
+
+
+def _refuse_markers(records: Sequence[Record]) -> None:
+    for record in records:
+        if rows_omitted(record.payload):
+            raise RowsOmitted(record.scn)
 
 
 def _whole(group: Sequence[Record], selection: Selection) -> list[Item] | None:
@@ -209,6 +239,8 @@ class BatchBuilder:
         )
         if self.full or not (fits or (count == 1 and not self.transactions)):
             return False
+        if self.selection.refuses_markers:
+            _refuse_markers(records)
         self.items.extend(Item(r.scn, r.payload) for r in records)
         self.transactions += count
         self.bytes += size

@@ -78,6 +78,8 @@ class ApiDeps:
     admin_tokens: dict[str, str] = field(default_factory=dict)  # name -> token, may act
     # Reads older than the buffer, from the source binlog (drc.replicator.backfill); None: 410.
     back_to_source: Callable[[Any, Any, int, int], list[Any]] | None = None
+    # [replicator] drc_applied: "marker" refuses pulls that would want DRC-applied rows (409).
+    drc_applied: str = "full"
     failures: Callable[[], list[tuple[str, BaseException]]] | None = None  # stopped components
     heartbeat: Callable[[], dict[str, Any] | None] | None = None  # drc.replicator.heartbeat
     metrics: ApiMetrics = field(default_factory=ApiMetrics)

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from drc.api import accept, wire
+from drc.api.batching import RowsOmitted
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps, Deps, get_deps, require_token
 from drc.api.errors import ApiError
@@ -44,6 +45,8 @@ async def get_events(request: Request, deps: Deps) -> Response:
         query = parse_pull_query(request.query_params.multi_items(), deps.limits)
     except BadQuery as exc:
         raise ApiError(400, str(exc)) from exc
+    if deps.drc_applied == wire.DRC_APPLIED_MARKER and query.selection.refuses_markers:
+        raise rows_omitted_error(None)
     records = _wants_records(request.headers.get("accept"))
     commits: CommitSignal = request.app.state.commits
     caller: str = request.state.caller
@@ -114,6 +117,8 @@ async def _serve(
         batch = await _collect(deps, commits, caller, query)
     except ApiError as exc:
         return exc.response()
+    except RowsOmitted as exc:
+        return rows_omitted_error(exc).response()
     except EpochMismatch as exc:
         return ApiError(
             409,
@@ -145,6 +150,25 @@ async def _serve(
         return _response(deps, batch, records)  # small: rendering beats a thread hand-off
     limiter = deps.limiter if query.wait_ms == wire.WAIT_NONE else deps.long_poll_limiter
     return await anyio.to_thread.run_sync(_response, deps, batch, records, limiter=limiter)
+
+
+def rows_omitted_error(found: RowsOmitted | None) -> ApiError:
+    """The 409 for a pull that would get DRC-applied transactions without their rows."""
+    where = (
+        "this replicator stores the transactions DRC's apply channels wrote without their rows "
+        '([replicator] drc_applied = "marker")'
+        if found is None
+        else f'{found}, written by DRC\'s apply channels (stored with drc_applied = "marker")'
+    )
+    return ApiError(
+        409,
+        f"{where}: pull with skip_drc=1 to leave DRC-applied transactions out, or with "
+        f"{wire.PARAM_DRC_APPLIED}={wire.DRC_APPLIED_MARKER} to receive them flagged "
+        'rows_omitted without their rows; set drc_applied = "full" on the replicator for '
+        "their rows from then on",
+        code=wire.ERROR_ROWS_OMITTED,
+        scn=None if found is None else str(found.scn),
+    )
 
 
 async def _collect(deps: ApiDeps, commits: CommitSignal, caller: str, query: PullQuery) -> Batch:

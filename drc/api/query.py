@@ -30,6 +30,7 @@ _KNOWN = (
     wire.PARAM_WAIT_MS,
     wire.PARAM_EPOCH,
     wire.PARAM_SKIP_DRC,
+    wire.PARAM_DRC_APPLIED,
 )
 _MAX_SHOWN = 60
 
@@ -78,7 +79,9 @@ def parse_pull_query(params: Sequence[tuple[str, str]], server: ServerLimits) ->
     wait_ms = _int(values, wire.PARAM_WAIT_MS, wire.WAIT_NONE, wire.WAIT_NONE)
     return PullQuery(
         after=after,
-        selection=Selection(tables, _bool(values, wire.PARAM_SKIP_DRC)),
+        selection=Selection(
+            tables, _bool(values, wire.PARAM_SKIP_DRC), _drc_applied(values) == "marker"
+        ),
         limits=Limits(min(max_events, server.max_events), min(max_bytes, server.max_bytes)),
         wait_ms=min(wait_ms, server.max_wait_ms) if wait_ms > 0 else wait_ms,
         epoch=_epoch(values),
@@ -123,6 +126,16 @@ def _bool(values: dict[str, str], name: str) -> bool:
     if text not in _BOOLS:
         raise BadQuery(f"{name} must be 0 or 1, got {_show(text)}")
     return _BOOLS[text]
+
+
+def _drc_applied(values: dict[str, str]) -> str:
+    text = values.get(wire.PARAM_DRC_APPLIED, wire.DRC_APPLIED_FULL)
+    if text not in (wire.DRC_APPLIED_FULL, wire.DRC_APPLIED_MARKER):
+        raise BadQuery(
+            f"{wire.PARAM_DRC_APPLIED} must be {wire.DRC_APPLIED_FULL!r} or "
+            f"{wire.DRC_APPLIED_MARKER!r}, got {_show(text)}"
+        )
+    return text
 
 
 def _epoch(values: dict[str, str]) -> str | None:

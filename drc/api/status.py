@@ -43,6 +43,7 @@ router = APIRouter(dependencies=[Depends(require_token)])
 CAPTURE_COUNTERS = (
     "transactions", "rows", "bytes", "commits", "filtered_out", "account_statements_dropped",
     "reconnects", "triggers_guarded", "triggers_unguarded", "source_switches",
+    "drc_applied_markers",
 )  # fmt: skip
 
 

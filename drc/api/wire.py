@@ -25,6 +25,14 @@ empty are dropped (so ``fragment`` numbers may skip) but the last one is always 
 With no ``tables`` and no ``skip_drc`` every stored record is sent as stored, including the
 replicator's empty progress markers (no changes, no DDL), so followers copy the buffer exactly.
 
+DRC-applied transactions stored without their rows (``[replicator] drc_applied = "marker"``,
+records flagged ``rows_omitted``, see drc.core.codec): ``skip_drc=1`` leaves them out like any
+DRC-originated transaction. Without it a pull must say ``drc_applied=marker`` to receive them
+(they pass any ``tables`` filter, as which tables they wrote is not stored); otherwise a
+replicator in marker mode refuses the pull at once, and any replicator refuses a batch that
+would hold such a record, with 409 ``rows_omitted``, so no subscriber takes a transaction
+without its rows for one that wrote nothing.
+
 ``wait_ms``: ``-1`` answers with what is there now; ``>0`` waits up to that many ms but answers
 as soon as one matching transaction is there (latency first); ``0`` waits until the batch is
 full (``max_events`` transactions or ``max_bytes`` record bytes), at most the server's
@@ -69,6 +77,12 @@ PARAM_MAX_BYTES = "max_bytes"
 PARAM_WAIT_MS = "wait_ms"
 PARAM_EPOCH = "epoch"
 PARAM_SKIP_DRC = "skip_drc"
+# How a pull without skip_drc takes DRC-originated transactions stored without their rows
+# (a replicator with [replicator] drc_applied = "marker"): "full" (the default) refuses them
+# with 409 rows_omitted, "marker" receives them as records flagged rows_omitted.
+PARAM_DRC_APPLIED = "drc_applied"
+DRC_APPLIED_FULL = "full"
+DRC_APPLIED_MARKER = "marker"
 # Query parameters of GET /v1/segments: the segments holding records after SCN (up to SCN).
 PARAM_TO = "to"
 
@@ -85,6 +99,9 @@ ERROR_CHANNEL_STATE = "channel_state"  # 409: the action does not fit the channe
 ERROR_NOT_FOUND = "not_found"  # 404: unknown table (schema) or path
 ERROR_NOT_ACCEPTABLE = "not_acceptable"  # 406: Accept allows neither form; body has "offered"
 ERROR_EPOCH_MISMATCH = "epoch_mismatch"  # 409: buffer was rebuilt; body has current "epoch"
+# 409: the pull would get DRC-originated transactions without their rows and did not say it
+# takes them (drc_applied=marker) nor leave them out (skip_drc=1); body has "scn" (or null).
+ERROR_ROWS_OMITTED = "rows_omitted"
 ERROR_SCN_TOO_OLD = "scn_too_old"  # 410: body has "oldest", the oldest servable SCN
 # 429 / 503 for a pull that would wait while its token / the server holds the most long polls
 # allowed; with Retry-After. Pull again after it, or at once with wait_ms=-1 (never refused).

@@ -101,7 +101,9 @@ def tail(
     """Print changes from a replicator's pull API as they arrive, until Ctrl-C or --limit.
 
     The start position is the --checkpoint file's if it exists, else --after, else the
-    beginning of the buffer. Empty progress markers are not printed.
+    beginning of the buffer. Empty progress markers are not printed. A transaction DRC applied
+    that the replicator stores without its rows ([replicator] drc_applied = "marker") is one
+    line "rows not stored [drc]" (json: "rows_omitted": true), whatever --tables says.
     """
     from drc.client import FileCheckpointStore, Subscriber
 
@@ -117,6 +119,7 @@ def tail(
             checkpoint=store,
             token=token,
             skip_drc=skip_drc,
+            drc_applied="marker",  # shown as such: tail is for looking
             transport=TRANSPORT,
             ca=ca,
             cert=cert,
@@ -139,7 +142,7 @@ def _follow(sub: Any, emit: Callable[[Transaction], None], limit: int | None, ti
         for txn in batch.transactions:
             if limit is not None and printed >= limit:
                 return  # part of this batch unprinted: leave it unacked
-            if txn.changes or txn.ddl:
+            if txn.changes or txn.ddl or txn.rows_omitted:
                 emit(txn)
                 shown = txn.scn
             if txn.last_fragment and shown == txn.scn:  # a filtered last fragment may be empty
@@ -301,6 +304,8 @@ def _json_line(txn: Transaction) -> None:
 
 def _table_lines(txn: Transaction) -> None:
     flag = " [drc]" if txn.drc_originated else ""
+    if txn.rows_omitted:
+        click.echo(f"{txn.scn}  rows not stored (drc_applied = marker){flag}")
     for change in txn.changes:
         name = f"{change.schema}.{change.table}"
         click.echo(f"{txn.scn}  {change.op.value:<6} {name}  {_row_text(change)}{flag}")

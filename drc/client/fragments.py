@@ -67,6 +67,7 @@ def merge(parts: list[Transaction]) -> Transaction:
         changes=tuple(c for part in parts for c in part.changes),
         ddl=tuple(d for part in parts for d in part.ddl),
         drc_originated=any(part.drc_originated for part in parts),
+        rows_omitted=any(part.rows_omitted for part in parts),
         fragment=0,
         last_fragment=True,
         gtid_position=last.gtid_position,

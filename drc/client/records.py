@@ -54,6 +54,7 @@ def pull_raw(
         wire.PARAM_MAX_EVENTS: str(max_events),
         wire.PARAM_MAX_BYTES: str(max_bytes),
         wire.PARAM_WAIT_MS: str(wait_ms),
+        wire.PARAM_DRC_APPLIED: wire.DRC_APPLIED_MARKER,  # a copy keeps records as stored
     }
     timeout = http.read_timeout(wait_ms)
     response = http.send(client, url + wire.PATH_EVENTS, params, wire.MEDIA_RECORDS, timeout, token)

@@ -129,7 +129,10 @@ class Subscriber:
 
     Start position: the checkpoint store's saved SCN if it has one, else ``after``, else the
     beginning. ``tables`` is a comma-separated filter (``db.t,db2.*``); ``skip_drc`` leaves out
-    transactions DRC itself applied. ``on_rebuild`` is "raise" (BufferRebuiltError) or
+    transactions DRC itself applied. ``drc_applied="marker"`` takes, instead of a 409
+    (ApiRequestError, code ``rows_omitted``), the DRC-applied transactions a replicator with
+    ``[replicator] drc_applied = "marker"`` stores without their rows: they come with
+    ``rows_omitted`` set and no changes. ``on_rebuild`` is "raise" (BufferRebuiltError) or
     "continue". HTTPS: ``ca`` is the PEM file of the CA(s) to trust instead of the system's,
     ``cert``/``key`` a client certificate, ``verify=False`` turns checking off (or pass an
     ``ssl.SSLContext`` as ``verify``). ``transport`` replaces httpx's network transport (tests);
@@ -150,6 +153,7 @@ class Subscriber:
         wait_ms: int = 1000,
         binary: bool = True,
         skip_drc: bool = False,
+        drc_applied: str = wire.DRC_APPLIED_FULL,
         prefetch: bool = True,
         on_rebuild: str = "raise",
         backoff_initial: float = 0.2,
@@ -163,6 +167,8 @@ class Subscriber:
         key: str | os.PathLike[str] | None = None,
     ) -> None:
         self.urls = _check_args(urls, tables, max_events, max_bytes, wait_ms, on_rebuild)
+        if drc_applied not in (wire.DRC_APPLIED_FULL, wire.DRC_APPLIED_MARKER):
+            raise ValueError(f"drc_applied must be 'full' or 'marker', got {drc_applied!r}")
         verify = http.tls_verify(verify, ca, cert, key)
         self.tables = tables
         self._checkpoint = checkpoint
@@ -174,7 +180,7 @@ class Subscriber:
         self._fetcher = Fetcher(
             self.urls,
             self._client,
-            _params(tables, max_events, max_bytes, wait_ms, skip_drc),
+            _params(tables, max_events, max_bytes, wait_ms, skip_drc, drc_applied),
             token=token,
             binary=binary,
             wait_ms=wait_ms,
@@ -370,7 +376,12 @@ def _check_args(
 
 
 def _params(
-    tables: str | None, max_events: int, max_bytes: int, wait_ms: int, skip_drc: bool
+    tables: str | None,
+    max_events: int,
+    max_bytes: int,
+    wait_ms: int,
+    skip_drc: bool,
+    drc_applied: str = wire.DRC_APPLIED_FULL,
 ) -> dict[str, str]:
     params = {
         wire.PARAM_MAX_EVENTS: str(max_events),
@@ -381,4 +392,6 @@ def _params(
         params[wire.PARAM_TABLES] = tables
     if skip_drc:
         params[wire.PARAM_SKIP_DRC] = "1"
+    elif drc_applied != wire.DRC_APPLIED_FULL:
+        params[wire.PARAM_DRC_APPLIED] = drc_applied
     return params

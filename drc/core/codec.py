@@ -5,7 +5,8 @@ Record layout (all integers big-endian)::
     offset  size  field
     0       2     magic      b"DX"
     2       1     version    1
-    3       1     flags      0; reserved, a nonzero value is rejected (no silent feature skew)
+    3       1     flags      bit 0 ROWS_OMITTED (below); the other bits are reserved and a
+                             record with one set is rejected (no silent feature skew)
     4       4     length     payload length in bytes, u32
     8       4     crc        zlib.crc32 over bytes 0..7 of the header, then the payload
     12      n     payload    msgpack, see below
@@ -25,6 +26,12 @@ Payload (version 1): one msgpack array of 9 (or 10) items::
                 after: map | nil], ...],
      ddl: [[schema: str, statement: str], ...]
      (gtid_position: str)]
+
+ROWS_OMITTED marks a DRC-originated transaction stored without its row changes (a replicator
+with ``[replicator] drc_applied = "marker"``): its payload has ``drc_originated`` true and no
+changes (DDL is kept), and a record with the flag and anything else is corrupt. A reader that
+does not know the flag rejects the record instead of taking it for a transaction that wrote
+nothing.
 
 ``gtid_position`` (the source's GTID position after the transaction, drc.core.gtid) is a 10th
 item present only when it says more than ``gtid`` (a source with several GTID domains), so a
@@ -87,6 +94,8 @@ MAGIC = b"DX"
 VERSION = 1
 HEADER_SIZE = 12
 MAX_PAYLOAD = 2**32 - 1
+FLAG_ROWS_OMITTED = 0x01
+_KNOWN_FLAGS = FLAG_ROWS_OMITTED
 
 EXT_DECIMAL = 1
 EXT_DATETIME = 2
@@ -414,7 +423,7 @@ def _check_wire(wire: Any) -> None:
         raise _Malformed(f"server_id {wire[1]} is not a uint32")
 
 
-def _txn_from_wire(wire: Any) -> Transaction:
+def _txn_from_wire(wire: Any, rows_omitted: bool = False) -> Transaction:
     _check_wire(wire)
     scn, server_id, gtid, timestamp, drc, fragment, last, changes, ddl = wire[:9]
     return Transaction(
@@ -428,6 +437,7 @@ def _txn_from_wire(wire: Any) -> Transaction:
         fragment=fragment,
         last_fragment=last,
         gtid_position=wire[9] if len(wire) > 9 else None,
+        rows_omitted=rows_omitted,
     )
 
 
@@ -450,7 +460,7 @@ def encode_transaction(txn: Transaction) -> bytes:
             f"transaction at {txn.scn} encodes to {len(payload)} bytes, over the 4 GiB record "
             "limit; store it as several fragments"
         )
-    head = _HEAD.pack(MAGIC, VERSION, 0, len(payload))
+    head = _HEAD.pack(MAGIC, VERSION, FLAG_ROWS_OMITTED if txn.rows_omitted else 0, len(payload))
     crc = zlib.crc32(payload, zlib.crc32(head))
     return b"".join((head, _CRC.pack(crc), payload))
 
@@ -477,8 +487,12 @@ def peek_length(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
             "written by a newer DRC? upgrade the reader",
             offset,
         )
-    if flags != 0:
-        raise CorruptRecordError(f"reserved flags {flags:#04x} set at offset {offset}", offset)
+    if flags & ~_KNOWN_FLAGS:
+        raise CorruptRecordError(
+            f"reserved flags {flags:#04x} set at offset {offset}; written by a newer DRC? "
+            "upgrade the reader",
+            offset,
+        )
     return HEADER_SIZE + length
 
 
@@ -491,9 +505,15 @@ def decode_transaction(
     """
     payload, end = _checked_payload(buf, offset)
     try:
-        return _txn_from_wire(_unpack(payload)), end
+        return _txn_from_wire(_unpack(payload), rows_omitted(buf, offset)), end
     except _DECODE_ERRORS as exc:
         raise _undecodable(exc, offset) from exc
+
+
+def rows_omitted(buf: bytes | bytearray | memoryview, offset: int = 0) -> bool:
+    """Whether the record at ``offset`` is stored without its row changes (ROWS_OMITTED),
+    from its header's flags alone (unchecked, like :func:`peek_tables`)."""
+    return bool(buf[offset + 3] & FLAG_ROWS_OMITTED)
 
 
 def decode_rows(buf: bytes | bytearray | memoryview, offset: int = 0) -> RowsRecord:

@@ -121,7 +121,9 @@ class Transaction:
     GTID position after it (one GTID per domain, drc.core.gtid) when that is more than ``gtid``
     alone, i.e. the source has several domains; ``timestamp`` is the commit time
     in unix seconds from the binlog header. ``drc_originated`` marks a transaction that carries
-    the loop marker (DRC applied it), so it is never sent back to its origin.
+    the loop marker (DRC applied it), so it is never sent back to its origin. ``rows_omitted``:
+    a DRC-originated transaction stored without its row changes (``[replicator] drc_applied =
+    "marker"``): it has none here, though it wrote rows at the source.
 
     Fragments: a source transaction too large for one record is stored as several Transactions
     sharing one SCN, numbered ``fragment`` 0, 1, ... in stream order, with ``last_fragment`` set
@@ -141,6 +143,7 @@ class Transaction:
     fragment: int = 0
     last_fragment: bool = True
     gtid_position: str | None = None
+    rows_omitted: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.scn, SCN):
@@ -151,6 +154,11 @@ class Transaction:
             raise ValueError(
                 f"Transaction at {self.scn}: fragment ({self.fragment}) and "
                 f"timestamp ({self.timestamp}) must not be negative"
+            )
+        if self.rows_omitted and (self.changes or not self.drc_originated):
+            raise ValueError(
+                f"Transaction at {self.scn}: only a DRC-originated transaction without row "
+                "changes may be marked rows_omitted"
             )
 
     def tables(self) -> frozenset[tuple[str, str]]:

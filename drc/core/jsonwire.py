@@ -136,6 +136,7 @@ def transaction_to_json(txn: Transaction) -> dict[str, Any]:
         ],
         "ddl": [{"schema": d.schema, "statement": d.statement} for d in txn.ddl],
         **({} if txn.gtid_position is None else {"gtid_position": txn.gtid_position}),
+        **({"rows_omitted": True} if txn.rows_omitted else {}),
     }
 
 
@@ -161,6 +162,7 @@ def transaction_from_json(data: dict[str, Any]) -> Transaction:
             fragment=int(data["fragment"]),
             last_fragment=bool(data["last_fragment"]),
             gtid_position=data.get("gtid_position"),
+            rows_omitted=bool(data.get("rows_omitted", False)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise JsonWireError(f"not a DRC transaction: {exc}") from exc

@@ -15,6 +15,12 @@ are kept whatever the filter: the other datacenters need them. A transaction wit
 bytes than a fragment holds is spilled fragment by fragment (the caller supplies the spill),
 bounding memory; at commit its fragments are replayed with the final SCN, the flag and
 fragment numbers.
+
+``omit_drc_rows`` (``[replicator] drc_applied = "marker"``): a DRC-originated transaction is
+stored as one record without its row changes, flagged ``rows_omitted`` (DDL kept), when it
+wrote a table the capture filter keeps. Its rows usually come as :class:`SkippedRows`, never
+decoded (the skip_replication flag is on its GTID event); rows of one known as DRC's only by
+its checkpoint row were decoded and are dropped at the commit.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from drc.replicator.source_events import (
     GtidList,
     Heartbeat,
     Rows,
+    SkippedRows,
     SourceEvent,
     Statement,
 )
@@ -106,6 +113,16 @@ class _Open:
     drc_originated: bool = False
     spill: Spill | None = None
     spilled: int = 0
+    rows_omitted: bool = False
+
+    def omit_rows(self) -> None:
+        """Drop the row changes gathered so far (and any spilled), keep the fact."""
+        if self.changes or self.spilled:
+            self.rows_omitted = True
+        if self.spill is not None:
+            self.spill.close()
+            self.spill = None
+        self.changes, self.pending_bytes, self.spilled = [], 0, 0
 
 
 class TransactionAssembler:
@@ -117,9 +134,11 @@ class TransactionAssembler:
         limits: FragmentLimits = FragmentLimits(),
         spill_factory: Callable[[], Spill] = MemorySpill,
         gtid_position: GtidPosition | None = None,
+        omit_drc_rows: bool = False,
     ) -> None:
         """``gtid_position``: the source's GTID position before the first event fed; None
-        takes it from the first GTID list event (a binlog read from a file's start)."""
+        takes it from the first GTID list event (a binlog read from a file's start).
+        ``omit_drc_rows``: store DRC-originated transactions without rows (module docstring)."""
         self._position = None if gtid_position is None else dict(gtid_position)
         self._server_id = source_server_id
         self._change_id = change_id
@@ -127,6 +146,7 @@ class TransactionAssembler:
         self._limits = limits
         self._spill_factory = spill_factory
         self._open: _Open | None = None
+        self._omit_drc_rows = omit_drc_rows
         self.account_statements_dropped = 0  # never stored: they may carry passwords
 
     def reset(self) -> None:
@@ -138,6 +158,8 @@ class TransactionAssembler:
     def feed(self, event: SourceEvent) -> Committed | None:
         if isinstance(event, Rows):
             self._rows(event)
+        elif isinstance(event, SkippedRows):
+            self._skipped(event)
         elif isinstance(event, Begin):
             self.reset()
             self._open = _Open(event.gtid, event.server_id, event.standalone)
@@ -154,15 +176,13 @@ class TransactionAssembler:
         return None
 
     def _rows(self, event: Rows) -> None:
-        txn = self._open
-        if txn is None:  # rows outside a group: a source without GTID events; open one
-            txn = self._open = _Open(None, self._server_id, standalone=False)
-        key = (event.table.schema, event.table.table)
-        if key == (CHECKPOINT_SCHEMA, CHECKPOINT_TABLE):
-            txn.drc_originated = True
-        if not self._capture.matches(*key) and not always_captured(*key):
+        txn = self._captured(event.table)
+        if txn is None:
             return
-        txn.tables[key] = event.table
+        if self._omit_drc_rows and txn.drc_originated:
+            txn.omit_rows()
+            txn.rows_omitted = True
+            return
         schema, table, op = event.table.schema, event.table.table, event.op
         row_bytes = event.size_bytes // max(1, len(event.images))
         for before, after in event.images:  # row by row: a fragment never exceeds the limits
@@ -170,6 +190,26 @@ class TransactionAssembler:
             txn.pending_bytes += row_bytes
             if len(txn.changes) >= self._limits.rows or txn.pending_bytes >= self._limits.bytes:
                 self._spill(txn)
+
+    def _skipped(self, event: SkippedRows) -> None:
+        txn = self._captured(event.table)
+        if txn is not None:
+            txn.drc_originated = True  # it came undecoded because it is flagged
+            txn.rows_omitted = True
+
+    def _captured(self, table: TableSchema) -> _Open | None:
+        """The open transaction, told of a rows event of ``table``; None when the capture
+        filter leaves the table out."""
+        txn = self._open
+        if txn is None:  # rows outside a group: a source without GTID events; open one
+            txn = self._open = _Open(None, self._server_id, standalone=False)
+        key = (table.schema, table.table)
+        if key == (CHECKPOINT_SCHEMA, CHECKPOINT_TABLE):
+            txn.drc_originated = True
+        if not self._capture.matches(*key) and not always_captured(*key):
+            return None
+        txn.tables[key] = table
+        return txn
 
     def _spill(self, txn: _Open) -> None:
         if txn.spill is None:
@@ -193,7 +233,8 @@ class TransactionAssembler:
             self.account_statements_dropped += 1
         elif selects_ddl(self._capture, change):
             self._open.ddl.append(change)
-        if self._open.standalone or not (self._open.changes or self._open.spilled):
+        txn = self._open
+        if txn.standalone or not (txn.changes or txn.spilled or txn.rows_omitted):
             return self._commit(event.log_index, event.log_pos, event.timestamp)
         return None
 
@@ -202,7 +243,9 @@ class TransactionAssembler:
         if txn is None:
             return None  # a COMMIT with no open group (e.g. after a reset): nothing to emit
         scn = SCN(self._change_id, self._server_id, log_index, log_pos)
-        empty = not (txn.changes or txn.spilled or txn.ddl)
+        if self._omit_drc_rows and txn.drc_originated:
+            txn.omit_rows()  # known as DRC's only from its checkpoint row: rows came decoded
+        empty = not (txn.changes or txn.spilled or txn.ddl or txn.rows_omitted)
         gtid = None if txn.gtid is None else Gtid.parse(txn.gtid)
         self._position = position = self._position or {}
         if gtid is not None:
@@ -246,6 +289,7 @@ def _replay(
             fragment=txn.spilled,
             last_fragment=True,
             gtid_position=gtid_position,
+            rows_omitted=txn.rows_omitted,
         )
     finally:
         if txn.spill is not None:

@@ -80,6 +80,7 @@ class BinlogBackfill:
             options.capture,
             options.fragments,
             spill_factory=lambda: FileSpill(options.spill_dir),
+            omit_drc_rows=options.omit_drc_rows,  # the records capture would have stored
         )
         stream = BinlogStream(
             start.settings,
@@ -87,6 +88,7 @@ class BinlogBackfill:
             _FILE_START,
             blocking=False,
             server_id=start.settings.replica_server_id + 1,
+            skip_marked_rows=options.omit_drc_rows,
         )
         out: list[Record] = []
         size = 0

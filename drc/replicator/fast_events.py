@@ -14,6 +14,8 @@ decoded here straight from the packet's bytes into :mod:`drc.replicator.source_e
     rows v1 (23/24/25)   table_id u48, flags u16, columns (packed int),
                          columns-present bitmap (two for updates), row images
                          of a table with a fast_rows plan, FULL images  -> Rows
+                         (of a transaction capture stores without rows:
+                         only the table id is read)                     -> SkippedRows
 
 Everything else (QUERY, ROTATE, GTID list, format description, a TABLE_MAP seen for the first
 time, rows of a table without a plan or not FULL, anything that does not decode to the exact
@@ -29,7 +31,7 @@ from typing import Any
 
 from drc.core.events import Op, TableSchema
 from drc.replicator import fast_rows, tablemap_cache
-from drc.replicator.source_events import Begin, Commit, Rows, SourceEvent
+from drc.replicator.source_events import Begin, Commit, Rows, SkippedRows, SourceEvent
 
 HEADER = struct.Struct("<xIBIIIH")  # the OK byte, then the 19-byte event header
 HEADER_SIZE = 20
@@ -90,6 +92,17 @@ class FastDecoder:
             return self._rows(data, end, _ROWS[kind])
         except (IndexError, ValueError, struct.error, UnicodeDecodeError, OverflowError):
             return NOT_MINE  # the library gives its own value or error for these bytes
+
+    def skipped(self, data: bytes) -> Any:
+        """A rows event as :class:`SkippedRows`, its row images not even looked at;
+        NOT_MINE for any other packet, or rows of a table whose TABLE_MAP was not seen."""
+        if len(data) < HEADER_SIZE + 6 or data[0] != 0:
+            return NOT_MINE
+        kind = data[5]  # the header's type byte
+        if kind not in _ROWS or kind not in self._types:
+            return NOT_MINE
+        schema = self.schemas.get(int.from_bytes(data[HEADER_SIZE : HEADER_SIZE + 6], "little"))
+        return NOT_MINE if schema is None else SkippedRows(schema)
 
     def _table_map(self, data: bytes, end: int, table_map: dict[int, Any]) -> Any:
         hit = tablemap_cache.lookup(data[HEADER_SIZE:end])

@@ -76,6 +76,9 @@ class CaptureOptions:
     retry_initial_s: float = 0.2
     retry_max_s: float = 2.0  # a source that is back is read again within this
     spill_dir: Path | None = None
+    # [replicator] drc_applied = "marker": DRC-originated transactions are stored without
+    # their rows, which are never decoded (drc.replicator.assembler).
+    omit_drc_rows: bool = False
 
 
 @dataclass
@@ -85,6 +88,7 @@ class CaptureStats:
     bytes: int = 0
     commits: int = 0
     filtered_out: int = 0
+    drc_applied_markers: int = 0  # DRC-originated transactions stored without their rows
     account_statements_dropped: int = 0  # CREATE USER, GRANT ...: never stored (secrets)
     reconnects: int = 0
     triggers_guarded: int = 0  # local triggers given DRC's guard (drc.apply.trigger_guard)
@@ -182,8 +186,15 @@ class Replicator:
             self._options.fragments,
             spill_factory=lambda: FileSpill(self._options.spill_dir),
             gtid_position=start.position,
+            omit_drc_rows=self._options.omit_drc_rows,
         )
-        stream = BinlogStream(start.settings, start.log_file, start.log_pos, gtid=start.gtid)
+        stream = BinlogStream(
+            start.settings,
+            start.log_file,
+            start.log_pos,
+            gtid=start.gtid,
+            skip_marked_rows=self._options.omit_drc_rows,
+        )
         self.current = start
         self.stats.source_server = f"{start.settings.host}:{start.settings.port}"
         self.stats.change_id = start.change_id
@@ -342,6 +353,7 @@ class Replicator:
         if self.stats.source_time_ms is None or source_ms > self.stats.source_time_ms:
             self.stats.source_time_ms = source_ms
         self.stats.rows += len(fragment.changes)
+        self.stats.drc_applied_markers += fragment.rows_omitted
         self.stats.bytes += len(payload)
 
     def _record_schemas(self, committed: Committed) -> None:

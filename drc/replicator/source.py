@@ -48,6 +48,7 @@ from drc.replicator.source_events import (
     GtidList,
     Heartbeat,
     Rows,
+    SkippedRows,
     SourceEvent,
     Statement,
 )
@@ -213,12 +214,16 @@ class BinlogStream:
         blocking: bool = True,
         server_id: int | None = None,
         fast: bool = True,
+        skip_marked_rows: bool = False,
     ) -> None:
         """From (log_file, log_pos), or with ``gtid`` from that ``@slave_connect_state`` (the
         server then checks, strictly, that its binlog holds that position). ``blocking=False``
         ends at the binlog's current end; ``server_id`` overrides the replica id presented.
         ``fast``: decode a transaction's usual events itself (drc.replicator.fast_events)
-        instead of through the library (False: the library alone, the reference)."""
+        instead of through the library (False: the library alone, the reference).
+        ``skip_marked_rows``: the rows events of a transaction whose GTID event carries the
+        skip_replication flag (DRC's apply sessions) come as :class:`SkippedRows`, their row
+        images never decoded (``[replicator] drc_applied = "marker"``)."""
         self._settings = settings
         self._gtid = gtid
         self._blocking = blocking
@@ -259,6 +264,8 @@ class BinlogStream:
         self._lengths: Any = None  # the post-header lengths the decoder was made for
         self._log_file: str | None = None
         self._log_index = 0
+        self._skip_marked = skip_marked_rows
+        self._skipping = False  # inside a skip_replication transaction, rows left undecoded
 
     def close(self) -> None:
         self._reader.close()
@@ -272,7 +279,7 @@ class BinlogStream:
                     if decoded is None:
                         continue
                     if decoded is not NOT_MINE:
-                        yield decoded
+                        yield self._track(decoded)
                         continue
                 event = self._library_event(packet)
                 if event is None:
@@ -283,7 +290,7 @@ class BinlogStream:
                     )
                 converted = self._convert(event)
                 if converted is not None:
-                    yield converted
+                    yield self._track(converted)
         except (pymysql.MySQLError, OSError, EOFError) as exc:
             if self._gtid is not None and _error_code(exc) == _ER_MASTER_FATAL_READING_BINLOG:
                 raise SourceDivergedError(
@@ -307,7 +314,20 @@ class BinlogStream:
         if self._reader.log_file != self._log_file:
             self._log_file = self._reader.log_file
             self._log_index = split_binlog_name(self._log_file)[1]
+        if self._skipping:
+            skipped = self._fast.skipped(packet._data)
+            if skipped is not NOT_MINE:
+                return skipped
         return self._fast.decode(packet._data, self._log_index, self._reader.table_map)
+
+    def _track(self, event: SourceEvent) -> SourceEvent:
+        """Note where a skip_replication transaction starts and ends (``skip_marked_rows``)."""
+        if self._skip_marked:
+            if isinstance(event, Begin):
+                self._skipping = event.skip_replication
+            elif isinstance(event, Commit | Statement):
+                self._skipping = False
+        return event
 
     def _library_event(self, packet: Any) -> Any:
         """The library's next event; ``packet``, already read, is the first it reads."""
@@ -379,8 +399,10 @@ class BinlogStream:
             schema, sql, event.packet.server_id, event.timestamp, *self._position(event), marked
         )
 
-    def _rows(self, event: Any) -> Rows:
+    def _rows(self, event: Any) -> Rows | SkippedRows:
         table = self._schemas[event.table_id]
+        if self._skipping:
+            return SkippedRows(table)  # event.rows (the library decodes lazily) never read
         if isinstance(event, WriteRowsEvent):
             op, images = Op.INSERT, tuple((None, row["values"]) for row in event.rows)
         elif isinstance(event, DeleteRowsEvent):

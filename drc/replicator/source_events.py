@@ -32,6 +32,15 @@ class Rows:
 
 
 @dataclass(frozen=True, slots=True)
+class SkippedRows:
+    """A rows event of a transaction flagged skip_replication (an apply session's), left
+    undecoded because capture stores such transactions without their rows
+    (``[replicator] drc_applied = "marker"``). ``table``: what its TABLE_MAP said."""
+
+    table: TableSchema
+
+
+@dataclass(frozen=True, slots=True)
 class Statement:
     """A QUERY event that is not BEGIN/COMMIT: DDL, written standalone at its own position."""
 
@@ -70,4 +79,4 @@ class Heartbeat:
     log_pos: int
 
 
-SourceEvent = Begin | Rows | Statement | Commit | Heartbeat | GtidList
+SourceEvent = Begin | Rows | SkippedRows | Statement | Commit | Heartbeat | GtidList

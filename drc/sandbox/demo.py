@@ -44,14 +44,17 @@ def write_configs(
     extra: str = "",
     tables: Sequence[str] | None = None,
     no_primary_key: str = "refuse",
+    drc_applied: str = "full",
 ) -> dict[str, Path]:
     """A config per datacenter: capture its own server, apply the other one's stream
     (``tables``: the db.table patterns captured and applied, ``schema.*`` by default;
-    ``extra``: more TOML appended to each, e.g. a [conflicts] section)."""
+    ``extra``: more TOML appended to each, e.g. a [conflicts] section; ``drc_applied``: the
+    [replicator] key, written when not the default)."""
     directory.mkdir(parents=True, exist_ok=True)
     patterns = json.dumps(list(tables) if tables is not None else [f"{schema}.*"])
     ports = {s.datacenter: free_port() for s in description.servers}
     paths = {}
+    stored = "" if drc_applied == "full" else f'drc_applied = "{drc_applied}"\n'
     for server in description.servers:
         secret = directory / f"{server.datacenter}.password"
         secret.write_text(server.password)
@@ -85,7 +88,7 @@ replica_server_id = {1000 + server.server_id}
 buffer_dir = "{directory / server.datacenter / "buffer"}"
 include = {patterns}
 commit_max_ms = 20
-[api]
+{stored}[api]
 port = {ports[server.datacenter]}
 {channels}{extra}"""
         )

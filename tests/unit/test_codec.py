@@ -426,7 +426,7 @@ def test_peek_length_needs_only_the_header() -> None:
     [
         (frame(b"\x90", magic=b"DY"), "bad magic"),
         (frame(b"\x90", version=2), "version 2"),
-        (frame(b"\x90", flags=1), "reserved flags"),
+        (frame(b"\x90", flags=2), "reserved flags"),
         (frame(b"\x90")[:-1], "truncated record"),
         (frame(b"\x90")[:8] + b"\x00\x00\x00\x00" + b"\x90", "CRC mismatch"),
     ],
