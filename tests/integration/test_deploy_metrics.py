@@ -47,6 +47,17 @@ policy = "lww"
 column = "updated_at"
 """
 
+# TOML: [channels.x] after other tables still belongs to the last [[channels]] (the one channel).
+VERIFY = """
+[channels.origin_db]
+host = "{host}"
+port = {port}
+user = "{user}"
+password_file = "{secret}"
+[channels.verify]
+every_s = 86400
+"""
+
 
 @pytest.fixture(scope="module")
 def families(
@@ -66,6 +77,13 @@ def families(
         conn.close()
     tmp: Path = tmp_path_factory.mktemp("deploy-metrics")
     configs = write_configs(sandbox, tmp, schema=SCHEMA, extra=CONFLICTS)
+    for dc, path in configs.items():  # a periodic verify (not due in the test) exports its families
+        origin = servers["dc2" if dc == "dc1" else "dc1"]
+        secret = tmp / f"{dc}-origin.password"
+        secret.write_text(origin.password)
+        with path.open("a") as config:
+            config.write(VERIFY.format(host=origin.host, port=origin.port, user=origin.user,
+                                       secret=secret))  # fmt: skip
     stop = threading.Event()
     nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
     try:
@@ -96,7 +114,8 @@ def families(
 
 
 def test_the_scrape_has_every_kind_of_family(families: dict[str, set[str]]) -> None:
-    for name in ("drc_up", "drc_capture_transactions_total", "drc_lww_guard_up"):
+    for name in ("drc_up", "drc_capture_transactions_total", "drc_lww_guard_up",
+                 "drc_verify_runs_total"):  # fmt: skip
         assert name in families
     assert "channel" in families["drc_channel_up"]
     assert {"route", "status"} <= families["drc_api_requests_total"]
