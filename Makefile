@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The Spark driver's class-data archive (drc.spark.cds): sessions start ~3 s faster with it.
+CDS := $(VENV)/spark-cds.jsa
 SANDBOX_DIR ?= .sandbox
 APT_PACKAGES := mariadb-server zookeeper default-jre-headless libmariadb-java sysbench openssl \
   systemd prometheus chromium percona-toolkit
@@ -11,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup system-packages test test-unit test-integration test-slow demo demo-down bench lint clean
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) $(CDS)
 
 # dpkg-query is fast, so this check costs nothing when everything is already installed.
 system-packages:
@@ -29,6 +31,9 @@ $(STAMP): pyproject.toml
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,spark]'
 	@touch $@
+
+$(CDS): $(STAMP)
+	$(BIN)/python -m drc.spark.cds $@
 
 test: setup
 	$(BIN)/pytest tests

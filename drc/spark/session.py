@@ -9,6 +9,7 @@ with small memory settings and the settings this machine kind needs.
 - With a local master, or a cluster on a loopback address, the driver binds to 127.0.0.1 (as
   ``SPARK_LOCAL_IP`` would) so nothing listens beyond the machine.
 - No web UI (``spark.ui.enabled``): it would take a port and a thread for nobody.
+- The driver's JVM maps the class-data archive ``make setup`` built (drc.spark.cds), if any.
 - ``jars``: e.g. MariaDB Connector/J for JDBC (``jdbc:mysql://`` URLs with driver
   ``org.mariadb.jdbc.Driver``; the ``jdbc:mariadb:`` dialect quotes columns with ``"``).
 
@@ -24,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import SparkSession
+
+from drc.spark import cds
 
 DRIVER_MEMORY = "512m"
 EXECUTOR_MEMORY = "512m"
@@ -86,6 +89,10 @@ def session_conf(
     if jars:
         conf["spark.jars"] = ",".join(jars)
     conf.update(extra or {})
+    shared = cds.driver_options()  # the driver's JVM starts faster (drc.spark.cds)
+    if shared:
+        options = conf.get("spark.driver.extraJavaOptions", "")
+        conf["spark.driver.extraJavaOptions"] = f"{options} {shared}".strip()
     return conf
 
 

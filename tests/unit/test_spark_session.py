@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
+from drc.spark import cds
 from drc.spark.session import check_master, session_conf, with_task_retries
 
 
@@ -53,3 +55,19 @@ def test_local_and_loopback_drivers_bind_to_loopback_with_small_heaps() -> None:
         session_conf("local", extra={"spark.executor.memory": "1g"})["spark.executor.memory"]
         == "1g"
     )
+
+
+def test_the_driver_maps_the_class_data_archive_when_there_is_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = tmp_path / "spark.jsa"
+    monkeypatch.setenv(cds.ENV, str(archive))
+    assert "spark.driver.extraJavaOptions" not in session_conf("local[2]"), "none built"
+    archive.write_bytes(b"x")
+    light = session_conf("local[2]", extra={"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"})
+    options = light["spark.driver.extraJavaOptions"].split()
+    assert options[0] == "-XX:+UseSerialGC", "the caller's options are kept"
+    assert f"-XX:SharedArchiveFile={archive}" in options and "-Xshare:auto" in options
+    assert "-XX:SharedArchiveFile" not in light.get("spark.executor.extraJavaOptions", "")
+    monkeypatch.setenv(cds.ENV, "off")
+    assert "spark.driver.extraJavaOptions" not in session_conf("local[2]")
