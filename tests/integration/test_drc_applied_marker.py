@@ -28,8 +28,9 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.servers import connect
+from tests.integration.test_apply_support import drop_everywhere
 
-SCHEMA = "marker_db"
+SCHEMA = "drc_applied_db"  # its own: the sandbox is shared with other tests
 TXNS_PER_SIDE = 120
 
 
@@ -187,6 +188,7 @@ def _start_with_schema(
     nodes: dict[str, Node], stop: threading.Event, dc1: ServerInfo, dc2: ServerInfo
 ) -> None:
     """Start the nodes, create SCHEMA's tables on dc1 and wait for them on dc2."""
+    drop_everywhere(SCHEMA, dc1, dc2)  # a rerun's leftovers, before capture starts
     for node in nodes.values():
         node.start(stop)
     conn = connect(dc1)
