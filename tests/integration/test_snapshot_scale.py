@@ -81,7 +81,7 @@ policy = "overwrite"
 table = "{SCHEMA}.skey"
 policy = "overwrite"
 """
-DC1_RATE, DC2_RATE = 250.0, 50.0  # transactions/s: 300 in total
+DC1_RATE, DC2_RATE = 300.0, 50.0  # transactions/s: 300 on the copied tables, 350 in total
 DC1_LANES, DC2_LANES = 4, 2  # writer threads: a busy host makes each commit take a while
 HOT = 3_000  # the lww rows both sides update: often one with a change still in the window
 CHUNK_ROWS = 20_000  # so every table with a key, the lww one too, is several chunks
