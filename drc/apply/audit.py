@@ -25,6 +25,7 @@ from typing import Any
 
 from drc.apply.sql import Statement, ident
 from drc.core.markers import CHECKPOINT_SCHEMA
+from drc.core.scn import SCN
 
 AUDIT_TABLE = "channel_audit"
 _TABLE = f"{ident(CHECKPOINT_SCHEMA)}.{ident(AUDIT_TABLE)}"
@@ -75,6 +76,29 @@ def history(channel: str, limit: int = 100) -> Statement:
         "WHERE `channel` = %s ORDER BY `id` DESC LIMIT %s",
         (channel, limit),
     )
+
+
+def rewinds(channel: str, limit: int = 20) -> Statement:
+    """The channel's latest rewinds' details: where each rewound from (see :func:`replay_until`)."""
+    return Statement(
+        f"SELECT `detail` FROM {_TABLE} WHERE `channel` = %s AND `action` = 'rewind' "
+        "ORDER BY `id` DESC LIMIT %s",
+        (channel, limit),
+    )
+
+
+def replay_until(details: list[str], applied: SCN) -> SCN | None:
+    """How far a rewind's replay still runs past the checkpoint ``applied``: the furthest SCN any
+    recent rewind went back from, when that is beyond the checkpoint. Read at start, so a restart
+    in the middle of a replay still counts the rest as replays rather than logging conflicts."""
+    furthest: SCN | None = None
+    for text in details:
+        try:
+            source = SCN.parse(str(json.loads(text)["from"]))
+        except (ValueError, KeyError, TypeError):
+            continue  # an audit row of another shape is no replay window
+        furthest = source if furthest is None else max(furthest, source)
+    return furthest if furthest is not None and furthest > applied else None
 
 
 def parse(row: tuple[Any, ...]) -> AuditEntry:

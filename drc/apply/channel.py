@@ -255,6 +255,8 @@ class ApplyChannel:
             if row.origin and row.origin != self.channel.origin:
                 raise _origin_mismatch(self.name, row.origin, self.channel.origin)
             self._applied = row.scn
+        rewinds = self.target.query(audit.rewinds(self.name), "reading the channel's rewinds")
+        self.control.replay_until = audit.replay_until([r[0] for r in rewinds], self._applied)
         self.stats.last_scn = self._applied
         self.progress.started(self._clock())
         log.info("channel %s (from %s) resumes after %s", self.name, self.channel.origin,

@@ -127,6 +127,21 @@ def test_it_resumes_after_the_checkpoint_row_and_skips_replayed_transactions() -
     assert channel.stats.skipped == 1 and channel.stats.transactions == 1
 
 
+def test_a_restart_in_the_middle_of_a_replay_still_knows_the_rewind_window() -> None:
+    # Rewound from 1:11:1:50 to 1:11:1:20, then restarted: up to 50 is still a replay.
+    rewinds = ['{"from": "1:11:1:50", "to": "1:11:1:20"}', '{"from": "1:11:1:15", "to": "0:0:0:0"}']
+    fake = target(checkpoints={"from-dc1": ("1:11:1:20", "dc1", "e0", None)}, rewinds=rewinds)
+    channel = Harness(fake, [batch(1, txn(30, ins("t", id=3)))]).run()
+    assert channel.control.is_replay(scn(50)) and not channel.control.is_replay(scn(51))
+
+
+def test_a_finished_replay_is_no_window_after_a_restart() -> None:
+    rewinds = ['{"from": "1:11:1:50", "to": "1:11:1:20"}']
+    fake = target(checkpoints={"from-dc1": ("1:11:1:60", "dc1", "e0", None)}, rewinds=rewinds)
+    channel = Harness(fake, [batch(1, txn(70, ins("t", id=3)))]).run()
+    assert channel.control.replay_until is None
+
+
 def test_a_checkpoint_of_another_origin_is_refused() -> None:
     fake = target(checkpoints={"from-dc1": ("1:11:1:20", "dc9", None, None)})
     with pytest.raises(CheckpointMismatchError, match="origin 'dc9'"):

@@ -74,6 +74,8 @@ class FakeTarget:
     journal: dict[tuple[str, str, int], str] = field(default_factory=dict)  # -> state
     # The channel's catch-up lease and run (drc.catchup.journal.channel_state); None: no row.
     catchup: Callable[[], tuple[Any, ...] | None] = lambda: None
+    # drc.channel_audit: the details of the channel's rewinds, newest first.
+    rewinds: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tables.setdefault(("drc", "checkpoint"), (tuple(checkpoint.COLUMNS), ("channel",)))
@@ -271,6 +273,9 @@ class FakeCursor:
         if "`catchup_lease`" in sql:
             found = target.catchup()  # None: no catch-up ever took the channel
             self.rows = [] if found is None else [found]
+            return len(self.rows)
+        if sql.startswith("SELECT `detail` FROM `drc`.`channel_audit`"):
+            self.rows = [(detail,) for detail in target.rewinds]
             return len(self.rows)
         if "`snapshot_tables`" in sql:
             return 0  # no snapshot joined a table
