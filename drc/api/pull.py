@@ -164,6 +164,12 @@ class Pull:
         return self.remaining_s <= 0
 
     @property
+    def more(self) -> bool:
+        """True when the last scan stopped before the buffer's end (batch full, or out of
+        scan budget): more is committed already (a stream reads on at once)."""
+        return self.builder.full or not self._caught_up
+
+    @property
     def remaining_s(self) -> float:
         return self._deadline - self._clock()
 
