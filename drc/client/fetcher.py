@@ -20,6 +20,13 @@ Failover and backoff (kazoo's KazooRetry shape, with injected sleep)::
                        passes, pausing backoff_initial after each empty answer; so a channel
                        keeps up (lag about backoff_initial) while long polls are refused
 
+Streams (``stream=True``, records form only): a URL that serves ``GET /v1/stream`` is read
+through one long-lived response (drc.client.stream) instead of a pull per page; the same
+answers and failures apply to opening it, and a stream that ends counts as a transient
+failure (reconnect from the last page's ``next``). A URL that answers 404 (an older server)
+is pulled from; a URL refusing long polls (429/503) is pulled from with ``wait_ms=-1`` until
+its Retry-After passes, then streamed from again.
+
 ``zk://`` entries (drc.client.discovery) are resolved to the group's members, leader first,
 at the start and again after every round in which no URL answered.
 
@@ -34,12 +41,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import httpx
 
 from drc.api import wire
 from drc.client import discovery, http
 from drc.client.errors import BufferRebuiltError, PositionTooOldError, ProtocolError
+from drc.client.stream import StreamSource, stream_params
 from drc.core.scn import SCN
 
 log = logging.getLogger("drc.client")
@@ -66,6 +75,7 @@ class Fetcher:
         backoff_max: float,
         sleep: Callable[[float], None] | None,
         clock: Callable[[], float] = time.monotonic,
+        stream: bool = False,
     ) -> None:
         self._specs = tuple(urls)
         self.urls = discovery.expand(urls) if self._groups else self._specs
@@ -74,6 +84,16 @@ class Fetcher:
         self._token = token
         self._binary = binary
         self._timeout = http.read_timeout(wait_ms)
+        self._stream_timeout = http.stream_timeout(wait_ms)
+        # Records only: a stream carries the records form.
+        self._stream = (
+            StreamSource(
+                int(params.get(wire.PARAM_MAX_EVENTS, "1000")),
+                int(params.get(wire.PARAM_MAX_BYTES, str(16 << 20))),
+            )
+            if stream and binary
+            else None
+        )
         self._on_rebuild = on_rebuild
         self._backoff = (backoff_initial, backoff_max)
         self._sleep = sleep
@@ -146,9 +166,7 @@ class Fetcher:
             if busy:
                 params[wire.PARAM_WAIT_MS] = str(wire.WAIT_NONE)
             try:
-                page = http.get_events(
-                    self._client, url, params, self._binary, self._timeout, self._token
-                )
+                page = self._get(url, after, params, busy, cancelled)
             except http.EpochMismatch as exc:
                 self._rebuilt(url, expected or "", exc.current, after)
                 continue
@@ -161,6 +179,42 @@ class Fetcher:
                 self._wait(self._backoff[0], cancelled)
             return page
         raise ProtocolError(f"{url} kept reporting an epoch mismatch without an epoch sent")
+
+    def _get(
+        self,
+        url: str,
+        after: SCN,
+        params: dict[str, str],
+        busy: bool,
+        cancelled: threading.Event,
+    ) -> http.Page:
+        """The page after ``after``: off the stream when the server has one (and is not
+        refusing long polls now, which a stream counts as), else pulled."""
+        source = self._stream
+        if source is not None and not busy and url not in source.unsupported:
+            opener = partial(
+                http.open_stream,
+                self._client,
+                url,
+                stream_params(params),
+                self._stream_timeout,
+                self._token,
+            )
+            try:
+                page = source.page(url, after, opener, cancelled.is_set)
+            except http.NoStream as exc:
+                source.unsupported.add(url)
+                log.info("%s serves no stream (%s): pulling from it", url, exc)
+            else:
+                if page is None:
+                    raise Cancelled()
+                return page
+        return http.get_events(self._client, url, params, self._binary, self._timeout, self._token)
+
+    def close(self) -> None:
+        """Close the open stream, if any."""
+        if self._stream is not None:
+            self._stream.close()
 
     def _rebuilt(self, url: str, expected: str, current: str | None, after: SCN) -> None:
         text = (

@@ -138,6 +138,9 @@ class Subscriber:
     ``ssl.SSLContext`` as ``verify``). ``transport`` replaces httpx's network transport (tests);
     ``sleep`` and ``clock`` replace time.sleep and time.monotonic for the retry backoff, which
     doubles from ``backoff_initial`` up to ``backoff_max`` (default :data:`RECONNECT_MAX_S`).
+    ``stream`` (with ``binary``) reads the changes off one long-lived response per server
+    (``GET /v1/stream``, a heartbeat every ``wait_ms``) where it is served, instead of a pull
+    per batch: the same batches, positions and acks (drc.client.stream); False always pulls.
     """
 
     def __init__(
@@ -165,6 +168,7 @@ class Subscriber:
         ca: str | os.PathLike[str] | None = None,
         cert: str | os.PathLike[str] | None = None,
         key: str | os.PathLike[str] | None = None,
+        stream: bool = True,
     ) -> None:
         self.urls = _check_args(urls, tables, max_events, max_bytes, wait_ms, on_rebuild)
         if drc_applied not in (wire.DRC_APPLIED_FULL, wire.DRC_APPLIED_MARKER):
@@ -189,6 +193,7 @@ class Subscriber:
             backoff_max=backoff_max,
             sleep=sleep,
             clock=clock,
+            stream=stream,
         )
         self._worker: _Worker | None = None
         self._ids = itertools.count(1)
@@ -287,6 +292,7 @@ class Subscriber:
             fetch.done.wait(_JOIN_ON_CLOSE_S)  # a long poll may outlive this; it is a daemon
         if self._worker is not None:
             self._worker.stop()
+        self._fetcher.close()
         http.close_client(self._client)
 
     def __enter__(self) -> Subscriber:
