@@ -211,6 +211,19 @@ class Fetcher:
                 return page
         return http.get_events(self._client, url, params, self._binary, self._timeout, self._token)
 
+    def stream_ready(self, after: SCN, timeout_s: float | None) -> tuple[str, http.Page] | None:
+        """The page after ``after`` off the open stream, in the calling thread (no fetch, no
+        hand-off): see StreamSource.ready; None: fetch it."""
+        if self._stream is None:
+            return None
+        ready = self._stream.ready(after, timeout_s)
+        if ready is not None:
+            check_page(after, ready[1], ready[0])
+        return ready
+
+    def streaming(self, after: SCN) -> bool:
+        return self._stream is not None and self._stream.streaming(after)
+
     def close(self) -> None:
         """Close the open stream, if any."""
         if self._stream is not None:

@@ -57,6 +57,7 @@ class FrameQueue:
         self._bytes = 0
         self._ended: Ended | None = None
         self._closed = False
+        self._full = False  # the reader waits for room
         self._cond = threading.Condition()
 
     @property
@@ -70,12 +71,13 @@ class FrameQueue:
             while self._frames and self._bytes + frame.size > self.limit_bytes:
                 if self._closed:
                     return False
+                self._full = True
                 self._cond.wait()
             if self._closed:
                 return False
             self._frames.append(frame)
             self._bytes += frame.size
-            self._cond.notify_all()
+            self._cond.notify()  # the subscriber, if it waits (one thread each side)
             return True
 
     def end(self, ended: Ended) -> None:
@@ -92,7 +94,7 @@ class FrameQueue:
             self._bytes = 0
             self._cond.notify_all()
 
-    def take(self, max_events: int, max_bytes: int, timeout_s: float) -> list[Frame]:
+    def take(self, max_events: int, max_bytes: int, timeout_s: float | None) -> list[Frame]:
         """Wait up to ``timeout_s`` for a frame, then take every frame there, up to
         ``max_events`` transactions and ``max_bytes`` (the first frame always). [] on timeout;
         raises the Ended given to :meth:`end` when nothing is left before it."""
@@ -115,7 +117,9 @@ class FrameQueue:
                 events += count
                 size += frame.size
                 self._bytes -= frame.size
-            self._cond.notify_all()
+            if self._full:  # the reader waits for room
+                self._full = False
+                self._cond.notify_all()
             return taken
 
 
@@ -162,15 +166,21 @@ class OpenStream:
         self, max_events: int, max_bytes: int, cancelled: Callable[[], bool]
     ) -> http.Page | None:
         """The next page: waits for a frame, slice by slice; None once ``cancelled``."""
-        while True:
-            if cancelled():
-                return None
+        while not cancelled():
             try:
-                frames = self.queue.take(max_events, max_bytes, TAKE_SLICE_S)
+                page = self.take(max_events, max_bytes, TAKE_SLICE_S)
             except Ended as exc:
                 raise http.Transient(f"the stream from {self.url} ended: {exc}") from exc
-            if frames:
-                break
+            if page is not None:
+                return page
+        return None
+
+    def take(self, max_events: int, max_bytes: int, timeout_s: float | None) -> http.Page | None:
+        """The frames there (waiting up to ``timeout_s`` for one) as a page; None if none
+        came; raises Ended."""
+        frames = self.queue.take(max_events, max_bytes, timeout_s)
+        if not frames:
+            return None
         last = frames[-1]
         txns = tuple(t for f in frames for t in f.transactions)
         self.position = last.next
@@ -212,6 +222,34 @@ class StreamSource:
             except http.Transient:
                 self._close()
                 raise
+
+    def ready(self, after: SCN, timeout_s: float | None) -> tuple[str, http.Page] | None:
+        """The next page of the open stream, if it is at ``after``, in the calling thread:
+        (url, page), waiting up to ``timeout_s`` (None: as long as it takes); TimeoutError if
+        nothing came. None if there is no such stream, or it ended (:meth:`page` then reports
+        that to the fetcher), or a fetch is using it."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            stream = self._open
+            if stream is None or stream.position != after:
+                return None
+            while True:
+                try:
+                    page = stream.take(self.max_events, self.max_bytes, timeout_s)
+                except Ended:
+                    return None
+                if page is not None:
+                    return stream.url, page
+                if timeout_s is not None:
+                    raise TimeoutError()
+        finally:
+            self._lock.release()
+
+    def streaming(self, after: SCN) -> bool:
+        """Whether a stream is open at ``after`` (no need to prefetch: it reads ahead)."""
+        stream = self._open
+        return stream is not None and stream.position == after
 
     def close(self) -> None:
         with self._lock:
