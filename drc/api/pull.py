@@ -229,6 +229,9 @@ def _scan(
             if budget_records <= 0 or budget_bytes <= 0:
                 return None
             count, size = min(count, budget_records), min(size, budget_bytes)
+        last = buffer.last_scn
+        if last is not None and builder.next >= last:
+            return True  # at the end: a read would seek and find nothing (a commit wakes us)
         records = buffer.read_after(builder.next, max_records=count, max_bytes=size)
         if not records:
             return True

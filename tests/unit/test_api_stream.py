@@ -266,6 +266,7 @@ def test_a_position_the_buffer_no_longer_holds_ends_with_the_pulls_410(
             raise ScnTooOldError("gone", scn(1))
 
         buffer.read_after = too_old  # type: ignore[method-assign]
+        store(buffer, txn(2, ins("orders", 2)))  # retention "deleted" what follows scn(1)
         async with asyncio.timeout(2):
             await loop.run(scanned, send)
 
