@@ -142,3 +142,25 @@ def test_a_position_older_than_the_buffer_is_refused_when_opening(tmp_path: Path
                 sub.get(timeout=10)
         finally:
             server.stop()
+
+
+def test_rollback_reopens_the_stream_at_the_acked_position(buffer: EventBuffer) -> None:
+    store(buffer, *(workload(n) for n in range(1, 10)))
+    server = serve(ApiDeps(buffer=buffer))
+    try:
+        with Subscriber(server.url, tables="shop.orders", wait_ms=100, max_events=2) as sub:
+            first = sub.get(timeout=10)
+            sub.ack(first)
+            second = sub.get(timeout=10)
+            sub.rollback()  # not acked: delivered again, from the acked position
+            again = sub.get(timeout=10)
+            assert again.after == first.next == second.after
+            assert again.transactions == second.transactions and again.id != second.id
+            sub.ack(again)
+            rest = collect(sub, scn(9))
+            # past the last match (9 is left out), a heartbeat moves the position on
+            assert sub.position == scn(9)
+        seen = [t.scn for t in (*first.transactions, *again.transactions, *rest)]
+        assert seen == [scn(n) for n in range(1, 10) if n % 3]
+    finally:
+        server.stop()
