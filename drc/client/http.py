@@ -184,22 +184,12 @@ def open_stream(
 ) -> Opened:
     """Send ``GET /v1/stream``; the open answer, or raises like :func:`send`, or NoStream."""
     target = url + streamwire.PATH_STREAM
-    headers = {"Accept": streamwire.MEDIA_STREAM}
-    request = client.build_request("GET", target, params=params, headers=headers, timeout=timeout)
-    try:
-        response = client.send(request, stream=True)
-    except httpx.HTTPError as exc:
-        raise failure(exc, target, token) from exc
+    response, chunks, close = _open(client, target, params, timeout, token)
     if response.status_code == 404:
-        response.close()
+        close()
         raise NoStream(f"{target}: 404")
     if not response.is_success:
-        try:
-            response.read()
-        except httpx.HTTPError as exc:
-            raise failure(exc, target, token) from exc
-        finally:
-            response.close()
+        close()
         raise status_error(response, target, token)
     media = response.headers.get("content-type", "")
     try:
@@ -209,17 +199,44 @@ def open_stream(
         term_text = response.headers.get(wire.HEADER_TERM)
         term = int(term_text) if term_text else None
     except (KeyError, ValueError) as exc:
-        response.close()
+        close()
         raise ProtocolError(f"{target} opened a stream without valid headers: {exc}") from exc
     except NoStream:
-        response.close()
+        close()
         raise
-    return Opened(epoch, term, _chunks(response, target, token), response.close)
+    return Opened(epoch, term, _failures(chunks, target, token), close)
 
 
-def _chunks(response: httpx.Response, target: str, token: str | None) -> Iterator[bytes]:
+def _open(
+    client: httpx.Client,
+    target: str,
+    params: dict[str, str],
+    timeout: httpx.Timeout,
+    token: str | None,
+) -> tuple[httpx.Response, Iterator[bytes], Callable[[], None]]:
+    """The streamed answer (its body read already unless 2xx), its chunks, its closer: on a
+    lean connection (drc.client.lean) where the client goes straight to the network."""
+    pool = _LEAN.get(client)
     try:
-        yield from response.iter_raw()
+        if pool is not None:
+            return pool.open(target, params, streamwire.MEDIA_STREAM, timeout)
+        headers = {"Accept": streamwire.MEDIA_STREAM}
+        request = client.build_request("GET", target, params=params, headers=headers,
+                                       timeout=timeout)  # fmt: skip
+        response = client.send(request, stream=True)
+        if not response.is_success:
+            try:
+                response.read()
+            finally:
+                response.close()
+        return response, response.iter_raw(), response.close
+    except httpx.HTTPError as exc:
+        raise failure(exc, target, token) from exc
+
+
+def _failures(chunks: Iterator[bytes], target: str, token: str | None) -> Iterator[bytes]:
+    try:
+        yield from chunks
     except httpx.HTTPError as exc:
         raise failure(exc, target, token) from exc
 

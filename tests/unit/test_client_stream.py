@@ -164,3 +164,16 @@ def test_rollback_reopens_the_stream_at_the_acked_position(buffer: EventBuffer) 
         assert seen == [scn(n) for n in range(1, 10) if n % 3]
     finally:
         server.stop()
+
+
+def test_the_stream_through_an_httpx_transport(buffer: EventBuffer) -> None:
+    """A subscriber given its own transport (or proxy settings) reads the stream through
+    httpx instead of its lean connections: the same transactions."""
+    store(buffer, *(workload(n) for n in range(1, 30)))
+    server = serve(ApiDeps(buffer=buffer))
+    try:
+        with Subscriber(server.url, wait_ms=100, transport=httpx.HTTPTransport()) as sub:
+            got = collect(sub, scn(29))
+        assert [t.scn for t in got] == [scn(n) for n in range(1, 30)]
+    finally:
+        server.stop()
