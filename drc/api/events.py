@@ -41,12 +41,7 @@ GONE_STATUS = 499  # never sent: the client hung up
 
 @router.get(wire.PATH_EVENTS)
 async def get_events(request: Request, deps: Deps) -> Response:
-    try:
-        query = parse_pull_query(request.query_params.multi_items(), deps.limits)
-    except BadQuery as exc:
-        raise ApiError(400, str(exc)) from exc
-    if deps.drc_applied == wire.DRC_APPLIED_MARKER and query.selection.refuses_markers:
-        raise rows_omitted_error(None)
+    query = request_query(request, deps)
     records = _wants_records(request.headers.get("accept"))
     commits: CommitSignal = request.app.state.commits
     caller: str = request.state.caller
@@ -56,6 +51,18 @@ async def get_events(request: Request, deps: Deps) -> Response:
         response = await _serve(deps, commits, caller, query, records)
         tasks.cancel_scope.cancel()
     return response
+
+
+def request_query(request: Request, deps: ApiDeps) -> PullQuery:
+    """The pull's (or stream's) query; ApiError 400 if malformed, 409 if it would get records
+    this replicator stores without their rows."""
+    try:
+        query = parse_pull_query(request.query_params.multi_items(), deps.limits)
+    except BadQuery as exc:
+        raise ApiError(400, str(exc)) from exc
+    if deps.drc_applied == wire.DRC_APPLIED_MARKER and query.selection.refuses_markers:
+        raise rows_omitted_error(None)
+    return query
 
 
 class FastPath:

@@ -44,9 +44,9 @@ from drc.api.batching import RowsOmitted
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
-from drc.api.events import pull_failure, rows_omitted_error
+from drc.api.events import pull_failure, request_query
 from drc.api.pull import STOP_CHECK_S, EpochMismatch, Pull, render_records
-from drc.api.query import BadQuery, PullQuery, parse_pull_query
+from drc.api.query import PullQuery
 from drc.core.errors import DrcError, RetriableError, ScnTooOldError
 
 router = APIRouter(dependencies=[Depends(require_token)])
@@ -59,12 +59,7 @@ SendBytes = Callable[[bytes], Awaitable[None]]
 
 @router.get(streamwire.PATH_STREAM)
 async def get_stream(request: Request, deps: Deps) -> Response:
-    try:
-        query = parse_pull_query(request.query_params.multi_items(), deps.limits)
-    except BadQuery as exc:
-        raise ApiError(400, str(exc)) from exc
-    if deps.drc_applied == wire.DRC_APPLIED_MARKER and query.selection.refuses_markers:
-        raise rows_omitted_error(None)
+    query = request_query(request, deps)
     held = ExitStack()
     held.enter_context(deps.long_polls.slot(request.state.caller))  # 429 / 503
     try:
