@@ -169,10 +169,10 @@ class Opened:
 
 
 def stream_timeout(wait_ms: int) -> httpx.Timeout:
-    """Reads of a stream: a heartbeat comes every ``wait_ms`` (1 s by default), so several
-    missed ones mean a dead connection."""
+    """Reads of a stream: a frame or heartbeat comes at least every ``wait_ms`` (1 s by
+    default) unless the server is busy reading a long filtered-out stretch, as for pulls."""
     heartbeat_s = wait_ms / 1000 if wait_ms > 0 else 1.0
-    return httpx.Timeout(CONNECT_TIMEOUT_S, read=3 * heartbeat_s + 5.0)
+    return httpx.Timeout(CONNECT_TIMEOUT_S, read=heartbeat_s + READ_MARGIN_S)
 
 
 def open_stream(

@@ -84,7 +84,7 @@ class LeanPool:
             conn.close()
             raise _as_httpx(exc, url) from exc
         response = httpx.Response(answer.status, headers=answer.getheaders(), content=body)
-        return response, _chunks(answer, url), conn.close
+        return response, _chunks(answer, url), lambda: _hang_up(conn)
 
     def close(self) -> None:
         with self._lock:
@@ -167,6 +167,19 @@ def _chunks(answer: http.client.HTTPResponse, url: str) -> Iterator[bytes]:
             yield data
     except (OSError, http.client.HTTPException) as exc:
         raise _as_httpx(exc, url) from exc
+
+
+def _hang_up(conn: http.client.HTTPConnection) -> None:
+    """Close a stream's connection now, even while its reader is blocked receiving on it
+    (close alone leaves the socket open while the answer's file or a receive holds it), so
+    the server sees the hang-up at once and frees the stream's long-poll slot."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    conn.close()
 
 
 def _default_port(scheme: str) -> int:

@@ -146,9 +146,12 @@ def test_a_position_older_than_the_buffer_is_refused_when_opening(tmp_path: Path
 
 def test_rollback_reopens_the_stream_at_the_acked_position(buffer: EventBuffer) -> None:
     store(buffer, *(workload(n) for n in range(1, 10)))
-    server = serve(ApiDeps(buffer=buffer))
+    # One stream at a time: the stream a rollback leaves must hang up before the next opens.
+    gate = LongPollGate(LongPollLimits(total=1, per_token=1))
+    deps = ApiDeps(buffer=buffer, long_polls=gate)
+    server = serve(deps)
     try:
-        with Subscriber(server.url, tables="shop.orders", wait_ms=100, max_events=2) as sub:
+        with Subscriber(server.url, tables="shop.orders", wait_ms=2000, max_events=2) as sub:
             first = sub.get(timeout=10)
             sub.ack(first)
             second = sub.get(timeout=10)
@@ -162,6 +165,8 @@ def test_rollback_reopens_the_stream_at_the_acked_position(buffer: EventBuffer) 
             assert sub.position == scn(9)
         seen = [t.scn for t in (*first.transactions, *again.transactions, *rest)]
         assert seen == [scn(n) for n in range(1, 10) if n % 3]
+        requests = deps.metrics.snapshot()[0]
+        assert not any(route == wire.PATH_EVENTS for _m, route, _s in requests)  # no pulls
     finally:
         server.stop()
 
