@@ -24,7 +24,8 @@ Streams (``stream=True``, records form only): a URL that serves ``GET /v1/stream
 through one long-lived response (drc.client.stream) instead of a pull per page; the same
 answers and failures apply to opening it, and a stream that ends counts as a transient
 failure (reconnect from the last page's ``next``). A URL that answers 404 (an older server)
-is pulled from; a URL refusing long polls (429/503) is pulled from with ``wait_ms=-1`` until
+is pulled from (and asked for a stream again after :data:`NO_STREAM_RETRY_S`); a URL refusing
+long polls (429/503) is pulled from with ``wait_ms=-1`` until
 its Retry-After passes, then streamed from again.
 
 ``zk://`` entries (drc.client.discovery) are resolved to the group's members, leader first,
@@ -54,6 +55,7 @@ from drc.core.scn import SCN
 log = logging.getLogger("drc.client")
 
 ON_REBUILD = ("raise", "continue")
+NO_STREAM_RETRY_S = 300.0  # a URL without /v1/stream is pulled from this long, then asked again
 
 
 class Cancelled(Exception):
@@ -191,7 +193,7 @@ class Fetcher:
         """The page after ``after``: off the stream when the server has one (and is not
         refusing long polls now, which a stream counts as), else pulled."""
         source = self._stream
-        if source is not None and not busy and url not in source.unsupported:
+        if source is not None and not busy and self._may_stream(source, url):
             opener = partial(
                 http.open_stream,
                 self._client,
@@ -203,13 +205,24 @@ class Fetcher:
             try:
                 page = source.page(url, after, opener, cancelled.is_set)
             except http.NoStream as exc:
-                source.unsupported.add(url)
+                source.unsupported[url] = self._clock() + NO_STREAM_RETRY_S
                 log.info("%s serves no stream (%s): pulling from it", url, exc)
             else:
                 if page is None:
                     raise Cancelled()
                 return page
         return http.get_events(self._client, url, params, self._binary, self._timeout, self._token)
+
+    def _may_stream(self, source: StreamSource, url: str) -> bool:
+        """False for a while after ``url`` answered that it has no stream (an older server,
+        which an upgrade may replace: then it is streamed from again)."""
+        until = source.unsupported.get(url)
+        if until is None:
+            return True
+        if self._clock() < until:
+            return False
+        del source.unsupported[url]
+        return True
 
     def stream_ready(self, after: SCN, timeout_s: float | None) -> tuple[str, http.Page] | None:
         """The page after ``after`` off the open stream, in the calling thread (no fetch, no

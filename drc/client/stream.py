@@ -197,7 +197,7 @@ class StreamSource:
     def __init__(self, max_events: int, max_bytes: int) -> None:
         self.max_events = max_events
         self.max_bytes = max_bytes
-        self.unsupported: set[str] = set()
+        self.unsupported: dict[str, float] = {}  # URL -> when to ask it for a stream again
         self._lock = threading.Lock()  # one page() at a time; a cancelled one leaves quickly
         self._open: OpenStream | None = None
 

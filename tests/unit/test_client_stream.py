@@ -21,11 +21,14 @@ from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.server import ApiServer
 from drc.client import ApiAuthError, Subscriber
 from drc.client.errors import PositionTooOldError
+from drc.client.fetcher import NO_STREAM_RETRY_S
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from tests.unit.test_api import store
 from tests.unit.test_api_batching import ins, scn, txn
+from tests.unit.test_client_fakeapi import FakeApi
+from tests.unit.test_client_fakeapi import stream as fake_stream
 
 TOKEN = "stream-token"
 
@@ -182,3 +185,27 @@ def test_the_stream_through_an_httpx_transport(buffer: EventBuffer) -> None:
         assert [t.scn for t in got] == [scn(n) for n in range(1, 30)]
     finally:
         server.stop()
+
+
+def test_an_older_server_is_pulled_from_and_asked_for_a_stream_again_later() -> None:
+    api = FakeApi(fake_stream(6))
+    asked: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return api.handle(request)  # 404 to /v1/stream, like a server from before it
+
+    now = [0.0]
+    with Subscriber("http://a", transport=httpx.MockTransport(handle), max_events=2,
+                    clock=lambda: now[0], prefetch=False) as sub:  # fmt: skip
+        got = []
+        for _ in range(2):
+            batch = sub.get(timeout=10)
+            got += batch.transactions
+            sub.ack(batch)
+        assert asked == [streamwire.PATH_STREAM, wire.PATH_EVENTS, wire.PATH_EVENTS]
+        now[0] += NO_STREAM_RETRY_S
+        batch = sub.get(timeout=10)
+        got += batch.transactions
+        assert asked[3:] == [streamwire.PATH_STREAM, wire.PATH_EVENTS]
+    assert [t.scn for t in got] == [t.scn for t in fake_stream(6)]
