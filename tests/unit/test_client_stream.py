@@ -130,6 +130,27 @@ def test_opening_a_stream_is_refused_like_a_pull(buffer: EventBuffer) -> None:
                 assert [t.scn for t in collect(sub, scn(4))] == [scn(n) for n in range(1, 5)]
         with pytest.raises(ApiAuthError), Subscriber(server.url, token="wrong") as sub:
             sub.get(timeout=10)
+        refusals = {
+            "epoch": ({"after": "0:0:0:0", "epoch": "not-this-one"}, 409, "epoch_mismatch"),
+            "query": ({"after": "yesterday"}, 400, "bad_request"),
+        }
+        for params, status, code in refusals.values():
+            answer = httpx.get(url, params=params, headers=auth)
+            assert (answer.status_code, answer.json()["error"]) == (status, code)
+    finally:
+        server.stop()
+
+
+def test_a_marker_mode_replicator_refuses_a_stream_that_would_want_rows(
+    buffer: EventBuffer,
+) -> None:
+    server = serve(ApiDeps(buffer=buffer, drc_applied=wire.DRC_APPLIED_MARKER))
+    try:
+        url = server.url + streamwire.PATH_STREAM
+        answer = httpx.get(url, params={"after": "0:0:0:0"})
+        assert answer.status_code == 409 and answer.json()["error"] == wire.ERROR_ROWS_OMITTED
+        with httpx.stream("GET", url, params={"after": "0:0:0:0", "skip_drc": "1"}) as ok:
+            assert ok.status_code == 200
     finally:
         server.stop()
 
