@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from drc.api.wire import split_records
+from drc.core.codec import decode_transaction
 from drc.core.errors import CorruptRecordError, MalformedScnError
 from drc.core.events import Transaction
 from drc.core.scn import SCN
@@ -64,6 +64,8 @@ class Frame:
     transactions: tuple[Transaction, ...] = ()
     size: int = 0  # record bytes carried
     end: dict[str, Any] | None = None
+    records: bytes = b""  # the records as sent, for copies (group followers)
+    ends: tuple[int, ...] = ()  # where each record ends in ``records``
 
 
 def batch_frame(next_scn: SCN, newest: SCN | None, count: int, records: bytes) -> bytes:
@@ -129,10 +131,12 @@ def parse_frame(kind: bytes, body: memoryview) -> Frame:
             start = _META.size + meta_len
             next_text, newest_text, count_text = bytes(body[_META.size : start]).decode().split()
             records = bytes(body[start:])
-            txns = tuple(split_records(records))
+            txns, ends = _split(records)
             if len(txns) != int(count_text):
                 raise BrokenStream(f"a batch frame says {count_text} records but holds {len(txns)}")
-            return Frame(SCN.parse(next_text), _scn(newest_text), txns, len(records))
+            return Frame(
+                SCN.parse(next_text), _scn(newest_text), txns, len(records), None, records, ends
+            )
         if kind == HEARTBEAT:
             next_text, newest_text = bytes(body).decode().split()
             return Frame(SCN.parse(next_text), _scn(newest_text))
@@ -146,3 +150,15 @@ def parse_frame(kind: bytes, body: memoryview) -> Frame:
             raise
         raise BrokenStream(f"a malformed {kind!r} frame: {exc}") from exc
     raise BrokenStream(f"an unknown frame kind {kind!r}")
+
+
+def _split(records: bytes) -> tuple[tuple[Transaction, ...], tuple[int, ...]]:
+    """The records' transactions, and where each record ends."""
+    txns: list[Transaction] = []
+    ends: list[int] = []
+    offset = 0
+    while offset < len(records):
+        txn, offset = decode_transaction(records, offset)
+        txns.append(txn)
+        ends.append(offset)
+    return tuple(txns), tuple(ends)

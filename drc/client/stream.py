@@ -154,6 +154,7 @@ class OpenStream:
     def __init__(self, url: str, after: SCN, opened: http.Opened, limit_bytes: int) -> None:
         self.url = url
         self.epoch = opened.epoch
+        self.term = opened.term
         self.position = after
         self._opened = opened
         self.queue = FrameQueue(limit_bytes)
@@ -162,28 +163,30 @@ class OpenStream:
         )
         self._thread.start()
 
-    def page(
+    def frames(
         self, max_events: int, max_bytes: int, cancelled: Callable[[], bool]
-    ) -> http.Page | None:
-        """The next page: waits for a frame, slice by slice; None once ``cancelled``."""
+    ) -> list[Frame] | None:
+        """The next frames: waits for one, slice by slice; None once ``cancelled``; raises
+        Transient when the stream ended."""
         while not cancelled():
             try:
-                page = self.take(max_events, max_bytes, TAKE_SLICE_S)
+                frames = self.take(max_events, max_bytes, TAKE_SLICE_S)
             except Ended as exc:
                 raise http.Transient(f"the stream from {self.url} ended: {exc}") from exc
-            if page is not None:
-                return page
+            if frames:
+                return frames
         return None
 
-    def take(self, max_events: int, max_bytes: int, timeout_s: float | None) -> http.Page | None:
-        """The frames there (waiting up to ``timeout_s`` for one) as a page; None if none
-        came; raises Ended."""
+    def take(self, max_events: int, max_bytes: int, timeout_s: float | None) -> list[Frame]:
+        """The frames there, waiting up to ``timeout_s`` for one; raises Ended."""
         frames = self.queue.take(max_events, max_bytes, timeout_s)
-        if not frames:
-            return None
+        if frames:
+            self.position = frames[-1].next
+        return frames
+
+    def page(self, frames: list[Frame]) -> http.Page:
         last = frames[-1]
         txns = tuple(t for f in frames for t in f.transactions)
-        self.position = last.next
         return http.Page(self.epoch, last.next, last.newest, txns)
 
     def close(self) -> None:
@@ -211,6 +214,17 @@ class StreamSource:
         """The page after ``after`` from ``url``'s stream, opened (``open_stream``) unless the
         open one is there already; None if ``cancelled`` first. Raises what opening raises,
         and Transient when the stream ends."""
+        got = self.frames(url, after, open_stream, cancelled)
+        return None if got is None else got[0].page(got[1])
+
+    def frames(
+        self,
+        url: str,
+        after: SCN,
+        open_stream: Callable[[], http.Opened],
+        cancelled: Callable[[], bool],
+    ) -> tuple[OpenStream, list[Frame]] | None:
+        """:meth:`page`'s frames as they came, with the stream that brought them."""
         with self._lock:
             stream = self._open
             if stream is None or stream.url != url or stream.position != after:
@@ -218,10 +232,11 @@ class StreamSource:
                 limit = max(QUEUE_BYTES, 2 * self.max_bytes)
                 stream = self._open = OpenStream(url, after, open_stream(), limit)
             try:
-                return stream.page(self.max_events, self.max_bytes, cancelled)
+                frames = stream.frames(self.max_events, self.max_bytes, cancelled)
             except http.Transient:
                 self._close()
                 raise
+            return None if frames is None else (stream, frames)
 
     def ready(self, after: SCN, timeout_s: float | None) -> tuple[str, http.Page] | None:
         """The next page of the open stream, if it is at ``after``, in the calling thread:
@@ -236,11 +251,11 @@ class StreamSource:
                 return None
             while True:
                 try:
-                    page = stream.take(self.max_events, self.max_bytes, timeout_s)
+                    frames = stream.take(self.max_events, self.max_bytes, timeout_s)
                 except Ended:
                     return None
-                if page is not None:
-                    return stream.url, page
+                if frames:
+                    return stream.url, stream.page(frames)
                 if timeout_s is not None:
                     raise TimeoutError()
         finally:

@@ -22,6 +22,7 @@ from drc.api.server import ApiServer
 from drc.client import ApiAuthError, Subscriber
 from drc.client.errors import PositionTooOldError
 from drc.client.fetcher import NO_STREAM_RETRY_S
+from drc.client.records import RawStreams, pull_raw
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
@@ -230,3 +231,31 @@ def test_an_older_server_is_pulled_from_and_asked_for_a_stream_again_later() -> 
         got += batch.transactions
         assert asked[3:] == [streamwire.PATH_STREAM, wire.PATH_EVENTS]
     assert [t.scn for t in got] == [t.scn for t in fake_stream(6)]
+
+
+def test_a_follower_copies_the_same_records_off_a_stream_as_by_pulls(
+    buffer: EventBuffer,
+) -> None:
+    store(
+        buffer,
+        txn(1, ins("orders", 1)),
+        txn(2, ins("items", 2), fragment=0, last=False),
+        txn(2, ins("items", 3), fragment=1),
+        txn(3),  # a progress marker
+    )
+    server = serve(ApiDeps(buffer=buffer, group=lambda: {"term": 4, "role": "leader"}))
+    client = httpx.Client()
+    streams = RawStreams(client, None)
+    try:
+        pulled = pull_raw(client, server.url, SCN.ZERO, 100, None)
+        streamed = streams.page(server.url, SCN.ZERO, 100)
+        assert streamed.records == pulled.records and len(pulled.records) == 4
+        assert streamed.term == pulled.term == 4 and streamed.newest == scn(3)
+        store(buffer, txn(4, ins("orders", 4)))
+        more = streams.page(server.url, scn(3), 100)  # the same stream, read on
+        assert [r.scn for r in more.records] == [scn(4)]
+        assert more.records[0].payload == buffer.read_after(scn(3), 1, 1 << 20)[0].payload
+    finally:
+        streams.close()
+        client.close()
+        server.stop()
