@@ -100,11 +100,15 @@ class Drc:
         dc2: ServerInfo,
         work: Path,
         drc_applied: str = "full",
+        transport: str = "stream",
     ) -> None:
         """``drc_applied``: the nodes' ``[replicator] drc_applied`` (how the echo of what
-        their channels applied is captured); named in the system's name unless "full"."""
-        self.name = "DRC" if drc_applied == "full" else f"DRC {drc_applied}"
+        their channels applied is captured), ``transport`` their channels' (stream or pull);
+        each named in the system's name unless the default."""
+        modes = [m for m in (drc_applied, transport) if m not in ("full", "stream")]
+        self.name = " ".join(["DRC", *modes])
         self.drc_applied = drc_applied
+        self.transport = transport
         self.description = description
         self.servers = (dc1, dc2)
         self.work = work
@@ -114,7 +118,7 @@ class Drc:
 
     def start(self) -> None:
         self.runs += 1
-        nodes = self.work / f"nodes-{self.drc_applied}-{self.runs}"
+        nodes = self.work / f"nodes-{self.drc_applied}-{self.transport}-{self.runs}"
         for server in self.servers:  # a fresh buffer: channels start from its beginning
             sql(server, "SET SESSION sql_log_bin = 0", "DROP DATABASE IF EXISTS drc")
         configs = write_configs(
@@ -122,6 +126,7 @@ class Drc:
             nodes,
             schema="*",
             drc_applied=self.drc_applied,
+            transport=self.transport,
         )
         self.procs = start_nodes(configs, nodes)
         wait_healthy(configs)

@@ -5,12 +5,13 @@
   whole into a fresh EventBuffer; CPU seconds of this process per transaction.
 - capture, live: the replicator running while sysbench writes at ``--rate`` tps for 10 s, as
   in bench_latency (a commit every transaction or few); CPU of this process per transaction.
-- pull: an API serving a buffer that this process appends to (one transaction every 3 ms), a
-  subscriber in a child process keeping up (records form, table filter, skip_drc, wait_ms=200,
-  as an apply channel pulls); CPU per pull of the server (this process, minus the appends)
-  and of the subscriber.
+- pull / stream: an API serving a buffer that this process appends to (one transaction every
+  3 ms), a subscriber in a child process keeping up (records form, table filter, skip_drc,
+  wait_ms=200, as an apply channel reads), once pulling (a GET /v1/events per batch) and once
+  on the stream (GET /v1/stream); CPU per transaction and per batch of the server (this
+  process, minus the appends) and of the subscriber.
 
-    python bench/bench_hotpath.py [--txns 20000] [--rate 300] [--pulls-of 2000]
+    python bench/bench_hotpath.py [--txns 20000] [--rate 300] [--pulls-of 2000] [--api-only]
 
 The figures are absolute CPU times: compare them within one run, or across commits run on a
 quiet host (they grow under CPU contention).
@@ -145,7 +146,7 @@ def capture(work: Path, txns: int, rate: int) -> list[str]:
     ]
 
 
-def pulls(transactions: int) -> list[str]:
+def pulls(transactions: int, transport: str) -> list[str]:
     from drc.api.app import create_app
     from drc.api.deps import ApiDeps
     from drc.api.query import ServerLimits
@@ -162,7 +163,7 @@ def pulls(transactions: int) -> list[str]:
         appended = [0.0]
 
         def append() -> None:
-            time.sleep(1.0)  # the subscriber is pulling by then
+            time.sleep(1.0)  # the subscriber is reading by then
             rng, began = random.Random(3), time.thread_time()
             for n in range(1, transactions + 1):
                 txn = make_txn(n, rng)
@@ -175,22 +176,26 @@ def pulls(transactions: int) -> list[str]:
         with ApiServer(app, "127.0.0.1", 0, open_access=True, stop_event=deps.stop) as server:
             threading.Thread(target=append, daemon=True).start()
             began = _cpu()
-            argv = [sys.executable, __file__, "--child", server.url, str(transactions)]
+            argv = [sys.executable, __file__, "--child", server.url, str(transactions), transport]
             out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
             served = _cpu() - began - appended[0]
     child = json.loads(out.strip().splitlines()[-1])
-    count = child["pulls"]
+    count, per_txn = child["pulls"], 1e6 / transactions
+    what = "pull" if transport == "pull" else "stream"
     return [
-        f"| pull API server, per pull ({transactions:,} transactions in {count:,} pulls) | "
-        f"{served / count * 1e6:,.0f} |",
-        f"| subscriber, per pull (HTTP, decoding, hand-off) | {child['cpu'] / count * 1e6:,.0f} |",
+        f"| {what}: API server ({transactions:,} transactions in {count:,} batches) | "
+        f"{served * per_txn:,.0f} | {served / count * 1e6:,.0f} |",
+        f"| {what}: subscriber (HTTP, decoding, hand-off) | {child['cpu'] * per_txn:,.0f} | "
+        f"{child['cpu'] / count * 1e6:,.0f} |",
     ]
 
 
-def child(url: str, transactions: int) -> None:
+def child(url: str, transactions: int, transport: str) -> None:
     from drc.client import Subscriber
 
-    subscriber = Subscriber(url, tables="shop.*", skip_drc=True, wait_ms=200)
+    subscriber = Subscriber(
+        url, tables="shop.*", skip_drc=True, wait_ms=200, stream=transport == "stream"
+    )
     got = count = 0
     began = time.process_time()
     while got < transactions:
@@ -198,6 +203,7 @@ def child(url: str, transactions: int) -> None:
         got, count = got + len(batch.transactions), count + 1
         subscriber.ack(batch)
     print(json.dumps({"cpu": time.process_time() - began, "pulls": count}))
+    subscriber.close()
 
 
 def main() -> None:
@@ -207,24 +213,30 @@ def main() -> None:
     parser.add_argument("--txns", type=int, default=20_000, help="sysbench binlog to capture")
     parser.add_argument("--rate", type=int, default=300, help="live capture, sysbench tps")
     parser.add_argument("--pulls-of", type=int, default=2000, help="transactions pulled")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--api-only", action="store_true", help="only the pull and the stream")
     parser.add_argument("--quick", action="store_true", help="2,000 transactions, 500 pulled")
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]))
+        child(args.child[0], int(args.child[1]), args.child[2])
         return
     if args.quick:
         args.txns, args.pulls_of = 2000, 500
     work = Path(tempfile.mkdtemp(prefix="drc-hot-"))
     try:
-        rows = capture(work, args.txns, args.rate) + pulls(args.pulls_of)
+        rows = [] if args.api_only else capture(work, args.txns, args.rate)
+        api = pulls(args.pulls_of, "pull") + pulls(args.pulls_of, "stream")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"# Streaming path CPU (`python bench/bench_hotpath.py`, {time.strftime('%Y-%m-%d')})\n")
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
-    print("| part | CPU us per transaction (or pull) |")
-    print("| --- | ---: |")
-    print("\n".join(rows))
+    if rows:
+        print("| part | CPU us per transaction |")
+        print("| --- | ---: |")
+        print("\n".join(rows) + "\n")
+    print("| reading a change stream, keeping up | CPU us per transaction | per batch |")
+    print("| --- | ---: | ---: |")
+    print("\n".join(api))
 
 
 if __name__ == "__main__":

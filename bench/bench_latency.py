@@ -12,11 +12,13 @@ for DRC, both ``drc run`` processes, from the load's start to that last arrival,
 transactions replicated (sysbench's on both sides, probes included).
 
     python bench/bench_latency.py [--rates 200,300,400,500] [--seconds 30] [--profile DIR]
-        [--drc-applied full|marker|full,marker]
+        [--drc-applied full|marker|full,marker] [--transport stream|pull|stream,pull]
 
 ``--drc-applied full,marker`` runs DRC twice per rate, back to back, with each value of the
 nodes' ``[replicator] drc_applied`` (the echo of applied transactions captured with its rows,
 or as a marker without them), and reports the nodes' CPU per transaction of each.
+``--transport stream,pull`` likewise with each value of the channels' ``transport`` (one
+long-lived GET /v1/stream, or a pull per batch).
 """
 
 from __future__ import annotations
@@ -220,6 +222,8 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
     command = f"python bench/bench_latency.py --rates {rates} --seconds {args.seconds}"
     if args.drc_applied != "full":
         command += f" --drc-applied {args.drc_applied}"
+    if args.transport != "stream":
+        command += f" --transport {args.transport}"
     print(f"# End-to-end latency, DRC vs native (`{command}`, {time.strftime('%Y-%m-%d %H:%M')})\n")
     print(
         f"Arrival polled every {args.poll_ms:g} ms on each side; load average = the host's "
@@ -300,6 +304,10 @@ def main() -> None:
         "--drc-applied", default="full", choices=["full", "marker", "full,marker", "marker,full"],
         help="the DRC nodes' [replicator] drc_applied; two values: DRC runs with each in turn",
     )  # fmt: skip
+    parser.add_argument(
+        "--transport", default="stream", choices=["stream", "pull", "stream,pull", "pull,stream"],
+        help="the DRC channels' transport; two values: DRC runs with each in turn",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.rate:
         args.rates = [args.rate]
@@ -313,7 +321,11 @@ def main() -> None:
         dc1, dc2 = description.server("dc1"), description.server("dc2")
         native = Native(dc1, dc2)
         wanted = args.systems.lower().split(",")
-        drcs = [Drc(description, dc1, dc2, workdir, mode) for mode in args.drc_applied.split(",")]
+        drcs = [
+            Drc(description, dc1, dc2, workdir, mode, transport)
+            for mode in args.drc_applied.split(",")
+            for transport in args.transport.split(",")
+        ]
         prepare(native, dc1, dc2)
         systems: list[Drc | Native] = [*drcs, native] if "drc" in wanted else [native]
         systems = [s for s in systems if s is not native or "native" in wanted]

@@ -190,6 +190,9 @@ class ChannelConfig(_Model):
     max_bytes_per_commit_mb: float = Field(8, gt=0)
     max_commit_delay_ms: float = Field(100, ge=0)
     wait_ms: int = Field(200, ge=-1)
+    # "stream": one long-lived GET /v1/stream per remote (pulls where a remote has none);
+    # "pull": a GET /v1/events per batch, as before streams existed.
+    transport: Literal["stream", "pull"] = "stream"
     retries: int = Field(10, ge=0)
     # Schema objects whose CREATE/ALTER/DROP are applied; statements on the others are counted.
     objects: tuple[ObjectKind, ...] = ("view", "function", "procedure", "trigger", "event")

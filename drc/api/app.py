@@ -4,6 +4,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
 
     GET /v1/events?after=SCN[&tables=db.t,db2.*][&max_events=N][&max_bytes=B][&wait_ms=W]
                    [&epoch=E][&skip_drc=1]        the change stream; see drc.api.wire
+    GET /v1/stream?after=SCN[&...same as /v1/events]  the same records on one long-lived
+                                                  response, as they commit (drc.api.stream)
     GET /v1/status                                role, buffer, source position, lag, capture
     GET /v1/position?at_ms=T                      the SCN to read after for changes from time T
     GET /v1/schema/{db}/{table}[?scn=S]           a table's schema as of S (default: newest)
@@ -29,7 +31,18 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from drc.api import control, errors, events, health, history, schema, segments, status, ui
+from drc.api import (
+    control,
+    errors,
+    events,
+    health,
+    history,
+    schema,
+    segments,
+    status,
+    stream,
+    ui,
+)
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 from drc.eventbuffer.export import Checksums
@@ -48,7 +61,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     if deps.buffer is not None:
         app.state.commits = CommitSignal(deps.buffer, deps.stop)
         app.state.segment_sums = Checksums()
-        for module in (events, schema, history, segments):
+        for module in (events, stream, schema, history, segments):
             app.include_router(module.router)
     for module in (status, health, ui, control):
         app.include_router(module.router)

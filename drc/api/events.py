@@ -41,12 +41,7 @@ GONE_STATUS = 499  # never sent: the client hung up
 
 @router.get(wire.PATH_EVENTS)
 async def get_events(request: Request, deps: Deps) -> Response:
-    try:
-        query = parse_pull_query(request.query_params.multi_items(), deps.limits)
-    except BadQuery as exc:
-        raise ApiError(400, str(exc)) from exc
-    if deps.drc_applied == wire.DRC_APPLIED_MARKER and query.selection.refuses_markers:
-        raise rows_omitted_error(None)
+    query = request_query(request, deps)
     records = _wants_records(request.headers.get("accept"))
     commits: CommitSignal = request.app.state.commits
     caller: str = request.state.caller
@@ -56,6 +51,18 @@ async def get_events(request: Request, deps: Deps) -> Response:
         response = await _serve(deps, commits, caller, query, records)
         tasks.cancel_scope.cancel()
     return response
+
+
+def request_query(request: Request, deps: ApiDeps) -> PullQuery:
+    """The pull's (or stream's) query; ApiError 400 if malformed, 409 if it would get records
+    this replicator stores without their rows."""
+    try:
+        query = parse_pull_query(request.query_params.multi_items(), deps.limits)
+    except BadQuery as exc:
+        raise ApiError(400, str(exc)) from exc
+    if deps.drc_applied == wire.DRC_APPLIED_MARKER and query.selection.refuses_markers:
+        raise rows_omitted_error(None)
+    return query
 
 
 class FastPath:
@@ -117,9 +124,20 @@ async def _serve(
         batch = await _collect(deps, commits, caller, query)
     except ApiError as exc:
         return exc.response()
-    except RowsOmitted as exc:
-        return rows_omitted_error(exc).response()
-    except EpochMismatch as exc:
+    except (RowsOmitted, EpochMismatch, ScnTooOldError, RetriableError) as exc:
+        return pull_failure(deps, query, exc).response()
+    if not batch.items or sum(len(i.record()) for i in batch.items) <= INLINE_BYTES:
+        return _response(deps, batch, records)  # small: rendering beats a thread hand-off
+    limiter = deps.limiter if query.wait_ms == wire.WAIT_NONE else deps.long_poll_limiter
+    return await anyio.to_thread.run_sync(_response, deps, batch, records, limiter=limiter)
+
+
+def pull_failure(deps: ApiDeps, query: PullQuery, exc: Exception) -> ApiError:
+    """The answer to a pull (or stream) whose read raised ``exc``: RowsOmitted, EpochMismatch,
+    ScnTooOldError or RetriableError."""
+    if isinstance(exc, RowsOmitted):
+        return rows_omitted_error(exc)
+    if isinstance(exc, EpochMismatch):
         return ApiError(
             409,
             f"epoch {query.epoch} is not this buffer's: it was rebuilt or is another "
@@ -127,8 +145,8 @@ async def _serve(
             "the same SCN without an epoch is normally safe; check first that the stream was not "
             "restored or re-seeded",
             epoch=exc.current,
-        ).response()
-    except ScnTooOldError as exc:
+        )
+    if isinstance(exc, ScnTooOldError):
         # With back to source, the backfill's message says why the binlog cannot serve it.
         message = (
             str(exc)
@@ -138,18 +156,14 @@ async def _serve(
                 f"{exc.oldest}: resume from a snapshot or the source binlog"
             )
         )
-        return ApiError(410, message, oldest=str(exc.oldest)).response()
-    except RetriableError:  # back to source, and the source did not answer: try again soon
-        return ApiError(
-            503,
-            f"SCN {query.after} is older than this buffer holds and the source binlog that has "
-            "it cannot be read right now; retry shortly or ask another replicator",
-            headers={"Retry-After": "1"},
-        ).response()
-    if not batch.items or sum(len(i.record()) for i in batch.items) <= INLINE_BYTES:
-        return _response(deps, batch, records)  # small: rendering beats a thread hand-off
-    limiter = deps.limiter if query.wait_ms == wire.WAIT_NONE else deps.long_poll_limiter
-    return await anyio.to_thread.run_sync(_response, deps, batch, records, limiter=limiter)
+        return ApiError(410, message, oldest=str(exc.oldest))
+    # RetriableError: back to source, and the source did not answer: try again soon
+    return ApiError(
+        503,
+        f"SCN {query.after} is older than this buffer holds and the source binlog that has "
+        "it cannot be read right now; retry shortly or ask another replicator",
+        headers={"Retry-After": "1"},
+    )
 
 
 def rows_omitted_error(found: RowsOmitted | None) -> ApiError:

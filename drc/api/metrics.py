@@ -77,13 +77,17 @@ def api_families(metrics: ApiMetrics) -> list[Family]:
         by_route.add(count, method=method, route=route, status=str(status))
     return [
         by_route,
-        Family("drc_api_long_poll_waiters", "gauge", "Pulls waiting for a commit now").add(waiting),
-        Family("drc_api_served_records_total", "counter", "Records sent by /v1/events").add(
-            records
-        ),
-        Family("drc_api_served_bytes_total", "counter", "Record bytes sent by /v1/events").add(
-            size
-        ),
+        Family(
+            "drc_api_long_poll_waiters", "gauge", "Pulls and streams waiting for a commit now"
+        ).add(waiting),
+        Family(
+            "drc_api_served_records_total", "counter", "Records sent by /v1/events and /v1/stream"
+        ).add(records),
+        Family(
+            "drc_api_served_bytes_total",
+            "counter",
+            "Record bytes sent by /v1/events and /v1/stream",
+        ).add(size),
     ]
 
 

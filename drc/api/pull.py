@@ -164,6 +164,12 @@ class Pull:
         return self.remaining_s <= 0
 
     @property
+    def more(self) -> bool:
+        """True when the last scan stopped before the buffer's end (batch full, or out of
+        scan budget): more is committed already (a stream reads on at once)."""
+        return self.builder.full or not self._caught_up
+
+    @property
     def remaining_s(self) -> float:
         return self._deadline - self._clock()
 
@@ -223,6 +229,9 @@ def _scan(
             if budget_records <= 0 or budget_bytes <= 0:
                 return None
             count, size = min(count, budget_records), min(size, budget_bytes)
+        last = buffer.last_scn
+        if last is not None and builder.next >= last:
+            return True  # at the end: a read would seek and find nothing (a commit wakes us)
         records = buffer.read_after(builder.next, max_records=count, max_bytes=size)
         if not records:
             return True

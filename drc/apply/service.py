@@ -49,6 +49,7 @@ def default_subscriber(channel: ChannelConfig, after: SCN) -> SubscriberLike:
         binary=True,
         wait_ms=channel.wait_ms,
         verify=channel.https_verify(),
+        stream=channel.transport == "stream",
     )
 
 

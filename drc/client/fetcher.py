@@ -20,6 +20,14 @@ Failover and backoff (kazoo's KazooRetry shape, with injected sleep)::
                        passes, pausing backoff_initial after each empty answer; so a channel
                        keeps up (lag about backoff_initial) while long polls are refused
 
+Streams (``stream=True``, records form only): a URL that serves ``GET /v1/stream`` is read
+through one long-lived response (drc.client.stream) instead of a pull per page; the same
+answers and failures apply to opening it, and a stream that ends counts as a transient
+failure (reconnect from the last page's ``next``). A URL that answers 404 (an older server)
+is pulled from (and asked for a stream again after :data:`NO_STREAM_RETRY_S`); a URL refusing
+long polls (429/503) is pulled from with ``wait_ms=-1`` until
+its Retry-After passes, then streamed from again.
+
 ``zk://`` entries (drc.client.discovery) are resolved to the group's members, leader first,
 at the start and again after every round in which no URL answered.
 
@@ -34,17 +42,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import httpx
 
 from drc.api import wire
 from drc.client import discovery, http
 from drc.client.errors import BufferRebuiltError, PositionTooOldError, ProtocolError
+from drc.client.stream import StreamSource, stream_params
 from drc.core.scn import SCN
 
 log = logging.getLogger("drc.client")
 
 ON_REBUILD = ("raise", "continue")
+NO_STREAM_RETRY_S = 300.0  # a URL without /v1/stream is pulled from this long, then asked again
 
 
 class Cancelled(Exception):
@@ -66,6 +77,7 @@ class Fetcher:
         backoff_max: float,
         sleep: Callable[[float], None] | None,
         clock: Callable[[], float] = time.monotonic,
+        stream: bool = False,
     ) -> None:
         self._specs = tuple(urls)
         self.urls = discovery.expand(urls) if self._groups else self._specs
@@ -74,6 +86,16 @@ class Fetcher:
         self._token = token
         self._binary = binary
         self._timeout = http.read_timeout(wait_ms)
+        self._stream_timeout = http.stream_timeout(wait_ms)
+        # Records only: a stream carries the records form.
+        self._stream = (
+            StreamSource(
+                int(params.get(wire.PARAM_MAX_EVENTS, "1000")),
+                int(params.get(wire.PARAM_MAX_BYTES, str(16 << 20))),
+            )
+            if stream and binary
+            else None
+        )
         self._on_rebuild = on_rebuild
         self._backoff = (backoff_initial, backoff_max)
         self._sleep = sleep
@@ -146,9 +168,7 @@ class Fetcher:
             if busy:
                 params[wire.PARAM_WAIT_MS] = str(wire.WAIT_NONE)
             try:
-                page = http.get_events(
-                    self._client, url, params, self._binary, self._timeout, self._token
-                )
+                page = self._get(url, after, params, busy, cancelled)
             except http.EpochMismatch as exc:
                 self._rebuilt(url, expected or "", exc.current, after)
                 continue
@@ -161,6 +181,66 @@ class Fetcher:
                 self._wait(self._backoff[0], cancelled)
             return page
         raise ProtocolError(f"{url} kept reporting an epoch mismatch without an epoch sent")
+
+    def _get(
+        self,
+        url: str,
+        after: SCN,
+        params: dict[str, str],
+        busy: bool,
+        cancelled: threading.Event,
+    ) -> http.Page:
+        """The page after ``after``: off the stream when the server has one (and is not
+        refusing long polls now, which a stream counts as), else pulled."""
+        source = self._stream
+        if source is not None and not busy and self._may_stream(source, url):
+            opener = partial(
+                http.open_stream,
+                self._client,
+                url,
+                stream_params(params),
+                self._stream_timeout,
+                self._token,
+            )
+            try:
+                page = source.page(url, after, opener, cancelled.is_set)
+            except http.NoStream as exc:
+                source.unsupported[url] = self._clock() + NO_STREAM_RETRY_S
+                log.info("%s serves no stream (%s): pulling from it", url, exc)
+            else:
+                if page is None:
+                    raise Cancelled()
+                return page
+        return http.get_events(self._client, url, params, self._binary, self._timeout, self._token)
+
+    def _may_stream(self, source: StreamSource, url: str) -> bool:
+        """False for a while after ``url`` answered that it has no stream (an older server,
+        which an upgrade may replace: then it is streamed from again)."""
+        until = source.unsupported.get(url)
+        if until is None:
+            return True
+        if self._clock() < until:
+            return False
+        del source.unsupported[url]
+        return True
+
+    def stream_ready(self, after: SCN, timeout_s: float | None) -> tuple[str, http.Page] | None:
+        """The page after ``after`` off the open stream, in the calling thread (no fetch, no
+        hand-off): see StreamSource.ready; None: fetch it."""
+        if self._stream is None:
+            return None
+        ready = self._stream.ready(after, timeout_s)
+        if ready is not None:
+            check_page(after, ready[1], ready[0])
+        return ready
+
+    def streaming(self, after: SCN) -> bool:
+        return self._stream is not None and self._stream.streaming(after)
+
+    def close(self) -> None:
+        """Close the open stream, if any."""
+        if self._stream is not None:
+            self._stream.close()
 
     def _rebuilt(self, url: str, expected: str, current: str | None, after: SCN) -> None:
         text = (

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import httpx
 
 from drc import __version__
-from drc.api import wire
+from drc.api import streamwire, wire
 from drc.client.errors import ApiAuthError, ApiRequestError, ApiTlsError, ProtocolError
 from drc.client.lean import LeanPool
 from drc.core.errors import CorruptRecordError, MalformedScnError
@@ -150,6 +151,94 @@ def get_events(
     if response.headers.get("content-type", "").startswith(wire.MEDIA_RECORDS):
         return _records_page(response, url)
     return _json_page(_json(response, url), url)
+
+
+class NoStream(Exception):
+    """The server has no ``GET /v1/stream`` (404: an older server), or answered it with
+    something else than a stream (a proxy, a fake): pull from it instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """A stream's 200 answer: its epoch and term headers, and its body as it arrives."""
+
+    epoch: str
+    term: int | None
+    chunks: Iterator[bytes]
+    close: Callable[[], None]
+
+
+def stream_timeout(wait_ms: int) -> httpx.Timeout:
+    """Reads of a stream: a frame or heartbeat comes at least every ``wait_ms`` (1 s by
+    default) unless the server is busy reading a long filtered-out stretch, as for pulls."""
+    heartbeat_s = wait_ms / 1000 if wait_ms > 0 else 1.0
+    return httpx.Timeout(CONNECT_TIMEOUT_S, read=heartbeat_s + READ_MARGIN_S)
+
+
+def open_stream(
+    client: httpx.Client,
+    url: str,
+    params: dict[str, str],
+    timeout: httpx.Timeout,
+    token: str | None,
+) -> Opened:
+    """Send ``GET /v1/stream``; the open answer, or raises like :func:`send`, or NoStream."""
+    target = url + streamwire.PATH_STREAM
+    response, chunks, close = _open(client, target, params, timeout, token)
+    if response.status_code == 404:
+        close()
+        raise NoStream(f"{target}: 404")
+    if not response.is_success:
+        close()
+        raise status_error(response, target, token)
+    media = response.headers.get("content-type", "")
+    try:
+        if not media.startswith(streamwire.MEDIA_STREAM):
+            raise NoStream(f"{target} answered {media!r}, not a stream")
+        epoch = response.headers[wire.HEADER_EPOCH]
+        term_text = response.headers.get(wire.HEADER_TERM)
+        term = int(term_text) if term_text else None
+    except (KeyError, ValueError) as exc:
+        close()
+        raise ProtocolError(f"{target} opened a stream without valid headers: {exc}") from exc
+    except NoStream:
+        close()
+        raise
+    return Opened(epoch, term, _failures(chunks, target, token), close)
+
+
+def _open(
+    client: httpx.Client,
+    target: str,
+    params: dict[str, str],
+    timeout: httpx.Timeout,
+    token: str | None,
+) -> tuple[httpx.Response, Iterator[bytes], Callable[[], None]]:
+    """The streamed answer (its body read already unless 2xx), its chunks, its closer: on a
+    lean connection (drc.client.lean) where the client goes straight to the network."""
+    pool = _LEAN.get(client)
+    try:
+        if pool is not None:
+            return pool.open(target, params, streamwire.MEDIA_STREAM, timeout)
+        headers = {"Accept": streamwire.MEDIA_STREAM}
+        request = client.build_request("GET", target, params=params, headers=headers,
+                                       timeout=timeout)  # fmt: skip
+        response = client.send(request, stream=True)
+        if not response.is_success:
+            try:
+                response.read()
+            finally:
+                response.close()
+        return response, response.iter_raw(), response.close
+    except httpx.HTTPError as exc:
+        raise failure(exc, target, token) from exc
+
+
+def _failures(chunks: Iterator[bytes], target: str, token: str | None) -> Iterator[bytes]:
+    try:
+        yield from chunks
+    except httpx.HTTPError as exc:
+        raise failure(exc, target, token) from exc
 
 
 def send(

@@ -1,4 +1,5 @@
-"""Keep-alive connections for the one request a subscriber repeats: ``GET /v1/events``.
+"""Keep-alive connections for the one request a subscriber repeats: ``GET /v1/events``
+(and a connection of its own for each ``GET /v1/stream``, read as it arrives).
 
 A subscriber that keeps up pulls once per transaction or two, and httpx's request machinery
 (URL and header models, its transport layers) cost more CPU per pull than the server's answer.
@@ -23,11 +24,13 @@ import ssl
 import threading
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 
 _IDLE_PER_HOST = 4
+_CHUNK_BYTES = 256 << 10
 
 
 class LeanPool:
@@ -46,10 +49,7 @@ class LeanPool:
         return transport is None and not urllib.request.getproxies()
 
     def get(self, url: str, params: dict[str, str], accept: str, timeout: httpx.Timeout) -> Any:
-        parts = urllib.parse.urlsplit(url)
-        key = (parts.scheme, parts.hostname or "", parts.port or _default_port(parts.scheme))
-        target = f"{parts.path or '/'}?{urllib.parse.urlencode(params)}"
-        headers = {**self._headers, "Accept": accept}
+        key, target, headers = self._request(url, params, accept)
         for attempt in (0, 1):
             conn, reused = self._take(key, timeout)
             try:
@@ -68,6 +68,24 @@ class LeanPool:
             return httpx.Response(answer.status, headers=answer.getheaders(), content=body)
         raise AssertionError("unreachable")
 
+    def open(
+        self, url: str, params: dict[str, str], accept: str, timeout: httpx.Timeout
+    ) -> tuple[httpx.Response, Iterator[bytes], Callable[[], None]]:
+        """A GET whose body is read as it arrives (a stream), on a connection of its own:
+        the answer's status and headers (and its whole body unless 2xx), the body's chunks,
+        and what closes the connection."""
+        key, target, headers = self._request(url, params, accept)
+        conn = self._connect(key, timeout)
+        try:
+            conn.request("GET", target, headers=headers)
+            answer = conn.getresponse()
+            body = b"" if 200 <= answer.status < 300 else answer.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise _as_httpx(exc, url) from exc
+        response = httpx.Response(answer.status, headers=answer.getheaders(), content=body)
+        return response, _chunks(answer, url), lambda: _hang_up(conn)
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, {}
@@ -75,19 +93,33 @@ class LeanPool:
             for conn in conns:
                 conn.close()
 
+    def _request(
+        self, url: str, params: dict[str, str], accept: str
+    ) -> tuple[tuple[str, str, int], str, dict[str, str]]:
+        parts = urllib.parse.urlsplit(url)
+        key = (parts.scheme, parts.hostname or "", parts.port or _default_port(parts.scheme))
+        target = f"{parts.path or '/'}?{urllib.parse.urlencode(params)}"
+        return key, target, {**self._headers, "Accept": accept}
+
     def _take(
         self, key: tuple[str, str, int], timeout: httpx.Timeout
     ) -> tuple[http.client.HTTPConnection, bool]:
         with self._lock:
             idle = self._idle.get(key)
             conn = idle.pop() if idle else None
-        read_s = timeout.read
         if conn is not None:
             if conn.sock is not None:
-                conn.sock.settimeout(read_s)
+                conn.sock.settimeout(timeout.read)
             return conn, True
+        return self._connect(key, timeout), False
+
+    def _connect(
+        self, key: tuple[str, str, int], timeout: httpx.Timeout
+    ) -> http.client.HTTPConnection:
+        read_s = timeout.read
         scheme, host, port = key
         connect_s = timeout.connect
+        conn: http.client.HTTPConnection
         try:
             if scheme == "https":
                 conn = http.client.HTTPSConnection(
@@ -101,7 +133,7 @@ class LeanPool:
         assert conn.sock is not None
         conn.sock.settimeout(read_s)
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn, False
+        return conn
 
     def _give(self, key: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
         with self._lock:
@@ -126,6 +158,28 @@ class LeanPool:
             else:
                 self._context = ssl.create_default_context()
         return self._context
+
+
+def _chunks(answer: http.client.HTTPResponse, url: str) -> Iterator[bytes]:
+    """A streamed body as it arrives (chunked transfer decoded by http.client)."""
+    try:
+        while data := answer.read1(_CHUNK_BYTES):
+            yield data
+    except (OSError, http.client.HTTPException) as exc:
+        raise _as_httpx(exc, url) from exc
+
+
+def _hang_up(conn: http.client.HTTPConnection) -> None:
+    """Close a stream's connection now, even while its reader is blocked receiving on it
+    (close alone leaves the socket open while the answer's file or a receive holds it), so
+    the server sees the hang-up at once and frees the stream's long-poll slot."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    conn.close()
 
 
 def _default_port(scheme: str) -> int:

@@ -2,12 +2,14 @@
 
 A follower (drc.replicator.follower) copies another member's buffer byte for byte, so it needs
 each record's bytes, not decoded transactions: :func:`pull_raw` returns them with the term the
-serving member names (``X-DRC-Term``). :func:`pull_history` reads ``/v1/history``.
+serving member names (``X-DRC-Term``), and :class:`RawStreams` the same off a stream.
+:func:`pull_history` reads ``/v1/history``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
@@ -15,11 +17,14 @@ import httpx
 from drc.api import wire
 from drc.client import http
 from drc.client.errors import ProtocolError
+from drc.client.stream import StreamSource
 from drc.core.codec import decode_transaction
 from drc.core.errors import CorruptRecordError, MalformedScnError
+from drc.core.events import Transaction
 from drc.core.scn import SCN
 
 HISTORY_TIMEOUT = httpx.Timeout(10.0)
+MAX_EVENTS = 5000
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ def pull_raw(
     after: SCN,
     wait_ms: int,
     token: str | None,
-    max_events: int = 5000,
+    max_events: int = MAX_EVENTS,
     max_bytes: int = 16 << 20,
 ) -> RawPage:
     """Every stored record after ``after`` (no filter), split but not re-encoded.
@@ -64,8 +69,7 @@ def pull_raw(
     try:
         while offset < len(body):
             txn, end = decode_transaction(body, offset)
-            more = not txn.last_fragment
-            records.append(RawRecord(txn.scn, bytes(body[offset:end]), txn.timestamp * 1000, more))
+            records.append(_raw(txn, body[offset:end]))
             offset = end
         newest_text = response.headers.get(wire.HEADER_NEWEST) or None
         newest = SCN.parse(newest_text) if newest_text else None
@@ -74,6 +78,55 @@ def pull_raw(
     except (CorruptRecordError, MalformedScnError, ValueError) as exc:
         raise ProtocolError(f"{url} answered with a malformed records page: {exc}") from exc
     return RawPage(tuple(records), term, newest)
+
+
+def _raw(txn: Transaction, record: bytes) -> RawRecord:
+    return RawRecord(txn.scn, bytes(record), txn.timestamp * 1000, not txn.last_fragment)
+
+
+class RawStreams:
+    """:func:`pull_raw`'s pages off ``GET /v1/stream`` (drc.client.stream), one stream open
+    at a time: a follower that keeps up then costs its leader no request per batch. Pulls
+    without waiting (``wait_ms=-1``), and from a URL without streams (404), are
+    :func:`pull_raw`'s. The term is the one the stream opened under: a member whose term or
+    role changes ends its streams, and the next page opens a new one."""
+
+    def __init__(self, client: httpx.Client, token: str | None, max_bytes: int = 16 << 20):
+        self._client = client
+        self._token = token
+        self._source = StreamSource(MAX_EVENTS, max_bytes)
+
+    def page(self, url: str, after: SCN, wait_ms: int) -> RawPage:
+        """The records after ``after``; raises what :func:`pull_raw` raises."""
+        if wait_ms == wire.WAIT_NONE or url in self._source.unsupported:
+            return pull_raw(self._client, url, after, wait_ms, self._token)
+        params = {
+            wire.PARAM_AFTER: str(after),
+            wire.PARAM_MAX_EVENTS: str(MAX_EVENTS),
+            wire.PARAM_MAX_BYTES: str(self._source.max_bytes),
+            wire.PARAM_WAIT_MS: str(wait_ms),
+            wire.PARAM_DRC_APPLIED: wire.DRC_APPLIED_MARKER,
+        }
+        timeout = http.stream_timeout(wait_ms)
+        opener = partial(http.open_stream, self._client, url, params, timeout, self._token)
+        try:
+            got = self._source.frames(url, after, opener, lambda: False)
+        except http.NoStream:
+            self._source.unsupported[url] = 0.0  # for good: a follower restarts with its server
+            return pull_raw(self._client, url, after, wait_ms, self._token)
+        assert got is not None  # never cancelled
+        stream, frames = got
+        records = [
+            _raw(txn, frame.records[start:end])
+            for frame in frames
+            for txn, start, end in zip(
+                frame.transactions, (0, *frame.ends), frame.ends, strict=False
+            )
+        ]
+        return RawPage(tuple(records), stream.term, frames[-1].newest)
+
+    def close(self) -> None:
+        self._source.close()
 
 
 def pull_history(

@@ -17,7 +17,9 @@ still moves forward past filtered-out changes: ack it too, so the checkpoint kee
 
 Prefetch: right after ``get()`` hands out a batch, a background thread fetches the batch after
 its ``next``. It is used only if the caller acks and asks for exactly that position; rollback
-and close discard it. Order is never changed and nothing is skipped.
+and close discard it. Order is never changed and nothing is skipped. On a stream
+(drc.client.stream) the stream's reader reads ahead instead, and ``get()`` takes what it read
+in the caller's thread.
 
 Iteration (``for txn in subscriber``) yields transactions in SCN order and acks a batch when the
 caller asks for the transaction after its last one, so a crash mid-batch redelivers the whole
@@ -138,6 +140,9 @@ class Subscriber:
     ``ssl.SSLContext`` as ``verify``). ``transport`` replaces httpx's network transport (tests);
     ``sleep`` and ``clock`` replace time.sleep and time.monotonic for the retry backoff, which
     doubles from ``backoff_initial`` up to ``backoff_max`` (default :data:`RECONNECT_MAX_S`).
+    ``stream`` (with ``binary``) reads the changes off one long-lived response per server
+    (``GET /v1/stream``, a heartbeat every ``wait_ms``) where it is served, instead of a pull
+    per batch: the same batches, positions and acks (drc.client.stream); False always pulls.
     """
 
     def __init__(
@@ -165,6 +170,7 @@ class Subscriber:
         ca: str | os.PathLike[str] | None = None,
         cert: str | os.PathLike[str] | None = None,
         key: str | os.PathLike[str] | None = None,
+        stream: bool = True,
     ) -> None:
         self.urls = _check_args(urls, tables, max_events, max_bytes, wait_ms, on_rebuild)
         if drc_applied not in (wire.DRC_APPLIED_FULL, wire.DRC_APPLIED_MARKER):
@@ -189,6 +195,7 @@ class Subscriber:
             backoff_max=backoff_max,
             sleep=sleep,
             clock=clock,
+            stream=stream,
         )
         self._worker: _Worker | None = None
         self._ids = itertools.count(1)
@@ -218,6 +225,13 @@ class Subscriber:
         self._check_open()
         if self._pending is not None:
             return self._pending
+        if self._inflight is None:  # a stream open here has read ahead: take from it
+            try:
+                ready = self._fetcher.stream_ready(self._position, timeout)
+            except TimeoutError:
+                raise self._unavailable(timeout) from None
+            if ready is not None:
+                return self._hand_out(self._position, *ready)
         fetch = self._inflight
         if fetch is None or fetch.after != self._position:
             self._discard_inflight()
@@ -228,13 +242,16 @@ class Subscriber:
         if fetch.error is not None:
             raise fetch.error
         assert fetch.result is not None
-        url, page = fetch.result
+        batch = self._hand_out(fetch.after, *fetch.result)
+        if self._prefetch and not self._fetcher.streaming(batch.next):
+            self._inflight = self._start(batch.next)
+        return batch
+
+    def _hand_out(self, after: SCN, url: str, page: http.Page) -> Batch:
         batch = Batch(
-            next(self._ids), fetch.after, page.next, page.transactions, page.epoch, url, page.newest
+            next(self._ids), after, page.next, page.transactions, page.epoch, url, page.newest
         )
         self._pending = batch
-        if self._prefetch:
-            self._inflight = self._start(batch.next)
         return batch
 
     def ack(self, batch: Batch) -> None:
@@ -287,6 +304,7 @@ class Subscriber:
             fetch.done.wait(_JOIN_ON_CLOSE_S)  # a long poll may outlive this; it is a daemon
         if self._worker is not None:
             self._worker.stop()
+        self._fetcher.close()
         http.close_client(self._client)
 
     def __enter__(self) -> Subscriber:

@@ -1,9 +1,10 @@
 """Copy another group member's buffer and schema history, record for record, byte for byte.
 
-One :meth:`Copier.copy_once` pulls the records after this buffer's last SCN through the pull
-API in its binary form (no filter, so every stored record comes, progress markers included),
-first copies the schema history entries up to the batch's last SCN (``/v1/history``), then
-appends each record with the same SCN, payload bytes, timestamp and fragment flag, and commits.
+One :meth:`Copier.copy_once` takes the records after this buffer's last SCN off the pull API's
+stream (drc.client.records.RawStreams; pulled from a member without streams) in its binary
+form (no filter, so every stored record comes, progress markers included), first copies the
+schema history entries up to the batch's last SCN (``/v1/history``), then appends each record
+with the same SCN, payload bytes, timestamp and fragment flag, and commits.
 Same SCNs, same bytes: a reader can move between members at any SCN.
 
 Terms (drc.core.term): a follower copies only from the member ZooKeeper names as leader, and
@@ -26,7 +27,7 @@ from typing import Any
 from drc.api import wire
 from drc.client import http
 from drc.client.errors import ApiRequestError, ApiTlsError, ProtocolError
-from drc.client.records import pull_history, pull_raw
+from drc.client.records import RawStreams, pull_history, pull_raw
 from drc.core.errors import FatalError, RetriableError, ScnTooOldError
 from drc.core.scn import SCN
 from drc.core.term import check_records
@@ -51,6 +52,7 @@ class Copier:
         self._metastore = metastore
         self._client = client
         self._token = token
+        self._pages = RawStreams(client, token)  # streamed where the member serves streams
 
     def copy_once(self, url: str, wait_ms: int, leader_term: int | None = None) -> Copied:
         """One batch from ``url``. ``leader_term``: the leader's term as ZooKeeper names it
@@ -62,7 +64,7 @@ class Copier:
         this buffer)."""
         after = self._buffer.resume_scn or SCN.ZERO
         try:
-            page = pull_raw(self._client, url, after, wait_ms, self._token)
+            page = self._pages.page(url, after, wait_ms)
         except http.TooOld as exc:
             raise FatalError(
                 f"{url} no longer holds the records after SCN {after} (it serves after "

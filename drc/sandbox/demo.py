@@ -45,16 +45,18 @@ def write_configs(
     tables: Sequence[str] | None = None,
     no_primary_key: str = "refuse",
     drc_applied: str = "full",
+    transport: str = "stream",
 ) -> dict[str, Path]:
     """A config per datacenter: capture its own server, apply the other one's stream
     (``tables``: the db.table patterns captured and applied, ``schema.*`` by default;
     ``extra``: more TOML appended to each, e.g. a [conflicts] section; ``drc_applied``: the
-    [replicator] key, written when not the default)."""
+    [replicator] key, ``transport`` the channels' key, each written when not the default)."""
     directory.mkdir(parents=True, exist_ok=True)
     patterns = json.dumps(list(tables) if tables is not None else [f"{schema}.*"])
     ports = {s.datacenter: free_port() for s in description.servers}
     paths = {}
     stored = "" if drc_applied == "full" else f'drc_applied = "{drc_applied}"\n'
+    reads = "" if transport == "stream" else f'transport = "{transport}"\n'
     for server in description.servers:
         secret = directory / f"{server.datacenter}.password"
         secret.write_text(server.password)
@@ -70,7 +72,7 @@ tables = {patterns}
 no_primary_key = "{no_primary_key}"
 max_commit_delay_ms = 20
 wait_ms = 200
-"""
+{reads}"""
             for peer in peers
         )
         path = directory / f"{server.datacenter}.toml"

@@ -90,8 +90,10 @@ def _workload(server: ServerInfo, done: threading.Event) -> None:
     done.set()
 
 
-def _checkpoint_scns(server: ServerInfo, start: tuple[str, int]) -> list[SCN]:
-    """The SCNs channel "crash" wrote into drc.checkpoint, in the target's binlog order."""
+def _checkpoint_scns(
+    server: ServerInfo, start: tuple[str, int], channel: str = "crash"
+) -> list[SCN]:
+    """The SCNs ``channel`` wrote into drc.checkpoint, in the target's binlog order."""
     reader = BinLogStreamReader(
         connection_settings={"host": server.host, "port": server.port, "user": server.user,
                              "password": server.password},
@@ -103,7 +105,7 @@ def _checkpoint_scns(server: ServerInfo, start: tuple[str, int]) -> list[SCN]:
     for event in reader:
         for row in event.rows:
             image = row.get("after_values") or row["values"]
-            if image["channel"] == "crash":
+            if image["channel"] == channel:
                 scns.append(SCN.parse(image["scn"]))
     reader.close()
     return scns

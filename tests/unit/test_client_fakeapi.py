@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from drc.api import wire
+from drc.api import streamwire, wire
 from drc.core.codec import encode_transaction
 from drc.core.events import Op, RowChange, SchemaChange, Transaction
 from drc.core.jsonwire import transaction_to_json
@@ -124,6 +124,8 @@ class FakeApi:
             return [s for s in self.seen if host is None or s.host == host]
 
     def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == streamwire.PATH_STREAM:  # an older server: the SDK pulls
+            return error(404, "not_found", "no such resource")
         host = request.url.host
         params = dict(request.url.params)
         with self._lock:

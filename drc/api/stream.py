@@ -1,0 +1,228 @@
+"""``GET /v1/stream``: the pull's records on one long-lived response, written as they commit.
+
+A subscriber that keeps up pulls once per transaction, and each pull's HTTP exchange costs
+more CPU than the transaction it carries; a stream pays it once. Frames are
+:mod:`drc.api.streamwire`'s. The query is the pull's (``after``, ``tables``, ``skip_drc``,
+``drc_applied``, ``epoch``, ``max_events`` / ``max_bytes`` per frame), with ``wait_ms`` the
+heartbeat period (default and at most the server's ``max_wait_ms``; -1 and 0 take the
+default :data:`HEARTBEAT_MS`).
+
+Like a pull, and with the pull's statuses before the first byte: the bearer token (401), a
+long-poll slot held for the whole stream (429/503), the epoch (409), an SCN older than the
+buffer (410), DRC-applied transactions without their rows (409). Later the stream reads after
+the last ``next`` it sent, woken by the same commit signal as long polls
+(:class:`drc.api.commits.CommitSignal`), and sends a batch frame as soon as a scan finds
+matching transactions, or a heartbeat when none went out for ``wait_ms``.
+
+It ends with an END frame when the server stops, when its replicator group's term or this
+member's role changes (a deposed leader's stream stops: the subscriber reconnects, and asks
+the group again), or when a read fails (the subscriber reconnects and gets the pull's status
+for it); and at once when the client hangs up.
+
+Back-pressure: the next frame is read from the buffer only once the previous one is handed to
+the server's transport, and uvicorn's ``send`` waits while the connection's write buffer is
+above its high-water mark, so a slow client holds one frame (at most ``max_bytes``, or one
+transaction) and the socket's buffers, however far behind it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from drc.api import streamwire, wire
+from drc.api.batching import RowsOmitted
+from drc.api.commits import CommitSignal
+from drc.api.deps import ApiDeps, Deps, require_token
+from drc.api.errors import ApiError
+from drc.api.events import pull_failure, request_query
+from drc.api.pull import STOP_CHECK_S, EpochMismatch, Pull, render_records
+from drc.api.query import PullQuery
+from drc.core.errors import DrcError, RetriableError, ScnTooOldError
+
+router = APIRouter(dependencies=[Depends(require_token)])
+HEARTBEAT_MS = 1000
+MIN_HEARTBEAT_MS = 50
+_READ_FAILURES = (RowsOmitted, EpochMismatch, ScnTooOldError, RetriableError)
+
+SendBytes = Callable[[bytes], Awaitable[None]]
+
+
+@router.get(streamwire.PATH_STREAM)
+async def get_stream(request: Request, deps: Deps) -> Response:
+    query = request_query(request, deps)
+    held = ExitStack()
+    held.enter_context(deps.long_polls.slot(request.state.caller))  # 429 / 503
+    try:
+        stream = StreamLoop(deps, request.app.state.commits, query)
+        first = await stream.scan()
+    except _READ_FAILURES as exc:
+        held.close()
+        return pull_failure(deps, query, exc).response()
+    except BaseException:
+        held.close()
+        raise
+    headers = {wire.HEADER_EPOCH: first.state.epoch}
+    if stream.term is not None:
+        headers[wire.HEADER_TERM] = str(stream.term)
+    return StreamResponse(stream, first, held, headers)
+
+
+def heartbeat_s(query: PullQuery, server_max_ms: int) -> float:
+    wait_ms = query.wait_ms if query.wait_ms > 0 else min(HEARTBEAT_MS, server_max_ms)
+    return max(wait_ms, MIN_HEARTBEAT_MS) / 1000
+
+
+class StreamLoop:
+    """One stream's reading and waiting; :meth:`run` writes its frames through ``send``."""
+
+    def __init__(
+        self,
+        deps: ApiDeps,
+        commits: CommitSignal,
+        query: PullQuery,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.deps = deps
+        self.commits = commits
+        self.query = query
+        self.heartbeat_s = heartbeat_s(query, deps.limits.max_wait_ms)
+        self.next = query.after
+        self.buffer = deps.pull_buffer()
+        self._clock = clock
+        self._epoch = query.epoch  # checked by the first scan only: the buffer stays the same
+        self._group = _group_key(deps)
+        self.term = None if self._group is None else self._group[0]
+
+    async def scan(self) -> Scanned:
+        """Read what follows ``next`` and render it; raises the pull's read failures. A scan
+        that is more than a few records reads and renders in a worker thread, as pulls do."""
+        query = dataclasses.replace(self.query, after=self.next, epoch=self._epoch)
+        state = Pull(self.buffer, query)
+        self._epoch = None
+        if state.scan_inline():
+            return Scanned(state, render_records(state.batch()))
+        return await anyio.to_thread.run_sync(_scan, state, limiter=self.deps.long_poll_limiter)
+
+    async def run(self, scanned: Scanned, send: SendBytes) -> None:
+        """Send frames from ``scanned`` (the first scan) on, until the stream must end."""
+        metrics = self.deps.metrics
+        last_sent = self._clock()
+        while True:
+            ending = self._ending()
+            if ending is not None:
+                await send(ending)
+                return
+            state, batch = scanned.state, scanned.state.batch()
+            if batch.items:
+                records = scanned.records
+                frame = streamwire.batch_frame(batch.next, batch.newest, len(batch.items), records)
+                await send(frame)
+                metrics.served(len(batch.items), len(records))
+                last_sent = self._clock()
+            elif self._clock() - last_sent >= self.heartbeat_s:
+                await send(streamwire.heartbeat_frame(batch.next, batch.newest))
+                last_sent = self._clock()
+            self.next = batch.next
+            try:
+                if not state.more:
+                    due = last_sent + self.heartbeat_s - self._clock()
+                    with metrics.waiting():
+                        await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
+                scanned = await self.scan()
+            except _READ_FAILURES as exc:
+                query = dataclasses.replace(self.query, after=self.next)
+                failure = pull_failure(self.deps, query, exc)
+                await send(_end(failure))
+                return
+            except DrcError as exc:  # the buffer closed under the stream
+                await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
+                return
+
+    def _ending(self) -> bytes | None:
+        if self.deps.stop.is_set():
+            return streamwire.end_frame(
+                streamwire.ERROR_STOPPING,
+                "the server is stopping: continue from the last next, here later or elsewhere",
+                status=503,
+            )
+        if self._group is not None:
+            now = _group_key(self.deps)
+            if now != self._group:
+                return streamwire.end_frame(
+                    streamwire.ERROR_TERM_CHANGED,
+                    f"this member's group term and role changed from {self._group} to {now}: "
+                    "continue from the last next, from the member the group names leader",
+                    status=503,
+                )
+        return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scanned:
+    state: Pull
+    records: bytes  # the batch's records, rendered
+
+
+def _scan(state: Pull) -> Scanned:
+    state.scan()
+    return Scanned(state, render_records(state.batch()))
+
+
+def _group_key(deps: ApiDeps) -> tuple[int, str] | None:
+    """The group's term and this member's role (a paused leader is still the leader)."""
+    if deps.group is None:
+        return None
+    state = deps.group()
+    return int(state["term"]), str(state["role"]).removesuffix(" (paused)")
+
+
+def _end(error: ApiError) -> bytes:
+    return streamwire.end_frame(error.code, error.message, status=error.status, **error.extra)
+
+
+async def _empty() -> Any:
+    return
+    yield  # an async generator that yields nothing: StreamingResponse's content
+
+
+class StreamResponse(StreamingResponse):
+    """The 200 answer of a stream: headers, then :meth:`StreamLoop.run`'s frames; the
+    long-poll slot in ``held`` is given back when it ends."""
+
+    def __init__(
+        self, loop: StreamLoop, first: Scanned, held: ExitStack, headers: dict[str, str]
+    ) -> None:
+        super().__init__(_empty(), headers=headers, media_type=streamwire.MEDIA_STREAM)
+        self._loop = loop
+        self._first = first
+        self._held = held
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_bytes(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        with self._held:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(_cancel_on_disconnect, receive, tasks.cancel_scope)
+                await self._loop.run(self._first, send_bytes)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                tasks.cancel_scope.cancel()
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    """End the stream of a client that hung up: its slot is freed at once."""
+    message: Message = await receive()
+    while message["type"] != "http.disconnect":
+        message = await receive()
+    scope.cancel()

@@ -1,0 +1,164 @@
+"""The frames of ``GET /v1/stream``: the pull's records, carried on one long-lived response.
+
+Pure (no FastAPI, no I/O), like :mod:`drc.api.wire`, so the SDK reads them without the server.
+
+A stream answers 200 with ``Content-Type:`` :data:`MEDIA_STREAM` and the pull's
+``X-DRC-Epoch`` (and ``X-DRC-Term`` in a replicator group) headers, then a body of frames,
+each ``kind (1 byte) | length (4 bytes, big-endian) | body (length bytes)``:
+
+- :data:`BATCH` ``B``: ``meta length (2 bytes) | "next newest count" (ASCII) | records``, the
+  records exactly as a records-form pull returns them (drc.core.codec records, whole
+  transactions, in SCN order); ``next`` and ``newest`` mean what the pull's ``X-DRC-Next`` and
+  ``X-DRC-Newest`` mean (``-``: the buffer is empty), ``count`` is the number of records.
+- :data:`HEARTBEAT` ``H``: ``"next newest"``, sent when no batch went out for ``wait_ms``:
+  ``next`` has moved past transactions the filter left out, ``newest`` is the replicator's last
+  committed SCN (liveness and lag while nothing matches).
+- :data:`END` ``E``: the JSON error body of the pull API (``{"error": code, "message": ...}``),
+  last: the server is stopping, its group's term or this member's role changed, or reading
+  failed (a reconnect from the last ``next`` gets the pull's own status for it).
+
+A subscriber continues from the ``next`` of the last frame it took, exactly as from a pull's.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from drc.core.codec import decode_transaction
+from drc.core.errors import CorruptRecordError, MalformedScnError
+from drc.core.events import Transaction
+from drc.core.scn import SCN
+
+PATH_STREAM = "/v1/stream"
+MEDIA_STREAM = "application/x-drc-stream"
+
+BATCH = b"B"
+HEARTBEAT = b"H"
+END = b"E"
+_HEAD = struct.Struct(">cI")
+_META = struct.Struct(">H")
+HEAD_BYTES = _HEAD.size
+# A frame longer than this is a broken stream, not a big batch (the server's max_bytes is at
+# most a few tens of MB; the first transaction of a batch is sent whole, however big).
+MAX_FRAME_BYTES = 1 << 30
+_NONE = "-"
+
+# Error codes of END frames (besides the pull API's own).
+ERROR_STOPPING = "stopping"  # the server is shutting down
+ERROR_TERM_CHANGED = "term_changed"  # the group's term or this member's role changed
+
+
+class BrokenStream(ValueError):
+    """Bytes that are not a stream of frames (corrupt, truncated inside a frame, unknown kind)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One frame, read: ``transactions`` empty for a heartbeat; ``end`` the END frame's body."""
+
+    next: SCN
+    newest: SCN | None
+    transactions: tuple[Transaction, ...] = ()
+    size: int = 0  # record bytes carried
+    end: dict[str, Any] | None = None
+    records: bytes = b""  # the records as sent, for copies (group followers)
+    ends: tuple[int, ...] = ()  # where each record ends in ``records``
+
+
+def batch_frame(next_scn: SCN, newest: SCN | None, count: int, records: bytes) -> bytes:
+    meta = f"{next_scn} {_scn_text(newest)} {count}".encode("ascii")
+    body_len = _META.size + len(meta) + len(records)
+    return b"".join((_HEAD.pack(BATCH, body_len), _META.pack(len(meta)), meta, records))
+
+
+def heartbeat_frame(next_scn: SCN, newest: SCN | None) -> bytes:
+    meta = f"{next_scn} {_scn_text(newest)}".encode("ascii")
+    return _HEAD.pack(HEARTBEAT, len(meta)) + meta
+
+
+def end_frame(code: str, message: str, **extra: Any) -> bytes:
+    body = json.dumps({"error": code, "message": message, **extra}).encode()
+    return _HEAD.pack(END, len(body)) + body
+
+
+def _scn_text(scn: SCN | None) -> str:
+    return _NONE if scn is None else str(scn)
+
+
+def _scn(text: str) -> SCN | None:
+    return None if text == _NONE else SCN.parse(text)
+
+
+class FrameParser:
+    """Frames out of the bytes of a stream body, fed in chunks of any size."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    @property
+    def pending(self) -> int:
+        """Bytes held that do not make a whole frame yet."""
+        return len(self._buf)
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        """The frames completed by ``chunk``; raises BrokenStream."""
+        buf = self._buf
+        buf += chunk
+        frames: list[Frame] = []
+        offset = 0
+        while len(buf) - offset >= HEAD_BYTES:
+            kind, length = _HEAD.unpack_from(buf, offset)
+            if length > MAX_FRAME_BYTES:
+                raise BrokenStream(f"a frame of {length} bytes is longer than any batch")
+            start = offset + HEAD_BYTES
+            if len(buf) - start < length:
+                break
+            frames.append(parse_frame(kind, memoryview(buf)[start : start + length]))
+            offset = start + length
+        if offset:
+            del buf[:offset]
+        return frames
+
+
+def parse_frame(kind: bytes, body: memoryview) -> Frame:
+    """One frame's body; raises BrokenStream."""
+    try:
+        if kind == BATCH:
+            (meta_len,) = _META.unpack_from(body)
+            start = _META.size + meta_len
+            next_text, newest_text, count_text = bytes(body[_META.size : start]).decode().split()
+            records = bytes(body[start:])
+            txns, ends = _split(records)
+            if len(txns) != int(count_text):
+                raise BrokenStream(f"a batch frame says {count_text} records but holds {len(txns)}")
+            return Frame(
+                SCN.parse(next_text), _scn(newest_text), txns, len(records), None, records, ends
+            )
+        if kind == HEARTBEAT:
+            next_text, newest_text = bytes(body).decode().split()
+            return Frame(SCN.parse(next_text), _scn(newest_text))
+        if kind == END:
+            data = json.loads(bytes(body))
+            if not isinstance(data, dict):
+                raise BrokenStream("an end frame that is not a JSON object")
+            return Frame(SCN.ZERO, None, end=data)
+    except (ValueError, struct.error, CorruptRecordError, MalformedScnError) as exc:
+        if isinstance(exc, BrokenStream):
+            raise
+        raise BrokenStream(f"a malformed {kind!r} frame: {exc}") from exc
+    raise BrokenStream(f"an unknown frame kind {kind!r}")
+
+
+def _split(records: bytes) -> tuple[tuple[Transaction, ...], tuple[int, ...]]:
+    """The records' transactions, and where each record ends."""
+    txns: list[Transaction] = []
+    ends: list[int] = []
+    offset = 0
+    while offset < len(records):
+        txn, offset = decode_transaction(records, offset)
+        txns.append(txn)
+        ends.append(offset)
+    return tuple(txns), tuple(ends)
