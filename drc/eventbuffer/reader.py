@@ -140,30 +140,34 @@ def _records(view: View, key: bytes) -> Generator[Record, None, None]:
 def segment_records(seg: Segment, offset: int, limit: int, key: bytes) -> Iterator[Record]:
     """The records of ``seg`` from ``offset`` to ``limit`` whose SCN key is above ``key``."""
     try:
-        mm = seg.mapping(limit)
+        data, base = seg.readable(offset, limit)
     except FileNotFoundError as exc:
         raise SegmentGone(str(seg.path)) from exc
-    with memoryview(mm) as buf:
-        while offset < limit:
+    end = limit - base
+    at = offset - base  # positions in ``data``; records keep their file offsets
+    with memoryview(data) as buf:
+        while at < end:
             try:
-                frame = decode_frame(buf, offset, limit)
+                frame = decode_frame(buf, at, end)
                 if frame is None:
                     raise CorruptRecordError("end-of-data marker where records were indexed", 0)
                 if frame.scn[:KEY_BYTES] <= key:
-                    offset = frame.next_offset
+                    at = frame.next_offset
                     continue
                 payload = decode_payload(frame.flags, buf[frame.payload_start : frame.payload_end])
             except CorruptRecordError as exc:
-                raise CorruptRecordError(_corrupt_message(seg, offset, str(exc)), offset) from exc
+                raise CorruptRecordError(
+                    _corrupt_message(seg, base + at, str(exc)), base + at
+                ) from exc
             yield Record(
                 SCN.from_bytes(frame.scn),
                 payload,
                 frame.timestamp_ms,
                 bool(frame.flags & FLAG_MORE),
                 seg.seq,
-                offset,
+                base + at,
             )
-            offset = frame.next_offset
+            at = frame.next_offset
 
 
 def _corrupt_message(seg: Segment, offset: int | None, reason: str) -> str:

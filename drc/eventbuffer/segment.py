@@ -28,6 +28,8 @@ from drc.eventbuffer.format import (
 from drc.eventbuffer.index import SparseIndex
 from drc.eventbuffer.layout import open_private
 
+TAIL_READ_BYTES = 1 << 18  # past the mapping, ranges up to this are read, not remapped
+
 
 class Segment:
     """Header, valid-prefix statistics, sparse index and lazy mapping of one segment file.
@@ -161,6 +163,29 @@ class Segment:
                     )
                 self._mm = mm
         return mm
+
+    def readable(self, start: int, limit: int) -> tuple[mmap.mmap | bytes, int]:
+        """Bytes covering ``start``..``limit`` and the file offset they begin at.
+
+        The mapping when it already covers ``limit``; a short range past it (what a reader
+        that keeps up asks for after each commit) read with one pread, since remapping the
+        growing active segment on every commit cost ~10x more; a longer one by remapping.
+        """
+        mm = self._mm
+        if (mm is not None and len(mm) >= limit) or limit - start > TAIL_READ_BYTES:
+            return self.mapping(limit), 0
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            data = os.pread(fd, limit - start, start)
+        finally:
+            os.close(fd)
+        if len(data) < limit - start:
+            raise CorruptRecordError(
+                f"segment {self.path} is {start + len(data)} bytes, shorter than the {limit} "
+                "bytes of records indexed in it",
+                start + len(data),
+            )
+        return data, start
 
     def release(self) -> None:
         """Drop this segment's mapping (it is unmapped once no reader uses it)."""

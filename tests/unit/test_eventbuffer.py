@@ -496,3 +496,29 @@ def test_a_read_only_reader_notices_the_buffer_was_recreated(bufdir: Path) -> No
 def test_read_only_open_of_a_missing_buffer_fails_clearly(tmp_path: Path) -> None:
     with pytest.raises(BufferStateError, match="not an EventBuffer"):
         EventBuffer.open_read_only(tmp_path)
+
+
+def test_a_reader_keeping_up_with_a_growing_segment_sees_every_record_once(
+    bufdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ranges past the mapping are read (small) or remapped (large): both give the same records
+    # at the same offsets as a reader that maps the finished file.
+    monkeypatch.setattr("drc.eventbuffer.segment.TAIL_READ_BYTES", 2048)
+    items = workload(300, max_size=1500)
+    with EventBuffer.open(bufdir, segment_bytes=1 << 22) as buf:
+        seen: list[Record] = []
+        after = SCN.ZERO
+        for n, (s, p, ts, more) in enumerate(items, 1):
+            buf.append(s, p, ts, more)
+            if n % random.Random(n).choice((1, 2, 9)) == 0:  # small and larger steps
+                buf.commit()
+                new = read_all(buf, after)
+                seen.extend(new)
+                after = new[-1].scn if new else after
+        buf.commit()
+        seen.extend(read_all(buf, after))
+        assert as_items(seen) == items
+    with EventBuffer.open(bufdir, segment_bytes=1 << 22) as again:
+        assert [(r.segment, r.offset) for r in read_all(again)] == [
+            (r.segment, r.offset) for r in seen
+        ]
