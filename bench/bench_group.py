@@ -7,8 +7,11 @@ probe inserting ``--rate`` single-row transactions a second on dc1, each recordi
 time. dc2 is polled every 50 ms; a row's lag is the time from its commit on dc1 to the poll
 that first saw it on dc2 (so +-50 ms). The leader is killed with SIGKILL ``--kills`` times,
 ``--gap`` seconds apart, and restarted. Reported: failover time (kill to a new member answering
-/v1/status as leader) and, per kill, the largest lag of rows committed from the kill until the
-next one, against the lag of rows committed in the seconds before the first kill.
+/v1/status as leader); per kill, the largest lag of rows committed from the kill until the
+next one and the time back to normal (from the kill to the first row from which every row until
+the next kill has a normal lag: at most twice the steady-state p99, and at least p99 + 100 ms);
+the lag over time around a kill (the largest lag per second, median over kills); all against
+the lag of rows committed in the seconds before the first kill.
 
 Throughput (``--part throughput``): on a fresh one-datacenter sandbox, N transactions are
 written first; then member r1 starts alone from the position before them (it leads and
@@ -48,6 +51,7 @@ from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
 DB = "bench_grp"
 POLL_S = 0.05
 STEADY_S = 4.0  # the steady-state lag: rows committed in the last seconds before the 1st kill
+PROFILE_S = 7  # the lag profile covers this many seconds after each kill
 
 
 def connect(server: ServerInfo, **kw: object) -> pymysql.connections.Connection:
@@ -321,21 +325,58 @@ def kill_leaders(members: list[Member], kills: int, gap: float) -> tuple[list[fl
     return at, took
 
 
+def back_to_normal(probe: Probe, start: float, end: float, normal: float) -> float | None:
+    """Seconds from ``start`` (a kill) to the commit of the first row from which every row
+    committed until ``end`` reached dc2 within ``normal``; None if the lag never got back."""
+    timed = sorted(
+        (t, probe.seen[i] - t)
+        for i, t in probe.committed.items()
+        if start <= t < end and i in probe.seen
+    )
+    late = [t for t, lag in timed if lag > normal]
+    if not late:
+        return 0.0
+    after = [t for t, _lag in timed if t > late[-1]]
+    return after[0] - start if after else None
+
+
+def profile(probe: Probe, kills: list[float]) -> list[tuple[int, float, float]]:
+    """Per second from the kill (-1 .. PROFILE_S): the median over kills of the largest lag of
+    the rows committed in that second, and the largest over all kills."""
+    out = []
+    for second in range(-1, PROFILE_S):
+        peaks = [max(probe.lags(k + second, k + second + 1) or [0.0]) for k in kills]
+        out.append((second, statistics.median(peaks), max(peaks)))
+    return out
+
+
 def report(
     probe: Probe, kills: list[float], took: list[float], end: float, args: argparse.Namespace
 ) -> None:
     before = sorted(probe.lags(kills[0] - STEADY_S, kills[0]))
+    p99 = before[int(0.99 * (len(before) - 1))] if before else 0.0
+    median = statistics.median(before) if before else 0.0
+    normal = max(2 * p99, p99 + 0.1)
     bounds = [*kills, end]
-    peaks = [max(probe.lags(bounds[i], bounds[i + 1]) or [0.0]) for i in range(len(kills))]
+    windows = [(bounds[i], bounds[i + 1]) for i in range(len(kills))]
+    peaks = [max(probe.lags(a, b) or [0.0]) for a, b in windows]
+    recovered = [back_to_normal(probe, a, b, normal) for a, b in windows]
     lost = len(probe.committed) - len(probe.seen)
     print(f"\n{len(kills)} leader kills, {args.gap:.0f} s apart, probe {args.rate:.0f} txn/s")
     print("| | min | median | max |")
     print("| --- | ---: | ---: | ---: |")
-    for what, values in (("failover time", took), ("apply lag peak after a kill", peaks)):
+    back = [r for r in recovered if r is not None]
+    rows = [("failover time", took), ("apply lag peak after a kill", peaks)]
+    rows.append((f"time from the kill back to normal lag (<= {normal * 1000:.0f} ms)", back))
+    for what, values in rows:
         low, mid, high = min(values), statistics.median(values), max(values)
         print(f"| {what} (s) | {low:.2f} | {mid:.2f} | {high:.2f} |")
-    p99 = before[int(0.99 * (len(before) - 1))] if before else 0.0
-    median = statistics.median(before) if before else 0.0
+    if len(back) < len(recovered):
+        print(f"{len(recovered) - len(back)} kill(s) never got back to normal before the next")
+    print("\n| seconds after the kill | largest lag, median of kills (s) | largest of all (s) |")
+    print("| ---: | ---: | ---: |")
+    for second, mid, high in profile(probe, kills):
+        print(f"| {second} to {second + 1} | {mid:.2f} | {high:.2f} |")
     print(
         f"\nlag in the {STEADY_S:.0f} s before the first kill: median {median * 1000:.0f} ms, "
         f"p99 {p99 * 1000:.0f} ms"
