@@ -200,6 +200,7 @@ def test_a_follower_serves_a_pull_older_than_every_members_buffer_from_the_sourc
     group.start()
     other.start()
     try:
+        load.start_channels()
         leader = group.wait_leader(30)
         group.wait_started(leader)
         other.wait_started(other.wait_leader(30))

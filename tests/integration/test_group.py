@@ -70,6 +70,7 @@ def _two_way(
     other = Group.create(sandbox, dc2, tmp / "dc2", 1, SESSION_S, f"{group.datacenter}x")
     load = TwoWay(sandbox, group, other, "grp_db", tmp / "load")
     other.start()
+    load.start_channels()
     try:
         group.wait_started(group.wait_leader(30))
         other.wait_started(other.wait_leader(30))
@@ -168,6 +169,7 @@ class _Reader:
         self._sub.close()
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_leader_a_follower_takes_over_without_gap_or_duplicate(
     sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
 ) -> None:

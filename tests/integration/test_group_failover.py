@@ -72,6 +72,7 @@ def _two_groups(
     try:
         group.start()
         other.start()
+        load.start_channels()
         group.wait_started(group.wait_leader(30))
         other.wait_started(other.wait_leader(30))
         group.wait_roles(["follower", "follower", "leader"])

@@ -79,10 +79,16 @@ class TwoWay:
     def writers(self) -> tuple[Writer, Writer]:
         return self.dc1_writes, self.dc2_writes
 
+    def start_channels(self) -> None:
+        """Both channels (a process takes seconds to start on a loaded host: start them while
+        the groups elect their leaders)."""
+        if not self._procs:
+            self._apply("to_dc2", self.other.server, zk_url(self.box, self.group), "dc2", "dc1")
+            self.apply_into_dc1(self.group.server)
+
     def start(self) -> None:
-        """Both channels, then both writers."""
-        self._apply("to_dc2", self.other.server, zk_url(self.box, self.group), "dc2", "dc1")
-        self.apply_into_dc1(self.group.server)
+        """Both channels (unless started), then both writers."""
+        self.start_channels()
         for writer in self.writers:
             writer.thread.start()
 
