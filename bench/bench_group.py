@@ -7,8 +7,13 @@ probe inserting ``--rate`` single-row transactions a second on dc1, each recordi
 time. dc2 is polled every 50 ms; a row's lag is the time from its commit on dc1 to the poll
 that first saw it on dc2 (so +-50 ms). The leader is killed with SIGKILL ``--kills`` times,
 ``--gap`` seconds apart, and restarted. Reported: failover time (kill to a new member answering
-/v1/status as leader) and, per kill, the largest lag of rows committed from the kill until the
-next one, against the lag of rows committed in the seconds before the first kill.
+/v1/status as leader); per kill, the largest lag of rows committed from 2 s before it until
+2 s before the next (rows committed just before a kill wait for the failover too), and the
+time back to normal: from the kill until dc2 shows the first row from which every row
+committed in the next 2 s has a normal lag (at most twice the steady-state p99 and at least
+p99 + 100 ms); the lag over time around a kill (the largest lag per second of commit time,
+median over kills); all against the steady state: the lag of the rows committed from 8 s
+before the first kill on but not from 2 s before to 6 s after any kill.
 
 Throughput (``--part throughput``): on a fresh one-datacenter sandbox, N transactions are
 written first; then member r1 starts alone from the position before them (it leads and
@@ -47,7 +52,12 @@ from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
 
 DB = "bench_grp"
 POLL_S = 0.05
-STEADY_S = 4.0  # the steady-state lag: rows committed in the last seconds before the 1st kill
+STEADY_S = (
+    8.0  # the steady state: rows committed from this long before the 1st kill, away from kills
+)
+PROFILE_S = 6  # the lag profile covers this many seconds after each kill
+PRE_S = 2.0  # ... and this many before it (rows committed then wait for the failover too)
+STAY_S = 2.0  # back to normal: the lag stays normal for this long
 
 
 def connect(server: ServerInfo, **kw: object) -> pymysql.connections.Connection:
@@ -321,24 +331,81 @@ def kill_leaders(members: list[Member], kills: int, gap: float) -> tuple[list[fl
     return at, took
 
 
+def back_to_normal(probe: Probe, kill: float, end: float, normal: float) -> float | None:
+    """Seconds from ``kill`` until dc2 shows the first row from which every row committed in
+    the next STAY_S seconds reached it within ``normal`` (rows committed before ``end``);
+    None if the lag was not back to normal by then."""
+    timed = sorted(
+        (t, probe.seen[i] - t)
+        for i, t in probe.committed.items()
+        if kill <= t < end and i in probe.seen
+    )
+    for first, (t, lag) in enumerate(timed):
+        if t + STAY_S > end:
+            return None
+        stay = [lag for u, lag in timed[first:] if u < t + STAY_S]
+        if max(stay) <= normal:
+            return t + lag - kill
+    return None
+
+
+def profile(probe: Probe, kills: list[float]) -> list[tuple[int, float, float]]:
+    """Per second of commit time around a kill (-PRE_S .. PROFILE_S): the median over kills
+    of the largest lag of the rows committed in that second, and the largest of all."""
+    out = []
+    for second in range(-int(PRE_S), PROFILE_S):
+        peaks = [max(probe.lags(k + second, k + second + 1) or [0.0]) for k in kills]
+        out.append((second, statistics.median(peaks), max(peaks)))
+    return out
+
+
+def steady_lags(probe: Probe, kills: list[float], end: float) -> list[float]:
+    """Sorted lags of the rows committed away from every kill (from STEADY_S before the first
+    kill, outside [kill - PRE_S, kill + PROFILE_S)): the steady state."""
+    return sorted(
+        probe.seen[i] - t
+        for i, t in probe.committed.items()
+        if kills[0] - STEADY_S <= t < end
+        and i in probe.seen
+        and not any(k - PRE_S <= t < k + PROFILE_S for k in kills)
+    )
+
+
 def report(
     probe: Probe, kills: list[float], took: list[float], end: float, args: argparse.Namespace
 ) -> None:
-    before = sorted(probe.lags(kills[0] - STEADY_S, kills[0]))
-    bounds = [*kills, end]
-    peaks = [max(probe.lags(bounds[i], bounds[i + 1]) or [0.0]) for i in range(len(kills))]
+    before = steady_lags(probe, kills, end)
+    p99 = before[int(0.99 * (len(before) - 1))] if before else 0.0
+    median = statistics.median(before) if before else 0.0
+    normal = max(2 * p99, p99 + 0.1)
+    # A kill holds up the rows committed shortly before it too (not yet on dc2): each kill's
+    # window starts PRE_S before it and ends PRE_S before the next.
+    bounds = [*kills, end + PRE_S]
+    windows = [(bounds[i], bounds[i + 1] - PRE_S) for i in range(len(kills))]
+    peaks = [max(probe.lags(a - PRE_S, b) or [0.0]) for a, b in windows]
+    recovered = [back_to_normal(probe, a, b, normal) for a, b in windows]
     lost = len(probe.committed) - len(probe.seen)
     print(f"\n{len(kills)} leader kills, {args.gap:.0f} s apart, probe {args.rate:.0f} txn/s")
     print("| | min | median | max |")
     print("| --- | ---: | ---: | ---: |")
-    for what, values in (("failover time", took), ("apply lag peak after a kill", peaks)):
+    back = [r for r in recovered if r is not None]
+    rows = [("failover time", took), ("apply lag peak around a kill", peaks)]
+    if back:
+        rows.append(
+            (f"kill to lag back to normal (<= {normal * 1000:.0f} ms for {STAY_S:.0f} s)", back)
+        )
+    for what, values in rows:
         low, mid, high = min(values), statistics.median(values), max(values)
         print(f"| {what} (s) | {low:.2f} | {mid:.2f} | {high:.2f} |")
-    p99 = before[int(0.99 * (len(before) - 1))] if before else 0.0
-    median = statistics.median(before) if before else 0.0
+    if len(back) < len(recovered):
+        print(f"{len(recovered) - len(back)} kill(s) not back to normal before the next")
+    print("\n| commit time from the kill (s) | largest lag, median of kills (s) | largest (s) |")
+    print("| ---: | ---: | ---: |")
+    for second, mid, high in profile(probe, kills):
+        print(f"| {second} to {second + 1} | {mid:.2f} | {high:.2f} |")
     print(
-        f"\nlag in the {STEADY_S:.0f} s before the first kill: median {median * 1000:.0f} ms, "
-        f"p99 {p99 * 1000:.0f} ms"
+        f"\nsteady-state lag ({len(before)} rows committed away from the kills): median "
+        f"{median * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
     )
     print(f"rows committed {len(probe.committed)}, not seen on dc2: {lost}")
 
@@ -347,7 +414,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("all", "failover", "throughput"), default="all")
     parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument("--gap", type=float, default=8.0, help="seconds between kills")
+    parser.add_argument("--gap", type=float, default=12.0, help="seconds between kills")
     parser.add_argument("--rate", type=float, default=100.0, help="probe txn/s on dc1")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds before 1st kill")
     parser.add_argument("--txns", type=int, default=20000)

@@ -46,6 +46,13 @@ class BinlogBackfill:
 
     def __call__(self, after: SCN, oldest: SCN, max_records: int, max_bytes: int) -> list[Record]:
         start = self._replicator.current
+        if after == SCN.ZERO:  # where the stream began is not kept once retention deleted it
+            raise _gone(
+                after,
+                oldest,
+                "a reader from the stream's beginning needs its first "
+                "records, and retention deleted them",
+            )
         if start is None or (after.change_id, after.server_id) != (
             start.change_id,
             start.info.server_id,

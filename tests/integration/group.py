@@ -119,6 +119,11 @@ class Group:
         for member in self.members:
             member.stop()
 
+    def restart_dead(self) -> None:
+        for member in self.members:
+            if not member.alive():
+                member.start()
+
     def roles(self) -> dict[str, str | None]:
         out = {}
         for member in self.members:

@@ -1,7 +1,8 @@
 """Back to source on real MariaDB: a pull from before the buffer's start (retention deleted those
 segments) is served from the source binlog with the same SCNs and the same record bytes the
 replicator stored, and gets 410 once the binlog is purged (drc.replicator.backfill); in a
-replicator group a follower serves it too (through its leader, on real ZooKeeper)."""
+replicator group under the two-way workload a follower serves it too (through its leader, on
+real ZooKeeper), and answers 410 once the binlog is purged."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.capture import master_position, serving, source_section
 from tests.integration.group import Group, last_scn, records
-from tests.integration.servers import connect
+from tests.integration.servers import connect, fresh_database
+from tests.integration.test_apply_support import execute
+from tests.integration.two_way import TwoWay
 
 TOKEN = "bts-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Accept": wire.MEDIA_RECORDS}
@@ -177,20 +180,35 @@ def _stored_in(directory: Path) -> list[tuple[SCN, bytes]]:
     return [(scn, payload) for scn, payload, _ts, _more in records(directory)]
 
 
+W_TABLE = "CREATE TABLE bts_db.w (id INT PRIMARY KEY, v VARCHAR(40))"
+
+
+@pytest.mark.slow
 def test_a_follower_serves_a_pull_older_than_every_members_buffer_from_the_source(
-    sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
 ) -> None:
+    """Three members under the two-way workload (on bts_db.w); the bulk rows written into
+    bts_db.t push every member's retention past the start."""
     _fresh_tables(dc1)
+    execute(dc1, W_TABLE)
+    fresh_database(dc2, "bts_db", W_TABLE)
     retention = "[replicator.buffer]\nsegment_mb = 1\nretain_gb = 0.002\n"  # about 2 MB
     name = f"bts{time.time_ns() % 10**9}"
     group = Group.create(sandbox, dc1, tmp_path, 3, 2.0, name, extra=retention)
+    other = Group.create(sandbox, dc2, tmp_path / "dc2", 1, 2.0, f"{name}x")  # dc2's
+    load = TwoWay(sandbox, group, other, "bts_db", tmp_path / "load", table="w")
     group.start()
+    other.start()
     try:
+        load.start_channels()
         leader = group.wait_leader(30)
         group.wait_started(leader)
+        other.wait_started(other.wait_leader(30))
         group.wait_roles(["follower", "follower", "leader"])
         start = last_scn(leader.buffer_dir)
         assert start is not None
+        load.start()
+        load.wait_flowing()
         written = _write(dc1, 1, txns=40, rows=10)
         group.wait_caught_up(_source_scn(dc1))
         stored = _with_changes(_stored_in(group.members[0].buffer_dir))
@@ -204,17 +222,47 @@ def test_a_follower_serves_a_pull_older_than_every_members_buffer_from_the_sourc
         end = last_scn(follower.buffer_dir)
         assert end is not None
         pulled = _pull(follower.url, start, end)
+        gone = _purged_then_pulled(dc1, group, follower.url, start)
+        load.stop_writes()
+        load.wait_converged(dc1)
+        other.wait_caught_up(_source_scn(dc2))
+        load.assert_applied_once_none_echoed(dc1, [])
     finally:
+        load.close()
         group.stop()
+        other.stop()
     again = [(scn, data) for scn, data in _with_changes(pulled) if scn <= original[-1][0]]
     assert again == original, "the same SCNs and bytes as the members stored"
-    rows = [
-        c.after["id"]
-        for _s, d in pulled
-        for c in decode_transaction(d)[0].changes
-        if (c.schema, c.table) == ("bts_db", "t") and c.after is not None
-    ]
-    assert rows == written, "the source part and the buffer part join without gap or repeat"
+    txns = [decode_transaction(d)[0] for _s, d in pulled]
+    scns = [t.scn for t in txns if t.last_fragment]
+    assert all(a < b for a, b in zip(scns, scns[1:], strict=False)), "SCNs strictly increase"
+
+    def ids(table: str, applied: bool) -> list[int]:
+        return [
+            c.after["id"]
+            for t in txns
+            if t.drc_originated == applied
+            for c in t.changes
+            if (c.schema, c.table) == ("bts_db", table) and c.after is not None
+        ]
+
+    assert ids("t", False) == written, "the source part and the buffer part join, no gap, no repeat"
+    mine, theirs = ids("w", False), ids("w", True)
+    assert mine and mine == load.dc1_writes.written[: len(mine)], "dc1's writes, each once"
+    assert len(set(theirs)) == len(theirs) and set(theirs) <= set(load.dc2_writes.written)
+    assert gone.status_code == 410, gone.text
+    assert gone.json()["error"] == wire.ERROR_SCN_TOO_OLD
+    assert "purged" in gone.json()["message"], gone.text
+
+
+def _purged_then_pulled(server: ServerInfo, group: Group, url: str, after: SCN) -> httpx.Response:
+    """Purge ``server``'s binlog files before the one the group reads now, then pull after
+    ``after`` from ``url``."""
+    execute(server, "FLUSH BINARY LOGS")
+    group.wait_caught_up(_source_scn(server))  # every member reads the new file
+    execute(server, f"PURGE BINARY LOGS TO '{master_position(server)[0]}'")
+    with httpx.Client(base_url=url, headers=HEADERS, timeout=60) as client:
+        return client.get(wire.PATH_EVENTS, params={"after": str(after), "wait_ms": -1})
 
 
 def _source_scn(server: ServerInfo) -> SCN:

@@ -1,13 +1,13 @@
 """A datacenter's replicator group on real ZooKeeper and MariaDB: election, followers copying
 the leader byte for byte, failover on kill -9 without gap, duplicate or renumbering, fencing of
-a paused leader, and a ZooKeeper outage."""
+a paused leader, and a ZooKeeper outage. The faults happen under the two-way workload
+(tests/integration/two_way.py): both datacenters write and apply each other's changes, dc2
+reading the group through ``zk://``."""
 
 from __future__ import annotations
 
 import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 from drc.client import Subscriber
-from drc.core.codec import decode_transaction
 from drc.core.events import Op
 from drc.core.scn import SCN
 from drc.sandbox.group import member_config
@@ -30,10 +29,9 @@ from tests.integration.group import (
     Member,
     assert_identical_on_common_range,
     last_scn,
-    records,
 )
 from tests.integration.servers import connect, fresh_database
-from tests.integration.test_apply_support import apply_process_config, apply_user
+from tests.integration.two_way import TwoWay, strictly_increasing
 
 SESSION_S = 2.0
 TABLE = "CREATE TABLE grp_db.t (id INT PRIMARY KEY, v VARCHAR(20))"
@@ -62,22 +60,42 @@ def _writes(server: ServerInfo, db: str, stop: threading.Event, first: int = 1) 
 
 
 @contextmanager
-def _writing(group: Group, server: ServerInfo) -> Iterator[tuple[Member, list[int]]]:
-    """Once the group's leader captures, insert rows until the block ends; yields the leader
-    and the ids committed (complete after the block)."""
-    leader = group.wait_leader(30)
-    group.wait_started(leader)
-    stop = threading.Event()
-    committed: list[int] = []
-    writer = threading.Thread(
-        target=lambda: committed.extend(_writes(server, "grp_db", stop)), daemon=True
-    )
-    writer.start()
+def _two_way(
+    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp: Path
+) -> Iterator[TwoWay]:
+    """Once the group's leader captures, the two-way workload (tests/integration/two_way.py,
+    with a one-member group of dc2) until the block ends; then both sides converge and every
+    live member and dc2's buffer reach their source's position."""
+    fresh_database(dc2, "grp_db", TABLE)
+    other = Group.create(sandbox, dc2, tmp / "dc2", 1, SESSION_S, f"{group.datacenter}x")
+    load = TwoWay(sandbox, group, other, "grp_db", tmp / "load")
+    other.start()
+    load.start_channels()
     try:
-        yield leader, committed
+        group.wait_started(group.wait_leader(30))
+        other.wait_started(other.wait_leader(30))
+        load.start()
+        load.wait_flowing()
+        yield load
+        load.stop_writes()
+        load.wait_converged(group.server)
+        group.wait_leader(60)
+        group.wait_caught_up(_position(group.server))
+        other.wait_caught_up(_position(dc2))
     finally:
-        stop.set()
-        writer.join(timeout=30)
+        load.close()
+        other.stop()
+
+
+def _check(load: TwoWay, complete: list[Member]) -> None:
+    """What a user checks after a fault: every member's buffer identical to the others on
+    their common range with SCNs strictly increasing, each transaction applied once on either
+    side and none echoed (``complete``: the members that hold everything)."""
+    group = load.group
+    assert_identical_on_common_range([m.buffer_dir for m in group.members])
+    for member in group.members:
+        strictly_increasing(member.buffer_dir)
+    load.assert_applied_once_none_echoed(group.server, complete)
 
 
 @pytest.fixture
@@ -105,36 +123,20 @@ def test_one_leader_and_followers_hold_the_same_bytes(group: Group, dc1: ServerI
     assert assert_identical_on_common_range([m.buffer_dir for m in group.members]) > 100
 
 
-def _inserted_ids(buffer_dir: Path, db: str) -> list[int]:
-    ids = []
-    for _scn, payload, _ts, _more in records(buffer_dir):
-        txn, _ = decode_transaction(payload)
-        ids.extend(
-            int(c.after["id"])
-            for c in txn.changes
-            if c.schema == db and c.op == Op.INSERT and c.after is not None
-        )
-    return ids
-
-
-def _kill_leaders(group: Group, server: ServerInfo, kills: int) -> tuple[list[int], list[float]]:
-    """kill -9 the leader ``kills`` times under writes, restarting each killed member; the
-    ids committed and each failover's time (kill to a new leader's status)."""
+def _kill_leaders(group: Group, kills: int) -> list[float]:
+    """kill -9 the leader ``kills`` times, restarting each killed member; each failover's time
+    (kill to a new leader's status)."""
     failovers = []
-    with _writing(group, server) as (leader, committed):
-        for _ in range(kills):
-            time.sleep(1.5)
-            killed_at = time.monotonic()
-            leader.kill()
-            leader = group.wait_leader(60, exclude=leader)
-            failovers.append(time.monotonic() - killed_at)
-            for member in group.members:
-                if not member.alive():
-                    member.start()
-        time.sleep(1.0)
-    group.wait_leader(30)
-    group.wait_caught_up(_position(server))
-    return committed, failovers
+    leader = group.wait_leader(30)
+    for _ in range(kills):
+        time.sleep(1.5)
+        killed_at = time.monotonic()
+        leader.kill()
+        leader = group.wait_leader(60, exclude=leader)
+        failovers.append(time.monotonic() - killed_at)
+        group.restart_dead()
+    time.sleep(1.0)
+    return failovers
 
 
 class _Reader:
@@ -167,18 +169,18 @@ class _Reader:
         self._sub.close()
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_leader_a_follower_takes_over_without_gap_or_duplicate(
-    sandbox: SandboxDescription, group: Group, dc1: ServerInfo
+    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
 ) -> None:
     reader = _Reader(f"zk://{sandbox.zookeeper.connect}/drc-sandbox/{group.datacenter}")
-    committed, failovers = _kill_leaders(group, dc1, 3)
-    reader.wait_for(len(committed))
+    with _two_way(sandbox, group, dc2, tmp_path) as load:
+        failovers = _kill_leaders(group, 3)
+    reader.wait_for(len(load.dc1_writes.written))
     assert len(failovers) == 3
-    assert_identical_on_common_range([m.buffer_dir for m in group.members])
-    for member in group.members:
-        assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
+    _check(load, group.members)
     assert reader.error is None
-    assert reader.ids == committed, "the reader failed over without an error, gap or repeat"
+    assert reader.ids == load.dc1_writes.written, "the reader failed over without an error"
 
 
 def _files(directory: Path) -> dict[str, bytes]:
@@ -192,9 +194,10 @@ def _files(directory: Path) -> dict[str, bytes]:
 
 @pytest.mark.slow
 def test_a_paused_leader_woken_after_a_new_election_never_appends_again(
-    group: Group, dc1: ServerInfo
+    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
 ) -> None:
-    with _writing(group, dc1) as (leader, committed):
+    with _two_way(sandbox, group, dc2, tmp_path) as load:
+        leader = group.wait_leader(30)
         time.sleep(1.0)
         leader.signal(signal.SIGSTOP)
         frozen = _files(leader.buffer_dir)
@@ -211,19 +214,15 @@ def test_a_paused_leader_woken_after_a_new_election_never_appends_again(
     assert leader.proc.returncode != 0
     assert _files(leader.buffer_dir) == frozen, "the old leader's buffer files are unchanged"
     assert "never appends again" in leader.log.read_text()
-    group.wait_caught_up(_position(dc1))
-    survivors = [m for m in group.members if m is not leader]
-    assert_identical_on_common_range([m.buffer_dir for m in group.members])
-    for member in survivors:
-        assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
+    _check(load, [m for m in group.members if m is not leader])
 
 
 @pytest.mark.slow
 def test_zookeeper_down_for_twice_the_session_timeout_loses_and_repeats_nothing(
-    sandbox: SandboxDescription, group: Group, dc1: ServerInfo
+    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
 ) -> None:
     box = Sandbox(sandbox.dir)
-    with _writing(group, dc1) as (_leader, committed):
+    with _two_way(sandbox, group, dc2, tmp_path) as load:
         time.sleep(1.0)
         box.zookeeper_stop()
         try:
@@ -235,14 +234,11 @@ def test_zookeeper_down_for_twice_the_session_timeout_loses_and_repeats_nothing(
         finally:
             box.zookeeper_start()
         group.wait_leader(60)
+        load.other.restart_dead()  # dc2's only member, deposed by the same outage
         time.sleep(1.0)
-    group.wait_caught_up(_position(dc1))
     leaders = [r for r in group.roles().values() if r == "leader"]
     assert len(leaders) == 1, group.roles()
-    live = [m for m in group.members if m.alive()]
-    assert_identical_on_common_range([m.buffer_dir for m in group.members])
-    for member in live:
-        assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
+    _check(load, [m for m in group.members if m.alive()])
 
 
 def _refused(*expected: tuple[Member, str]) -> None:
@@ -298,48 +294,18 @@ def test_with_a_source_servers_list_a_twin_or_another_datacenters_servers_are_re
 
 
 @pytest.mark.slow
-def test_ten_leader_kills_under_writes_the_other_datacenter_ends_equal(
-    sandbox: SandboxDescription, group: Group, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+def test_ten_leader_kills_under_two_way_writes_the_other_datacenter_ends_equal(
+    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
 ) -> None:
-    apply_user(dc2)
-    fresh_database(dc2, "grp_db", TABLE)
-    url = f"zk://{sandbox.zookeeper.connect}/drc-sandbox/{group.datacenter}"
-    config = apply_process_config(tmp_path, dc2, url, "grp", ["grp_db.*"], max_commit_delay_ms=20)
-    log = tmp_path / "apply.log"
-    argv = [sys.executable, "-m", "drc.apply", "--config", str(config), "--stats-every", "1"]
-    with open(log, "ab") as out:
-        apply = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        committed, failovers = _kill_leaders(group, dc1, 10)
-        expected = _rows(dc1)
-        deadline = time.monotonic() + 120
-        while _rows(dc2) != expected and time.monotonic() < deadline:
-            assert apply.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.5)
-    finally:
-        apply.terminate()
-        apply.wait(timeout=30)
+    with _two_way(sandbox, group, dc2, tmp_path) as load:
+        failovers = _kill_leaders(group, 10)
     low, mid, high = min(failovers), statistics.median(failovers), max(failovers)
     # The benchmark figures (docs/benchmarks.md); timing is not asserted.
     print(
         f"failover seconds: min {low:.2f} median {mid:.2f} max {high:.2f}, {len(failovers)} kills"
     )
     assert len(failovers) == 10
-    assert _rows(dc2) == expected, "the other datacenter holds every row, once"
-    assert [r[0] for r in expected] == committed
-    assert_identical_on_common_range([m.buffer_dir for m in group.members])
-    for member in group.members:
-        assert _inserted_ids(member.buffer_dir, "grp_db") == committed, member.member_id
-
-
-def _rows(server: ServerInfo) -> list[tuple[object, ...]]:
-    conn = connect(server)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT id, v FROM grp_db.t ORDER BY id")
-            return [tuple(row) for row in cur.fetchall()]
-    finally:
-        conn.close()
+    _check(load, group.members)
 
 
 def test_zookeeper_unreachable_at_start_is_a_clear_error_and_a_retry(

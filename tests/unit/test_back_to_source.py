@@ -8,6 +8,7 @@ from drc.api.pull import BackToSource
 from drc.core.errors import ScnTooOldError
 from drc.core.scn import SCN
 from drc.eventbuffer.reader import Record
+from drc.replicator.backfill import BinlogBackfill
 
 OLDEST = SCN(1, 1, 3, 500)
 
@@ -53,3 +54,13 @@ def test_the_source_saying_gone_is_a_410() -> None:
 
     with pytest.raises(ScnTooOldError, match="purged"):
         BackToSource(_Buffer(), backfill).read_after(SCN(1, 1, 2, 4), 10, 100)
+
+
+def test_a_reader_from_the_beginning_is_told_the_first_records_are_gone() -> None:
+    class _Replicator:
+        current = None  # never consulted: the beginning is not kept, whatever capture reads
+
+    backfill = BinlogBackfill(_Replicator())  # type: ignore[arg-type]
+    with pytest.raises(ScnTooOldError, match="from the stream's beginning") as gone:
+        backfill(SCN.ZERO, OLDEST, 10, 100)
+    assert gone.value.oldest == OLDEST
