@@ -193,6 +193,61 @@ def test_a_channel_waits_for_an_interrupted_catchup_run_then_streams_after_its_e
     assert channel.catchup_unfinished is None
 
 
+def test_a_channel_finishes_an_interrupted_catchup_run_itself_then_streams_after_its_end() -> None:
+    fake = target()
+    killed_run = (str(scn(20)), 3, 5, "host:7:abc", dt.datetime(2026, 1, 1))
+    finished: list[bool] = []
+
+    def catchup() -> tuple[Any, ...]:
+        if not finished:  # its lease expired, its run unfinished
+            return ("host:7:abc", 0, "t0", *killed_run)
+        return ("", 0, "t1", None, None, None, None, None)  # finished: a new taken_at
+
+    def finish(stopped: Any) -> None:
+        assert not stopped(), "asked whether the channel is stopping"
+        finished.append(True)
+        fake.checkpoints["from-dc1"] = (str(scn(20)), "dc1", None, None)  # the run's end
+
+    fake.catchup = catchup
+    harness = Harness(fake, [batch(1, *(txn(n, ins("t", id=n)) for n in (10, 20, 30)))])
+    harness.channel.finish_catchup = finish
+    channel = harness.run()
+    assert finished == [True] and channel.stats.waits == 0, "finished, not waited for"
+    written = fake.writes()
+    assert len(written) == 1 and "VALUES (30)" in written[0], "only what came after the run"
+    assert fake.checkpoints["from-dc1"][0] == str(scn(30))
+    assert channel.catchup_unfinished is None
+
+
+def test_a_failed_finish_of_an_interrupted_run_is_shown_and_tried_again_later() -> None:
+    fake = target()
+    run = (str(scn(20)), 3, 5, "host:7:abc", dt.datetime(2026, 1, 1))
+    tries: list[float] = []
+    fake.catchup = lambda: ("host:7:abc", 0, "t0", *run) if len(tries) < 2 else (
+        "", 0, "t1", None, None, None, None, None)  # fmt: skip
+
+    def finish(_stopped: Any) -> None:
+        tries.append(harness.now)
+        if len(tries) == 1:
+            raise OSError("remote away")
+        fake.checkpoints["from-dc1"] = (str(scn(20)), "dc1", None, None)
+
+    shown: list[str] = []
+
+    def sleep(delay: float) -> None:
+        harness.slept.append(delay)
+        harness.now += delay
+        shown.append(harness.channel.report()["error"])
+
+    harness = Harness(fake, [batch(1, *(txn(n, ins("t", id=n)) for n in (10, 20, 30)))])
+    harness.channel.finish_catchup = finish
+    harness.channel._sleep = sleep
+    harness.run()
+    assert tries[1] - tries[0] >= 30.0, "not hammered: tried again after FINISH_RETRY_S"
+    assert "its last try failed: OSError: remote away" in shown[-1], "in drc status"
+    assert fake.checkpoints["from-dc1"][0] == str(scn(30))
+
+
 def test_a_target_that_is_down_at_start_is_waited_for() -> None:
     fake = target(down=True)
     harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)))])
