@@ -28,7 +28,7 @@ from drc.catchup import auto
 from drc.cli.main import cli
 from drc.config import load_config
 from drc.node import Node
-from drc.sandbox.sandbox import ServerInfo
+from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from tests.integration.capture import master_position
 from tests.integration.test_apply_support import (
     Running,
@@ -240,6 +240,55 @@ def test_killing_the_executors_python_workers_midway_is_retried_and_ends_equal(
         output = log.read_text(errors="replace")
         assert skipped(output) > 0, "a retried task skipped what it had committed"
         assert checkpoint_of(dc2, "worker") == str(capture.buffer.last_scn)
+    assert_same(dc1, dc2, schema)
+
+
+def executor_jvms() -> set[int]:
+    """The Spark executor JVMs running on this host (standalone workers start them)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        if b"CoarseGrainedExecutorBackend" in command:
+            found.add(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_killing_the_executor_jvm_on_the_standalone_cluster_midway_ends_equal(
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    """kill -9 of the executor (its JVM and so its Python workers) while it writes: the
+    standalone master starts another executor and Spark runs the lost tasks again, skipping
+    what they committed; were the run to fail instead, running it again ends equal."""
+    spark = Sandbox(sandbox.dir).up(datacenters=len(sandbox.servers), with_spark=True).spark
+    assert spark is not None
+    schema = "catchup_executor"
+    prepare(dc1, dc2, schema)
+    with served(dc1, tmp_path, schema) as (capture, url):
+        backlog(dc1, schema, capture, txns=1500)
+        path = config_for(tmp_path, dc2, url, "executor", schema)
+        argv = [*argv_for(path, "executor", "30")]
+        argv[argv.index("--master") + 1] = spark.master_url
+        log, before = tmp_path / "catchup.log", executor_jvms()
+        with driver(argv, log) as proc:
+            wait_batches(proc, dc2, log, 3)
+            ours = executor_jvms() - before
+            assert ours, "the run's executor JVM"
+            for pid in ours:
+                os.kill(pid, signal.SIGKILL)
+            code = proc.wait(timeout=600)
+        print("executor killed; the run", "failed, run again" if code else "went on (retried)")
+        if code != 0:  # the job failed: a re-run resumes it
+            again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+            output = again.stdout
+        else:
+            output = log.read_text(errors="replace")
+        assert skipped(output) > 0, "what the killed executor committed was skipped"
+        assert checkpoint_of(dc2, "executor") == str(capture.buffer.last_scn)
     assert_same(dc1, dc2, schema)
 
 
