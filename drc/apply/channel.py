@@ -729,6 +729,7 @@ class ApplyChannel:
         log.info("channel %s: the interrupted %s holds no live lease any more: finishing it "
                  "here (what it committed is skipped), then streaming on from its end",
                  self.name, run.describe())  # fmt: skip
+        self.progress.target_waiting(f"finishing the interrupted {run.describe()}")
         try:
             self.finish_catchup(self._stop.is_set)
         except Stopped:
