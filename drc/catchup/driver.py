@@ -240,7 +240,7 @@ def _replay(
 ) -> None:
     after, end = summary.after, summary.to
     began = time.monotonic()
-    scans = runner.scan(job, infos, after, end, out)
+    scans = runner.scan(job, infos, (after, end), out)
     took = max(time.monotonic() - began, 1e-6)
     summary.segments, summary.bytes = len(scans), sum(s.size for s in scans)
     records = sum(s.records for s in scans)
@@ -273,7 +273,9 @@ def _replay(
         ]  # fmt: skip
         what = f"span {done}/{spans}"
         decoded, results = (
-            runner.span(job, step, pieces, _definitions(session, tables), out, what)
+            runner.span(
+                runners.SpanTask(job, step, pieces, _definitions(session, tables), what), out
+            )
             if pieces
             else (0, [])
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, NamedTuple
 
 from drc.apply.plan import TargetTable
 from drc.apply.retry import Stopped
@@ -24,35 +24,20 @@ from drc.core.reduce import Span
 from drc.core.scn import SCN
 
 Definitions = Mapping[tuple[str, str], TargetTable]
+Infos = Sequence[SegmentInfo]
+Bounds = tuple[SCN, SCN]  # (after, end]
+Out = Callable[[str], None]
 
 
-class Runner(Protocol):
-    def scan(
-        self,
-        job: Job,
-        infos: Sequence[SegmentInfo],
-        after: SCN,
-        end: SCN,
-        out: Callable[[str], None],
-    ) -> list[SegmentScan]:
-        """Pass 1 over every segment (executor.scan)."""
+class SpanTask(NamedTuple):
+    """A span's work: its slices (``pieces``), the target's definitions, and its name in
+    progress lines (``what``)."""
 
-    def fragments(
-        self, job: Job, infos: Sequence[SegmentInfo], scns: set[SCN]
-    ) -> list[Transaction]:
-        """The fragments of the DDL transactions at ``scns`` (executor.fragments_at)."""
-
-    def span(
-        self,
-        job: Job,
-        span: Span,
-        pieces: Sequence[executor.Slice],
-        definitions: Definitions,
-        out: Callable[[str], None],
-        what: str,
-    ) -> tuple[int, list[PartitionResult]]:
-        """The row changes decoded, and what each partition did (executor.read_span, then
-        executor.apply_partition per partition)."""
+    job: Job
+    span: Span
+    pieces: Sequence[executor.Slice]
+    definitions: Definitions
+    what: str
 
 
 @contextmanager
@@ -71,19 +56,17 @@ def runner(master: str | None, name: str, stopped: Callable[[], bool]) -> Iterat
 
 
 class OnSpark:
-    """Each segment, slice and partition a Spark task."""
+    """Each segment, slice and partition a Spark task. Its methods and :class:`Inline`'s:
+    ``scan`` is pass 1 over every segment (executor.scan), ``fragments`` the fragments of
+    the DDL transactions at ``scns`` (executor.fragments_at), ``span`` the row changes
+    decoded and what each partition did (executor.read_span, then executor.apply_partition
+    per partition)."""
 
     def __init__(self, sc: Any) -> None:
         self.sc = sc
 
-    def scan(
-        self,
-        job: Job,
-        infos: Sequence[SegmentInfo],
-        after: SCN,
-        end: SCN,
-        out: Callable[[str], None],
-    ) -> list[SegmentScan]:
+    def scan(self, job: Job, infos: Infos, bounds: Bounds, out: Out) -> list[SegmentScan]:
+        after, end = bounds
         from drc.spark.progress import progress
 
         with progress(self.sc, out, "copying and scanning segments"):
@@ -102,15 +85,8 @@ class OnSpark:
             .collect()
         )
 
-    def span(
-        self,
-        job: Job,
-        span: Span,
-        pieces: Sequence[executor.Slice],
-        definitions: Definitions,
-        out: Callable[[str], None],
-        what: str,
-    ) -> tuple[int, list[PartitionResult]]:
+    def span(self, task: SpanTask, out: Out) -> tuple[int, list[PartitionResult]]:
+        job, span, pieces, definitions, what = task
         from drc.spark.progress import progress
 
         sc, key = self.sc, span_key(span)
@@ -141,14 +117,8 @@ class Inline:
     def __init__(self, stopped: Callable[[], bool]) -> None:
         self.stopped = stopped
 
-    def scan(
-        self,
-        job: Job,
-        infos: Sequence[SegmentInfo],
-        after: SCN,
-        end: SCN,
-        out: Callable[[str], None],
-    ) -> list[SegmentScan]:
+    def scan(self, job: Job, infos: Infos, bounds: Bounds, out: Out) -> list[SegmentScan]:
+        after, end = bounds
         found = []
         for scanned in executor.scan(job, infos, after, end):
             self._check()
@@ -160,15 +130,8 @@ class Inline:
     ) -> list[Transaction]:
         return list(executor.fragments_at(job, infos, scns))
 
-    def span(
-        self,
-        job: Job,
-        span: Span,
-        pieces: Sequence[executor.Slice],
-        definitions: Definitions,
-        out: Callable[[str], None],
-        what: str,
-    ) -> tuple[int, list[PartitionResult]]:
+    def span(self, task: SpanTask, out: Out) -> tuple[int, list[PartitionResult]]:
+        job, span, pieces, definitions, what = task
         keys = {name: t.primary_key for name, t in definitions.items()}
         decoded = [0]
         parts: dict[int, list[Any]] = {}
@@ -185,6 +148,9 @@ class Inline:
     def _check(self) -> None:
         if self.stopped():
             raise Stopped()
+
+
+Runner = OnSpark | Inline  # the same methods, the same results
 
 
 def span_key(span: Span) -> str:
