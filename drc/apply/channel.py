@@ -503,7 +503,8 @@ class ApplyChannel:
         how = "run"
         if self.finish_catchup is not None:
             failed = self._finish_failure
-            tried = f" (its last try failed: {failed}; tried again every 30 s)" if failed else ""
+            every = f"tried again every {FINISH_RETRY_S:.0f} s"
+            tried = f" (its last try failed: {failed}; {every})" if failed else ""
             how = f"the channel finishes it itself{tried}, or run"
         return (
             f"channel {self.name} waits: the interrupted {run.describe()} applied part of its "
