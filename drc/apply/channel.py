@@ -94,6 +94,7 @@ IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked
 LEASE_CHECK_S = 1.0  # how often a channel with nothing to write looks at its lease
 DDL_LOCK_POLL_S = 5  # how long one wait for an earlier run's DDL lock lasts
 UNAVAILABLE_LOG_EVERY_S = 30.0
+FINISH_RETRY_S = 30.0  # after a failed finish of an interrupted catch-up run, the next try
 STOPPAGE_KEYS_SHOWN = 10
 
 
@@ -161,7 +162,13 @@ class ApplyChannel:
         self.lease_owner = ""  # a catch-up driver's own channel applies under its lease
         self._lease_taken: object = None  # the lease's taken_at when the checkpoint was read
         self._lease_checked = -LEASE_CHECK_S  # clock of the last idle look (_lease_moved)
-        self.catchup_unfinished: journal.Run | None = None  # waited for (drc.catchup.auto)
+        self.catchup_unfinished: journal.Run | None = None  # the run being finished, if any
+        # Finishes an interrupted catch-up run (drc.catchup.driver.finish_interrupted, given
+        # by drc.apply.service.build_channel; asked whether the channel is stopping); None:
+        # the channel waits for a `drc catchup` to finish it.
+        self.finish_catchup: Callable[[Callable[[], bool]], object] | None = None
+        self._finish_after = 0.0  # clock before which a failed finish is not tried again
+        self._finish_failure = ""  # why the last try failed, shown while the channel waits
         self._catchup_logged: tuple[str, float] = ("", 0.0)  # a wait is logged every 30 s
         # An operator's pause/skip/rewind (drc.apply.control). With ``hold_on_error`` a change
         # the target rejects leaves the channel stopped but alive, waiting for one of them.
@@ -495,11 +502,12 @@ class ApplyChannel:
         )
 
     def _unfinished_message(self, run: journal.Run) -> str:
-        how = (
-            "drc run starts it (automatic catch-up), or run"
-            if self.channel.catchup_backlog_mb > 0
-            else "run"
-        )
+        how = "run"
+        if self.finish_catchup is not None:
+            failed = self._finish_failure
+            every = f"tried again every {FINISH_RETRY_S:.0f} s"
+            tried = f" (its last try failed: {failed}; {every})" if failed else ""
+            how = f"the channel finishes it itself{tried}, or run"
         return (
             f"channel {self.name} waits: the interrupted {run.describe()} applied part of its "
             f"range beyond the checkpoint {self._applied}, and streaming it again would apply "
@@ -702,16 +710,48 @@ class ApplyChannel:
         return call_with_retries(
             attempt,
             self._policy,
-            recover=self.target.recover,
+            recover=self._recover,
             sleep=self._sleep or self._wait,
             stopped=self._stop.is_set,
             note=self._note,
         )
 
+    def _recover(self, exc: BaseException) -> None:
+        self.target.recover(exc)  # rolled back: the lease row's shared lock is gone too
+        if isinstance(exc, CatchupUnfinishedError):
+            self._finish_interrupted()
+
+    def _finish_interrupted(self) -> None:
+        """Finish the interrupted catch-up run in this thread, to the end it recorded; the
+        retried transaction then streams on from the checkpoint it wrote (:meth:`_handover`).
+        A failure (the remote or target away, the range gone) is logged and shown in the
+        channel's state, and tried again after FINISH_RETRY_S."""
+        run, now = self.catchup_unfinished, self._clock()
+        if self.finish_catchup is None or run is None or now < self._finish_after:
+            return
+        log.info("channel %s: the interrupted %s holds no live lease any more: finishing it "
+                 "here (what it committed is skipped), then streaming on from its end",
+                 self.name, run.describe())  # fmt: skip
+        self.progress.target_waiting(f"finishing the interrupted {run.describe()}")
+        try:
+            self.finish_catchup(self._stop.is_set)
+        except Stopped:
+            raise
+        except Exception as exc:  # shown (the wait's message) and tried again meanwhile
+            self._finish_after = now + FINISH_RETRY_S
+            self._finish_failure = f"{type(exc).__name__}: {exc}"
+            log.error("channel %s: finishing the interrupted %s failed: %s; trying again in "
+                      "%.0fs", self.name, run.describe(), exc, FINISH_RETRY_S)  # fmt: skip
+            return
+        self.catchup_unfinished, self._finish_failure = None, ""
+        log.info("channel %s: the interrupted catch-up run is finished", self.name)
+
     def _wait(self, seconds: float) -> None:
         self._stop.wait(seconds)  # wakes at once when the channel is stopped
 
     def _note(self, kind: Kind, exc: BaseException, delay: float) -> None:
+        if isinstance(exc, CatchupUnfinishedError) and self.catchup_unfinished is None:
+            return  # finished meanwhile (_recover): nothing was waited for
         if kind is Kind.LOCK_CONFLICT:
             self.stats.retries += 1
         else:

@@ -52,7 +52,7 @@ class CatchupRunningError(TargetUnavailableError):
 class CatchupUnfinishedError(TargetUnavailableError):
     """An interrupted bulk catch-up run (drc.catchup.journal) applied part of its range beyond
     the channel's checkpoint: streaming from the checkpoint would apply it twice (keyless
-    tables' rows duplicated), so the channel waits until a catch-up finishes the run."""
+    tables' rows duplicated), so the channel first finishes the run (or waits while it cannot)."""
 
 
 class TargetReadOnlyError(TargetUnavailableError):

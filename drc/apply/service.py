@@ -8,6 +8,7 @@ call it for every ``[[channels]]`` entry, and for the lww guard.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -33,6 +34,8 @@ from drc.client.status import fetch_position, fetch_status
 from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE, TOMBSTONE_PREFIX
 from drc.core.scn import SCN
+
+log = logging.getLogger(__name__)
 
 JOIN_POLL_S = 0.2
 
@@ -84,7 +87,27 @@ def build_channel(
     ``datacenter``, and ``subscriber_factory`` / ``connect`` replacing the pull API client and
     pymysql.connect in tests), and the channel's ``clock``, ``wall_clock`` and ``sleep``."""
     timing = {name: options.pop(name) for name in _TIMING if name in options}
-    return kind(channel, build_parts(channel, target, **options), **timing)
+    built = kind(channel, build_parts(channel, target, **options), **timing)
+    if "connect" not in options:  # a real target: an interrupted catch-up run is finished
+        settings = target_settings(target)
+        conflicts, datacenter = options.get("conflicts"), options.get("datacenter", "")
+        built.finish_catchup = partial(_finish_catchup, channel, settings, conflicts, datacenter)
+    return built
+
+
+def _finish_catchup(
+    channel: ChannelConfig,
+    settings: TargetSettings,
+    conflicts: ConflictsConfig | None,
+    datacenter: str,
+    stopped: Callable[[], bool],
+) -> object:
+    """The channel's interrupted catch-up run finished in this process (drc.catchup.driver
+    imports this module: imported when needed)."""
+    from drc.catchup.driver import Where, finish_interrupted
+
+    say = partial(log.info, "channel %s: catch-up: %s", channel.name)
+    return finish_interrupted(Where(channel, settings, conflicts, datacenter), stopped, say)
 
 
 def build_parts(

@@ -7,9 +7,9 @@ it add up to ``catchup_backlog_mb`` (a channel key; 0 turns it off), the node st
 streaming channel goes on running: it waits while the catch-up holds the lease and streams from
 the checkpoint the catch-up wrote (drc.apply.channel), so nothing else is needed to resume.
 
-A channel waiting for an interrupted catch-up run to be finished (drc.catchup.journal: the
-target holds part of its range beyond the checkpoint) gets its catch-up started at the next
-check whatever its backlog. One catch-up per channel at a time; its state (``idle``,
+An interrupted catch-up run is not this module's: the streaming channel finishes it itself
+once its lease expired (drc.apply.channel, drc.catchup.driver.finish_interrupted). One
+catch-up per channel at a time; its state (``idle``,
 ``running``, ``failed (exit N)``) and the backlog last measured are in the channel's entry of
 ``/v1/status`` (``drc status``). A
 catch-up still running when the node stops is left to finish: stopping it would leave its range
@@ -97,10 +97,8 @@ class AutoCatchup:
             applied = channel.stats.last_scn
             if applied is None:
                 continue  # not started yet
-            unfinished = getattr(channel, "catchup_unfinished", None)
-            if unfinished is not None:  # the channel waits for it: finish it
-                self._start(channel, state, f"resuming the interrupted {unfinished.describe()}")
-                continue
+            if getattr(channel, "catchup_unfinished", None) is not None:
+                continue  # the channel is finishing an interrupted run (drc.apply.channel)
             if applied == state.ended_at:
                 continue  # (paused) not yet streaming from the checkpoint the catch-up wrote
             size = self._backlog(channel.channel, applied)

@@ -13,11 +13,13 @@ steps               drc.core.reduce.plan_steps: spans of row changes, DDL betwee
 finish              one transaction: the checkpoint at the range end, the run forgotten, the
                     lease released: streaming continues from exactly there
 
-Killed or failed before the finish, the run stays recorded and the streaming channel waits
-for it (drc.apply.channel: it would apply the range again); a re-run resumes it with its
-range, partitions and batch size, skipping the batches committed. A failed driver releases
-the lease at once; a killed one's expires. Spark tries a failed task again (local masters as
-``local[N,4]``); the retried task skips the batches its first attempt committed.
+Killed or failed before the finish, the run stays recorded. A re-run resumes it with its
+range, partitions and batch size, skipping the batches committed; so does the streaming
+channel once the run's lease is released or expired (:func:`finish_interrupted`, in its own
+process without Spark, drc.catchup.runners.Inline): it never streams the run's range again
+(it would apply it twice). A failed driver releases the lease at once; a killed one's
+expires. Spark tries a failed task again (local masters as ``local[N,4]``); the retried task
+skips the batches its first attempt committed.
 """
 
 from __future__ import annotations
@@ -25,28 +27,26 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from drc.apply import checkpoint, windows
 from drc.apply.channel import ApplyChannel
 from drc.apply.errors import MissingTableError
 from drc.apply.plan import TargetTable
+from drc.apply.retry import Stopped
 from drc.apply.service import build_channel, target_settings
 from drc.apply.sink import TargetSession, TargetSettings
-from drc.catchup import executor, journal, lease
-from drc.catchup.executor import Job, PartitionResult, SegmentScan
+from drc.catchup import executor, journal, lease, runners
+from drc.catchup.executor import Job, PartitionResult
 from drc.client import PositionTooOldError, SegmentInfo, SegmentList
 from drc.client.fragments import merge
-from drc.config import ChannelConfig, DrcConfig
+from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
 from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.reduce import DdlStep, Span, plan_steps
 from drc.core.scn import SCN
 from drc.core.windows import Windows
-from drc.spark.progress import progress
-from drc.spark.session import LIGHT_JVM, build_session, with_task_retries
 
 log = logging.getLogger(__name__)
 
@@ -90,31 +90,74 @@ def run_catchup(
     channel_name: str,
     *,
     to: SCN | None = None,
-    master: str = "local[*]",
+    master: str | None = "local[*]",
     partitions: int = 8,
     batch_changes: int = executor.BATCH_CHANGES,
     out: Callable[[str], None] = print,
     lease_ttl_s: float = LEASE_TTL_S,
 ) -> Summary:
-    """Replay ``channel_name``'s backlog into the target (see the module docstring)."""
+    """Replay ``channel_name``'s backlog into the target (see the module docstring); ``master``
+    None runs the executors' work in this process (drc.catchup.runners.Inline)."""
+    plan = Plan(to, master, partitions, batch_changes, lease_ttl_s)
+    where = Where(config.channel(channel_name), target_settings(config.target_or_source()),
+                  config.conflicts, config.datacenter.name)  # fmt: skip
+    summary = catch_up(where, plan, out)
+    assert summary is not None  # only a resume_only plan may find nothing to do
+    return summary
+
+
+def finish_interrupted(
+    where: Where, stopped: Callable[[], bool], out: Callable[[str], None]
+) -> Summary | None:
+    """Finish the channel's interrupted run in this process (no Spark), to the end it recorded,
+    and write the checkpoint there: a streaming channel that found the run's lease expired
+    calls it (drc.apply.channel) before it streams on. None when no run was left to finish
+    (another catch-up finished it meanwhile): nothing is written."""
+    return catch_up(where, Plan(master=None, resume_only=True, stopped=stopped), out)
+
+
+@dataclass(frozen=True)
+class Where:
+    """The channel, its target and what its decisions need (drc.apply.service.build_parts)."""
+
+    channel: ChannelConfig
+    settings: TargetSettings
+    conflicts: ConflictsConfig | None
+    datacenter: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    to: SCN | None = None
+    master: str | None = "local[*]"  # None: in this process
+    partitions: int = 8
+    batch_changes: int = executor.BATCH_CHANGES
+    lease_ttl_s: float = LEASE_TTL_S
+    resume_only: bool = False  # only an interrupted run is finished, never a new one started
+    stopped: Callable[[], bool] = lambda: False
+
+
+def catch_up(where: Where, plan: Plan, out: Callable[[str], None]) -> Summary | None:
     began = time.monotonic()
     say, out = out, lambda line: say(f"[{time.monotonic() - began:6.1f}s] {line}")
-    channel = config.channel(channel_name)
-    settings = target_settings(config.target_or_source())
-    held = lease.take_waiting(settings, channel.name, lease.new_owner(), lease_ttl_s, out)
+    settings = where.settings
+    channel = where.channel
+    held = lease.take_waiting(settings, channel.name, lease.new_owner(), plan.lease_ttl_s, out)
     renewer = lease.Renewer(held, lambda: lease.session(settings)).start()
     job: Job | None = None
     try:
         streaming = build_channel(
-            channel, settings, conflicts=config.conflicts, datacenter=config.datacenter.name
+            channel, settings, conflicts=where.conflicts, datacenter=where.datacenter
         )
         streaming.lease_owner = held.owner
-        job, summary = _run(config, channel, settings, streaming, held, to, master,
-                            (partitions, batch_changes), out, renewer)  # fmt: skip
+        job, summary = _run(where, streaming, held, plan, out, renewer)
+        if summary is None:  # nothing to finish: the lease given back untouched
+            renewer.stop()
+            _release(settings, held)
         return summary
     except BaseException:
         # Hand the channel back now, so a re-run need not wait for the lease to expire. An
-        # unfinished run stays recorded: streaming waits for a catch-up to finish it. A batch
+        # unfinished run stays recorded: streaming finishes it before it streams on. A batch
         # still being written checked the lease under a shared lock: the release waits for it.
         renewer.stop()
         _release(settings, renewer.lease)
@@ -126,33 +169,33 @@ def run_catchup(
 
 
 def _run(
-    config: DrcConfig,
-    channel: ChannelConfig,
-    settings: TargetSettings,
+    where: Where,
     streaming: ApplyChannel,
     held: lease.Lease,
-    to: SCN | None,
-    master: str,
-    sizes: tuple[int, int],
+    plan: Plan,
     out: Callable[[str], None],
     renewer: lease.Renewer,
-) -> tuple[Job | None, Summary]:
-    partitions, batch_changes = sizes
+) -> tuple[Job | None, Summary | None]:
+    to, partitions, batch_changes = plan.to, plan.partitions, plan.batch_changes
     started = time.monotonic()
     start = streaming.open()  # the checkpoint, read under the lease
-    session = TargetSession(settings)
+    session = TargetSession(where.settings)
     try:
         session.run_setup(journal.create_statements(), "creating the catch-up tables")
-        channel = windows.widened(channel, _no_open_window(session, channel.name, start))
+        channel = windows.widened(where.channel, _no_open_window(session, where.channel.name,
+                                                                 start))  # fmt: skip
         found = session.query(journal.select_run(channel.name), "reading the catch-up run")
         session.commit()
         run = journal.parse_run(channel.name, found[0]) if found else None
+        if plan.resume_only and run is None:
+            out(f"channel {channel.name}: no interrupted catch-up run to finish")
+            return None, None
         resuming = run is not None and run.to > start
-        if run is not None and resuming:  # the same range and cuts: committed batches skipped
+        if run is not None and (resuming or plan.resume_only):  # the same range and cuts
             if to is not None and to != run.to:
                 out(f"--to {to} is ignored until the unfinished run is done")
             out(f"resuming the interrupted {run.describe()}: what it committed is skipped")
-            to, partitions, batch_changes = run.to, run.partitions, run.batch_changes
+            to, partitions, batch_changes = max(run.to, start), run.partitions, run.batch_changes
         token = channel.secret()
         listing = _listing(channel, token, start, to)
         end = to or listing.last_scn or start
@@ -168,17 +211,13 @@ def _run(
             session.execute(recorded, "recording the run")
             session.commit()
         infos = [s for s in listing.segments if s.last_scn is not None and s.prev_scn < end]
-        job = Job(channel, settings, config.conflicts, config.datacenter.name, held.owner,
+        job = Job(channel, where.settings, where.conflicts, where.datacenter, held.owner,
                   listing.url, listing.epoch, token, partitions, batch_changes)  # fmt: skip
+        master = plan.master or "in this process"
         out(f"catch-up of {channel.name}: ({start}, {end}] from {listing.url}, {len(infos)} "
             f"segments, master {master}, {partitions} partitions")  # fmt: skip
-        spark = build_session(
-            with_task_retries(master), f"drc-catchup-{channel.name}", conf=LIGHT_JVM
-        )
-        try:
-            _replay(spark, job, streaming, session, infos, summary, out, renewer)
-        finally:
-            spark.stop()
+        with runners.runner(plan.master, channel.name, plan.stopped) as runner:
+            _replay(runner, job, streaming, session, infos, summary, out, renewer, plan.stopped)
         renewer.check()
         _finish(session, channel, held, end, listing.epoch)
         summary.seconds = time.monotonic() - started
@@ -189,7 +228,7 @@ def _run(
 
 
 def _replay(
-    spark: Any,
+    runner: runners.Runner,
     job: Job,
     streaming: ApplyChannel,
     session: TargetSession,
@@ -197,16 +236,11 @@ def _replay(
     summary: Summary,
     out: Callable[[str], None],
     renewer: lease.Renewer,
+    stopped: Callable[[], bool],
 ) -> None:
-    sc = spark.sparkContext
     after, end = summary.after, summary.to
-    with progress(sc, out, "copying and scanning segments"):
-        began = time.monotonic()
-        scans: list[SegmentScan] = (
-            sc.parallelize(infos, max(1, len(infos)))
-            .mapPartitions(lambda part: executor.scan(job, part, after, end))
-            .collect()
-        )
+    began = time.monotonic()
+    scans = runner.scan(job, infos, (after, end), out)
     took = max(time.monotonic() - began, 1e-6)
     summary.segments, summary.bytes = len(scans), sum(s.size for s in scans)
     records = sum(s.records for s in scans)
@@ -216,12 +250,14 @@ def _replay(
     ddl = {scn: before for s in scans for scn, before in s.ddl}
     tables = sorted(executor.target_tables(job, {t for s in scans for t in s.tables}))
     steps = plan_steps(after, end, ddl)
-    statements = _ddl_transactions(sc, job, infos, set(ddl)) if ddl else {}
+    statements = _ddl_transactions(runner, job, infos, set(ddl)) if ddl else {}
     spans = sum(isinstance(step, Span) for step in steps)
     done = 0
     replaying = time.monotonic()
     for step in steps:
         renewer.check()
+        if stopped():
+            raise Stopped()
         if isinstance(step, DdlStep):
             before = ddl[step.scn]
             streaming.apply_ddl(statements[step.scn], before if before > after else after)
@@ -231,15 +267,19 @@ def _replay(
             continue
         done += 1
         span_began = time.monotonic()
-        definitions = sc.broadcast(_definitions(session, tables))
         pieces = [
             (info, k, job.partitions) for info in infos for k in range(job.partitions)
             if info.prev_scn < step.end and info.last_scn > step.after  # type: ignore[operator]
         ]  # fmt: skip
         what = f"span {done}/{spans}"
-        decoded, results = _apply_span(sc, job, step, pieces, definitions, out, what)
+        decoded, results = (
+            runner.span(
+                runners.SpanTask(job, step, pieces, _definitions(session, tables), what), out
+            )
+            if pieces
+            else (0, [])
+        )
         summary.changes += decoded
-        definitions.unpersist()
         for result in results:
             summary.shuffled += result.changes
             summary.reduced += result.reduced
@@ -256,38 +296,6 @@ def _replay(
             f"{time.monotonic() - span_began:.1f}s: {summary.changes} changes decoded "
             f"({summary.shuffled} after each slice's reduction), reduced to {summary.reduced}, "
             f"{summary.rows} rows written ({summary.rows / elapsed:.0f}/s){where}")  # fmt: skip
-
-
-def _apply_span(
-    sc: Any,
-    job: Job,
-    span: Span,
-    pieces: Sequence[executor.Slice],
-    definitions: Any,
-    out: Callable[[str], None],
-    what: str,
-) -> tuple[int, list[PartitionResult]]:
-    """The row changes decoded, and what each partition did."""
-    if not pieces:
-        return 0, []
-    key = f"{span.after}..{span.end}"
-    partitions = job.partitions
-
-    decoded = sc.accumulator(0)
-
-    def read(part: Iterator[executor.Slice]) -> Iterator[Any]:
-        keys = {name: t.primary_key for name, t in definitions.value.items()}
-        return executor.read_span(job, part, span, keys, decoded.add)
-
-    def apply(index: int, items: Iterator[Any]) -> Iterator[PartitionResult]:
-        rows = (item for _, item in items)
-        yield executor.apply_partition(job, key, definitions.value, index, rows)
-
-    with progress(sc, out, what):
-        routed = sc.parallelize(list(pieces), len(pieces)).mapPartitions(read)
-        shuffled = routed.partitionBy(partitions, lambda part: part)
-        results = list(shuffled.mapPartitionsWithIndex(apply).collect())
-    return int(decoded.value), results
 
 
 def _no_open_window(session: TargetSession, name: str, start: SCN) -> Windows:
@@ -309,18 +317,14 @@ def _no_open_window(session: TargetSession, name: str, start: SCN) -> Windows:
 
 
 def _ddl_transactions(
-    sc: Any, job: Job, infos: Sequence[SegmentInfo], scns: set[SCN]
+    runner: runners.Runner, job: Job, infos: Sequence[SegmentInfo], scns: set[SCN]
 ) -> dict[SCN, Transaction]:
     """The DDL transactions, whole (their fragments may sit in several segments)."""
     holding = [
         i for i in infos
         if i.first_scn is not None and any(i.first_scn <= s <= i.last_scn for s in scns)  # type: ignore[operator]
     ]  # fmt: skip
-    fragments = (
-        sc.parallelize(holding, max(1, len(holding)))
-        .mapPartitions(lambda part: executor.fragments_at(job, part, scns))
-        .collect()
-    )
+    fragments = runner.fragments(job, holding, scns)
     by_scn: dict[SCN, list[Transaction]] = {}
     for fragment in sorted(fragments, key=lambda t: (t.scn, t.fragment)):
         found = by_scn.setdefault(fragment.scn, [])

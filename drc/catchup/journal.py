@@ -30,8 +30,8 @@ releases the lease (drc.catchup.lease), so streaming continues from exactly ther
 
 While a ``catchup_run`` row exists the target holds part of its range beyond the channel
 checkpoint: the streaming channel reads it with the lease (:func:`channel_state`) and applies
-nothing until a catch-up finished the run (drc.apply.channel, CatchupUnfinishedError);
-``drc run`` with automatic catch-up starts that catch-up itself (drc.catchup.auto).
+nothing of its own until the run is finished (drc.apply.channel, CatchupUnfinishedError):
+once the lease expired it finishes the run itself (drc.catchup.driver.finish_interrupted).
 """
 
 from __future__ import annotations

@@ -63,8 +63,8 @@ def catchup(config_path: str, channel_name: str, to: SCN | None, master: str,
     its checkpoint to --to with the same filters and conflict decisions as streaming, applies
     DDL in order between the ranges it splits, and writes the checkpoint at the end: streaming
     continues from exactly there. Killed, run it again: it resumes the interrupted run and
-    skips what it committed (meanwhile the streaming channel waits for it; `drc run` with
-    automatic catch-up starts it itself). Progress lines go to stdout; see docs/catchup.md.
+    skips what it committed (left alone, the streaming channel finishes it itself, without
+    Spark, once the lease expired). Progress lines go to stdout; see docs/catchup.md.
     """
     from drc.catchup.driver import run_catchup
 

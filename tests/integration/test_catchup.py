@@ -296,17 +296,27 @@ def test_lww_catchup_decides_and_logs_conflicts_as_streaming_does(
                                 (f"r{k}.{step}", _at(k * 10 + step), k))  # fmt: skip
             for k in range(71, 76):  # made and removed in the range, meeting a local row
                 cur.execute("DELETE FROM cl.t WHERE id = %s", (k,))
+            for k in range(21, 26):  # one key changed three times in one transaction
+                cur.execute("BEGIN")
+                for step in (1, 2, 3):
+                    cur.execute("UPDATE cl.t SET v = %s, ts = %s WHERE id = %s",
+                                (f"r{k}.{step}", _at(k * 10 + step * 2), k))  # fmt: skip
+                cur.execute("COMMIT")
+            for k in range(76, 79):  # made, removed and made again, meeting a local row
+                cur.execute("INSERT INTO cl.t VALUES (%s, 'r', %s)", (k, _at(k * 10)))
+                cur.execute("DELETE FROM cl.t WHERE id = %s", (k,))
+                cur.execute("INSERT INTO cl.t VALUES (%s, 'r2', %s)", (k, _at(k * 10 + 4)))
         conn.close()
         for db in ("cl_s", "cl_c"):  # concurrent local writes, the same on both copies
             conn = connect(dc2)
             with conn.cursor() as cur:
-                for k in range(1, 21):  # newer for even keys, older for odd ones
+                for k in range(1, 26):  # newer for even keys, older for odd ones
                     ms = k * 10 + (5 if k % 2 == 0 else -5)
                     cur.execute(f"UPDATE {db}.t SET v = %s, ts = %s WHERE id = %s",
                                 (f"l{k}", _at(ms), k))  # fmt: skip
                 for k in (45, 46):  # update of rows the remote deleted
                     cur.execute(f"UPDATE {db}.t SET v = 'l', ts = %s WHERE id = %s", (_at(999), k))
-                for k in (*range(61, 66), *range(71, 76)):  # insert-insert
+                for k in (*range(61, 66), *range(71, 79)):  # insert-insert
                     cur.execute(f"INSERT INTO {db}.t VALUES (%s, 'l', %s)", (k, _at(k * 10 + 1)))
             conn.close()
         capture.wait_for(master_position(dc1))
@@ -319,7 +329,8 @@ def test_lww_catchup_decides_and_logs_conflicts_as_streaming_does(
             while checkpoint_of(dc2, "lww-s") != last and time.monotonic() < deadline:
                 assert running.error is None, running.error
                 time.sleep(0.1)
-        run_catchup(config, "lww-c", master="local[2]", partitions=3, out=lambda _line: None)
+        summary = run_catchup(config, "lww-c", master="local[2]", partitions=3,
+                              out=lambda _line: None)  # fmt: skip
     streamed, caught_up = (
         query(dc2, f"SELECT * FROM {db}.t ORDER BY id") for db in ("cl_s", "cl_c")
     )
@@ -337,4 +348,7 @@ def test_lww_catchup_decides_and_logs_conflicts_as_streaming_does(
     assert logged[0] == logged[1], "the same entries: one per conflicting change, not per key"
     hot = [row for row in logged[0] if row[3] == '{"id":2}']
     assert [row[6] for row in hot] == ["local", "incoming"], "r2 loses, r2.7 wins, r2.8 applies"
+    per_key = [row for row in logged[0] if row[3] == '{"id":22}']
+    assert len(per_key) >= 2, "changes of one key in one transaction decided one by one"
     assert len(logged[0]) >= 40
+    assert summary.conflicts == streaming.stats.conflicts == len(logged[0]), "the same counts"

@@ -3,8 +3,8 @@ process, its backlog replayed into dc2 by `drc catchup` (a child process, real S
 mode) or by the catch-up `drc run` starts (drc.node.Node in process, role apply).
 
 A killed catch-up leaves part of its range applied beyond the channel checkpoint: a re-run, or
-`drc run`, finishes it; the streaming channel never applies that range again (the keyless
-`events` table would get duplicate rows)."""
+the streaming channel once the lease expired, finishes it; streaming never applies that range
+again (the keyless `events` table would get duplicate rows)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from drc.catchup import auto
 from drc.cli.main import cli
 from drc.config import load_config
 from drc.node import Node
-from drc.sandbox.sandbox import ServerInfo
+from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from tests.integration.capture import master_position
 from tests.integration.test_apply_support import (
     Running,
@@ -87,10 +87,16 @@ def driver(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
-def wait_batches(proc: subprocess.Popen[bytes], server: ServerInfo, log: Path, count: int) -> None:
-    """Until ``count`` batches committed, the driver still running."""
+def wait_batches(
+    proc: subprocess.Popen[bytes],
+    server: ServerInfo,
+    log: Path,
+    count: int,
+    also: Callable[[], bool] = lambda: True,
+) -> None:
+    """Until ``count`` batches committed (and ``also()``), the driver still running."""
     deadline = time.monotonic() + 600
-    while done_batches(server) < count:
+    while done_batches(server) < count or not also():
         assert proc.poll() is None, "the catch-up ended before it could be killed: " + tail(log)
         assert time.monotonic() < deadline, "no batch committed: " + tail(log)
         time.sleep(0.02)
@@ -155,37 +161,33 @@ def apply_node(path: Path) -> Iterator[Node]:
 
 
 @pytest.mark.slow
-def test_after_a_killed_catchup_streaming_waits_and_drc_run_finishes_the_run(
-    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_after_a_killed_catchup_streaming_finishes_its_run_then_streams_nothing_twice(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
 ) -> None:
+    """The catch-up is not run again: once its lease expired, the streaming channel (automatic
+    catch-up off) finishes the run itself, skipping what it committed, then streams on."""
     schema = "catchup_resume"
     prepare(dc1, dc2, schema)
     with served(dc1, tmp_path, schema) as (capture, url):
         backlog(dc1, schema, capture)
         path = config_for(tmp_path, dc2, url, "resume", schema, catchup_backlog_mb=0)
-        kill_midway(argv_for(path, "resume"), dc2, tmp_path / "catchup.log")
-        checkpoint, written = checkpoint_of(dc2, "resume"), events(dc2, schema)
-        # Streaming alone, automatic catch-up off: once the lease expired it waits, saying why.
+        log = tmp_path / "catchup.log"
+        with driver(argv_for(path, "resume"), log) as proc:  # killed with keyless rows written
+            wait_batches(proc, dc2, log, 3, lambda: events(dc2, schema) > 0)
+            os.killpg(proc.pid, signal.SIGKILL)
+        checkpoint = checkpoint_of(dc2, "resume")
+        assert checkpoint != str(capture.buffer.last_scn), "killed midway"
+        assert query(dc2, "SELECT COUNT(*) FROM drc.catchup_run") == [(1,)]
         config = load_config(path)
         channel = build_channel(config.channels[0], config.target_or_source())
         with Running(channel) as running:
-            wait_for(lambda: channel.catchup_unfinished is not None, "the channel to wait",
-                     running=running)  # fmt: skip
-            report = channel.report()
-            assert report["state"] == "waiting", report
-            assert "interrupted catch-up run" in report["error"]
-            assert "drc catchup --config FILE --channel resume" in report["error"]
-        assert checkpoint_of(dc2, "resume") == checkpoint and events(dc2, schema) == written
-        # `drc run` with automatic catch-up (whatever the backlog) finishes the run first.
-        monkeypatch.setattr(auto, "CHECK_EVERY_S", 1.0)
-        path = config_for(tmp_path, dc2, url, "resume", schema, catchup_backlog_mb=100_000,
-                          catchup_master="local[2]")  # fmt: skip
-        with apply_node(path) as node:
             workload(dc1, schema, seed=10, txns=50, ddl_at=None)  # streamed after the run
-            wait_end(dc2, schema, mark_end(dc1, schema), timeout=300)
-            assert node.channels[0].stats.idempotent_fixes == 0, "nothing applied twice"
-            assert node.auto is not None and node.auto.status("resume")["runs"] == 1  # type: ignore[index]
-    assert_same(dc1, dc2, schema)
+            wait_end(dc2, schema, mark_end(dc1, schema), running, timeout=300)
+        assert channel.stats.idempotent_fixes == 0, "nothing applied twice"
+        assert channel.catchup_unfinished is None
+        assert query(dc2, "SELECT COUNT(*) FROM drc.catchup_run") == [(0,)]
+        assert query(dc2, "SELECT COUNT(*) FROM drc.catchup_done") == [(0,)]
+    assert_same(dc1, dc2, schema)  # the keyless events table row for row: none twice
 
 
 def python_workers(root: int) -> list[int]:
@@ -238,6 +240,55 @@ def test_killing_the_executors_python_workers_midway_is_retried_and_ends_equal(
         output = log.read_text(errors="replace")
         assert skipped(output) > 0, "a retried task skipped what it had committed"
         assert checkpoint_of(dc2, "worker") == str(capture.buffer.last_scn)
+    assert_same(dc1, dc2, schema)
+
+
+def executor_jvms() -> set[int]:
+    """The Spark executor JVMs running on this host (standalone workers start them)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        if b"CoarseGrainedExecutorBackend" in command:
+            found.add(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_killing_the_executor_jvm_on_the_standalone_cluster_midway_ends_equal(
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    """kill -9 of the executor (its JVM and so its Python workers) while it writes: the
+    standalone master starts another executor and Spark runs the lost tasks again, skipping
+    what they committed; were the run to fail instead, running it again ends equal."""
+    spark = Sandbox(sandbox.dir).up(datacenters=len(sandbox.servers), with_spark=True).spark
+    assert spark is not None
+    schema = "catchup_executor"
+    prepare(dc1, dc2, schema)
+    with served(dc1, tmp_path, schema) as (capture, url):
+        backlog(dc1, schema, capture, txns=1500)
+        path = config_for(tmp_path, dc2, url, "executor", schema)
+        argv = [*argv_for(path, "executor", "30")]
+        argv[argv.index("--master") + 1] = spark.master_url
+        log, before = tmp_path / "catchup.log", executor_jvms()
+        with driver(argv, log) as proc:
+            wait_batches(proc, dc2, log, 3)
+            ours = executor_jvms() - before
+            assert ours, "the run's executor JVM"
+            for pid in ours:
+                os.kill(pid, signal.SIGKILL)
+            code = proc.wait(timeout=600)
+        print("executor killed; the run", "failed, run again" if code else "went on (retried)")
+        if code != 0:  # the job failed: a re-run resumes it
+            again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+            output = again.stdout
+        else:
+            output = log.read_text(errors="replace")
+        assert skipped(output) > 0, "what the killed executor committed was skipped"
+        assert checkpoint_of(dc2, "executor") == str(capture.buffer.last_scn)
     assert_same(dc1, dc2, schema)
 
 

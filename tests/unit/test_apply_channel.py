@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -181,31 +182,90 @@ def test_a_read_only_target_is_waited_for_and_nothing_is_lost() -> None:
     assert len(fake.writes()) == 1 and fake.checkpoints["from-dc1"][0] == "1:11:1:20"
 
 
-def test_a_channel_waits_for_an_interrupted_catchup_run_then_streams_after_its_end() -> None:
-    fake = target()
+def interrupted(fake: FakeTarget, finished: Callable[[], bool]) -> Harness:
+    """A channel whose catch-up run (up to SCN 20) was interrupted, its lease expired, until
+    ``finished()``; the stream holds SCNs 10, 20 and 30."""
     killed_run = (str(scn(20)), 3, 5, "host:7:abc", dt.datetime(2026, 1, 1))
-    waited: list[str] = []
 
     def catchup() -> tuple[Any, ...]:
-        if not waited:  # its lease expired, its run unfinished
+        if not finished():
             return ("host:7:abc", 0, "t0", *killed_run)
-        return ("", 0, "t1", None, None, None, None, None)  # a re-run finished it
+        return ("", 0, "t1", None, None, None, None, None)  # finished: a new taken_at
+
+    fake.catchup = catchup
+    return Harness(fake, [batch(1, *(txn(n, ins("t", id=n)) for n in (10, 20, 30)))])
+
+
+def finish_run(fake: FakeTarget) -> None:
+    """What finishing the run leaves: the checkpoint at its end."""
+    fake.checkpoints["from-dc1"] = (str(scn(20)), "dc1", None, None)
+
+
+def assert_streamed_after_the_run(fake: FakeTarget, channel: ApplyChannel) -> None:
+    written = fake.writes()
+    assert len(written) == 1 and "VALUES (30)" in written[0], "only what came after the run"
+    assert fake.checkpoints["from-dc1"][0] == str(scn(30))
+    assert channel.catchup_unfinished is None
+
+
+def test_a_channel_waits_for_an_interrupted_catchup_run_then_streams_after_its_end() -> None:
+    fake = target()
+    waited: list[str] = []
+    harness = interrupted(fake, lambda: bool(waited))
 
     def sleep(_delay: float) -> None:
         waited.append(harness.channel.report()["error"])
-        fake.checkpoints["from-dc1"] = (str(scn(20)), "dc1", None, None)  # written by the re-run
+        finish_run(fake)  # by a re-run of the catch-up
 
-    fake.catchup = catchup
-    harness = Harness(fake, [batch(1, *(txn(n, ins("t", id=n)) for n in (10, 20, 30)))])
     harness.channel._sleep = sleep
     channel = harness.run()
     assert channel.stats.waits == 1, "waiting (status, metrics: state waiting)"
     assert "interrupted catch-up run host:7:abc" in waited[0]
     assert "drc catchup --config FILE --channel from-dc1" in waited[0]
-    written = fake.writes()
-    assert len(written) == 1 and "VALUES (30)" in written[0], "only what came after the run"
-    assert fake.checkpoints["from-dc1"][0] == str(scn(30))
-    assert channel.catchup_unfinished is None
+    assert_streamed_after_the_run(fake, channel)
+
+
+def test_a_channel_finishes_an_interrupted_catchup_run_itself_then_streams_after_its_end() -> None:
+    fake = target()
+    finished: list[bool] = []
+    harness = interrupted(fake, lambda: bool(finished))
+
+    def finish(stopped: Any) -> None:
+        assert not stopped(), "asked whether the channel is stopping"
+        report = harness.channel.report()
+        assert report["state"] == "waiting" and "finishing the interrupted" in report["error"]
+        finished.append(True)
+        finish_run(fake)
+
+    harness.channel.finish_catchup = finish
+    channel = harness.run()
+    assert finished == [True] and channel.stats.waits == 0, "finished, not waited for"
+    assert_streamed_after_the_run(fake, channel)
+
+
+def test_a_failed_finish_of_an_interrupted_run_is_shown_and_tried_again_later() -> None:
+    fake = target()
+    tries: list[float] = []
+    shown: list[str] = []
+    harness = interrupted(fake, lambda: len(tries) >= 2)
+
+    def finish(_stopped: Any) -> None:
+        tries.append(harness.now)
+        if len(tries) == 1:
+            raise OSError("remote away")
+        finish_run(fake)
+
+    def sleep(delay: float) -> None:
+        harness.slept.append(delay)
+        harness.now += delay
+        shown.append(harness.channel.report()["error"])
+
+    harness.channel.finish_catchup = finish
+    harness.channel._sleep = sleep
+    channel = harness.run()
+    assert tries[1] - tries[0] >= 30.0, "not hammered: tried again after FINISH_RETRY_S"
+    assert any("its last try failed: OSError: remote away" in e for e in shown), "drc status"
+    assert_streamed_after_the_run(fake, channel)
 
 
 def test_a_target_that_is_down_at_start_is_waited_for() -> None:
