@@ -110,6 +110,8 @@ class Guard:
             nonlocal status, started
             if message["type"] == "http.response.start":
                 status, started = message["status"], True
+                # Counted as it starts: a stream's response lasts as long as its reader.
+                self.metrics.request(scope["method"], _route(scope), status)
             await send(message)
 
         try:
@@ -121,7 +123,8 @@ class Guard:
                 response = ApiError(500, INTERNAL_MESSAGE, code=wire.ERROR_INTERNAL).response()
                 await response(scope, receive, send)
         finally:
-            self.metrics.request(scope["method"], _route(scope), status)
+            if not started:
+                self.metrics.request(scope["method"], _route(scope), status)
 
 
 def _route(scope: Scope) -> str:

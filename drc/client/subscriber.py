@@ -142,7 +142,8 @@ class Subscriber:
     doubles from ``backoff_initial`` up to ``backoff_max`` (default :data:`RECONNECT_MAX_S`).
     ``stream`` (with ``binary``) reads the changes off one long-lived response per server
     (``GET /v1/stream``, a heartbeat every ``wait_ms``) where it is served, instead of a pull
-    per batch: the same batches, positions and acks (drc.client.stream); False always pulls.
+    per batch: the same batches, positions and acks (drc.client.stream); False, or a
+    ``wait_ms`` of 0 or -1 (caught up means an empty batch at once), always pulls.
     """
 
     def __init__(
@@ -195,7 +196,9 @@ class Subscriber:
             backoff_max=backoff_max,
             sleep=sleep,
             clock=clock,
-            stream=stream,
+            # A reader that asks not to wait (wait_ms <= 0) wants an empty batch as soon as
+            # it is caught up; a stream tells that only at its next heartbeat.
+            stream=stream and wait_ms > 0,
         )
         self._worker: _Worker | None = None
         self._ids = itertools.count(1)
