@@ -300,6 +300,7 @@ def main() -> None:
     parser.add_argument("--poll-ms", type=float, default=3.0, help="arrival polling interval")
     parser.add_argument("--profile", metavar="DIR", help="py-spy the DRC nodes into DIR")
     parser.add_argument("--quick", action="store_true", help="300 tps, 8 s")
+    parser.add_argument("--keep", action="store_true", help="keep the nodes' logs (path printed)")
     parser.add_argument(
         "--drc-applied", default="full", choices=["full", "marker", "full,marker", "marker,full"],
         help="the DRC nodes' [replicator] drc_applied; two values: DRC runs with each in turn",
@@ -342,7 +343,10 @@ def main() -> None:
             if drc.procs:
                 drc.stop()
         box.down()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep:
+            print(f"(logs kept in {workdir})", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

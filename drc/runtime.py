@@ -5,6 +5,7 @@ Components never read files or the environment themselves; this module does, onc
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -333,3 +334,11 @@ def _server(config: DrcConfig, deps: ApiDeps, port: int) -> ApiServer:
         keyfile=api.tls_keyfile,
         stop_event=deps.stop,
     )
+
+
+def freeze_startup_heap() -> None:
+    """Move what start-up made (modules, models, caches: ~85k objects) out of the collector's
+    sight: they live as long as the process, and each full collection walked them again, a
+    40-70 ms pause of every thread (capture, API, apply) a few times a minute under load."""
+    gc.collect()
+    gc.freeze()

@@ -21,6 +21,7 @@ from drc.apply.lww_guard import build_guard
 from drc.apply.service import build_channels, run_channels
 from drc.config import load_config
 from drc.core.errors import DrcError
+from drc.runtime import freeze_startup_heap
 
 STOP_GRACE_S = 60.0
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(
             target=_report, args=(channels, stop, args.stats_every), daemon=True
         ).start()
+    freeze_startup_heap()
     failures = run_channels(channels, stop)
     for name, failure in failures.items():
         print(f"error: channel {name}: {failure}", file=sys.stderr)

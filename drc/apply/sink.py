@@ -242,7 +242,7 @@ class TargetSession:
         return statement.sql % tuple(_literal(v, escape) for v in statement.params)
 
     def batch(self) -> WriteBatch:
-        self._ready()
+        self.open()  # a read sent ahead (send_read) rides with the batch's first chunk
         return WriteBatch(self)
 
     def probe(self, probes: Sequence[Probe]) -> list[Observed]:
@@ -259,15 +259,21 @@ class TargetSession:
         writes: Iterable[plan.Write],
         extra: Sequence[sql.Statement],
         row: checkpoint.CheckpointRow,
+        before_commit: Callable[[], None] | None = None,
     ) -> Effects:
         """Writes, then ``extra`` (conflict log, tombstones), then the checkpoint row, and
-        COMMIT: one target transaction. The writes are pipelined in chunks (WriteBatch)."""
+        COMMIT: one target transaction. The writes are pipelined in chunks (WriteBatch).
+        ``before_commit`` runs once every reply was read, before COMMIT is sent: raising there
+        leaves the transaction open for the caller to roll back."""
         batch = self.batch()
         batch.extend(writes)
         batch.flush()  # left in flight: the checkpoint write is pipelined behind it
         for statement in extra:
             self.execute(statement, "recording conflicts and tombstones")
         self.write_checkpoint(row)
+        if before_commit is not None:
+            self._ready()  # every reply read and checked: batch.effects is complete
+            before_commit()
         self.commit()  # reads every reply first, so batch.effects is complete
         return batch.effects
 
@@ -286,9 +292,26 @@ class TargetSession:
         in flight is waited for, so rendering overlaps the server's work."""
         self.open()  # rendering needs the connection's escaping
         texts = ["SAVEPOINT drc_batch", *(self.text(w.statement()) for w in writes)]
+        lead = self._lead_alone()
         self._ready()
         self._send(texts, f"a write to {writes[0].table.name}")
-        self._inflight = _InFlight(tuple(writes), into)
+        self._inflight = _InFlight(tuple(writes), into, lead=lead)
+
+    def send_read(self, statement: sql.Statement, on_rows: Callable[[list[Any]], None]) -> None:
+        """Send a read and return without waiting for it: the next chunk of writes and the
+        checkpoint write are sent behind it, and ``on_rows`` gets its rows when their replies
+        are read, so the read costs no round trip of its own. Nothing may be in flight."""
+        self._ready()
+        self._send([self.text(statement)], "a read sent ahead of the writes")
+        self._inflight = _InFlight((), Effects(), lead=on_rows)
+
+    def _lead_alone(self) -> Callable[[list[Any]], None] | None:
+        """A read in flight alone (:meth:`send_read`), taken to ride with the next chunk."""
+        inflight = self._inflight
+        if inflight is None or inflight.lead is None or inflight.writes or inflight.checkpoint:
+            return None
+        self._inflight = None
+        return inflight.lead
 
     def settle(self) -> None:
         """Read every reply in flight, if any, and settle the chunk (fallbacks included).
@@ -302,6 +325,11 @@ class TargetSession:
             return
         writes, what = inflight.writes, inflight.what
         replies = self._receive(inflight.count, what)
+        if inflight.lead is not None:
+            read, replies = replies[0], replies[1:]
+            if _failed(read):
+                raise translate(read, "a read sent ahead of the writes")
+            inflight.lead(list(read.rows or ()))
         errors = [(i, translate(r, what)) for i, r in enumerate(replies) if _failed(r)]
         for i, error in errors:
             if not isinstance(error, DuplicateKey | ApplyError) or (i == 0 and writes):
@@ -648,16 +676,18 @@ class WriteBatch:
 
 @dataclass(frozen=True, slots=True)
 class _InFlight:
-    """Statements sent, replies unread: [SAVEPOINT, *writes] if any writes, then the checkpoint
-    write if any."""
+    """Statements sent, replies unread: a read if any (TargetSession.send_read), then
+    [SAVEPOINT, *writes] if any writes, then the checkpoint write if any."""
 
     writes: tuple[plan.Write, ...]
     into: Effects  # where the chunk's effects are added once settled
     checkpoint: str | None = None  # its text, to write again after a fallback
+    lead: Callable[[list[Any]], None] | None = None  # a read sent first; given its rows
 
     @property
     def count(self) -> int:
-        return (1 + len(self.writes) if self.writes else 0) + (self.checkpoint is not None)
+        chunk = 1 + len(self.writes) if self.writes else 0
+        return (self.lead is not None) + chunk + (self.checkpoint is not None)
 
     @property
     def what(self) -> str:

@@ -23,7 +23,7 @@ channel wait and try the whole attempt again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -54,8 +54,14 @@ class Target(Protocol):
     def probe(self, probes: Sequence[Probe]) -> list[Observed]: ...
 
     def write(
-        self, writes: Iterable[Write], extra: Sequence[Statement], row: CheckpointRow
+        self,
+        writes: Iterable[Write],
+        extra: Sequence[Statement],
+        row: CheckpointRow,
+        before_commit: Callable[[], None] | None = None,
     ) -> Effects: ...
+
+    def send_read(self, statement: Statement, on_rows: Callable[[list[Any]], None]) -> None: ...
 
     def ddl_session(self, what: str) -> AbstractContextManager[DdlRunner]: ...
 

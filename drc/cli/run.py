@@ -39,6 +39,7 @@ def setup_logging() -> None:
 def run_node(config_path: str, role: str, progress_every: float) -> None:
     """Run ``role`` of the configured datacenter until SIGINT/SIGTERM (shared by the commands)."""
     from drc.node import Node
+    from drc.runtime import freeze_startup_heap
 
     setup_logging()
     config = load_config(config_path)
@@ -50,6 +51,7 @@ def run_node(config_path: str, role: str, progress_every: float) -> None:
     signal.signal(signal.SIGHUP, lambda *_: node.reload_requested.set())
     try:
         node.start(stop)
+        freeze_startup_heap()  # after start: what it built lives as long as the process
         if node.api_url:
             click.echo(f"API serving on {node.api_url}")  # stdout: scripts read the URL here
         node.wait(

@@ -359,6 +359,101 @@ def test_an_idle_channel_whose_lease_was_taken_meanwhile_goes_through_the_handov
         assert fake.writes() == []
 
 
+def watched(harness: Harness) -> list[Any]:
+    """The channel's target connections, each with its ``events`` (send, read, run)."""
+    connections: list[Any] = []
+
+    def connect(**kwargs: Any) -> Any:
+        connections.append(harness.target.connect(**kwargs))
+        return connections[-1]
+
+    harness.channel.target._connect = connect  # type: ignore[attr-defined]
+    return connections
+
+
+def transactions_of(connection: Any) -> list[list[str]]:
+    """Each apply transaction (one with a SAVEPOINT) as its commands: "send X" (no wait),
+    "run X" (a round trip; X the statement's first words) and "read" (a reply read)."""
+    texts = iter(connection.sent)
+    found: list[list[str]] = []
+    current: list[str] = []
+    for event in connection.events:
+        text = event if event == "read" else event.split(" ")[0] + " " + next(texts)[:30]
+        current.append(text)
+        if event in ("run COMMIT", "run ROLLBACK"):
+            found.append(current)
+            current = []
+    return [t for t in found if "send SAVEPOINT drc_batch" in t]
+
+
+LEASE_READ = "SELECT l.`owner`, l.`expires_at`"[:30]
+
+
+def test_once_the_lease_was_seen_free_its_read_rides_ahead_of_the_writes() -> None:
+    """No round trip of its own: the lease read (with its shared lock) is sent first, the
+    writes and checkpoint behind it, and it is checked before COMMIT."""
+    fake = target()
+    harness = Harness(fake, [batch(n, txn(10 * n, ins("t", id=n))) for n in (1, 2, 3)])
+    connections = watched(harness)
+    harness.run()
+    assert [m[1] for m in fake.marks()] == ["1:11:1:10", "1:11:1:20", "1:11:1:30"]
+    first, *later = transactions_of(connections[0])
+    assert f"run {LEASE_READ}" in first, "the first reads it before anything else"
+    assert len(later) == 2
+    for commands in later:
+        assert commands[:3] == [f"send {LEASE_READ}", "send SAVEPOINT drc_batch",
+                                "send INSERT INTO `db`.`t` (`id`) VA"], commands  # fmt: skip
+        assert commands[3] == "send INSERT INTO `drc`.`checkpoint`"
+        assert commands[4:] == ["read"] * 4 + ["run COMMIT"], "one round trip, then COMMIT"
+    assert fake.rollbacks == 0
+
+
+def test_a_catchup_that_ran_between_two_commits_is_seen_by_the_read_sent_ahead() -> None:
+    """Taken and released between two commits (its checkpoint further on): the pipelined
+    attempt is rolled back, the lease read first, and what the catch-up applied dropped."""
+    fake = target()
+    batches = [batch(1, txn(10, ins("t", id=1))), batch(2, txn(20, ins("t", id=2)),
+               txn(30, ins("t", id=3)), txn(40, ins("t", id=4)), after=scn(10))]  # fmt: skip
+    harness = Harness(fake, batches)
+
+    def catchup() -> tuple[Any, ...]:
+        if harness.subscriber.acked == [1, 2]:  # the catch-up ran: up to 30 is applied
+            fake.checkpoints["from-dc1"] = (str(scn(30)), "dc1", None, None)
+            return ("host:9:x", 0, "t1", *(None,) * 5)
+        return ("", 0, "t0", *(None,) * 5)
+
+    fake.catchup = catchup
+    connections = watched(harness)
+    harness.run()
+    assert fake.rollbacks == 1, "the attempt sent ahead was rolled back"
+    assert [m[1] for m in fake.marks()] == ["1:11:1:10", "1:11:1:40"]
+    assert [w.split(" ON ")[0] for w in fake.writes()] == [
+        "INSERT INTO `db`.`t` (`id`) VALUES (1)",
+        "INSERT INTO `db`.`t` (`id`) VALUES (4)",  # 20 and 30 came with the catch-up
+    ]
+    rolled_back, retried = transactions_of(connections[0])[-2:]
+    assert rolled_back[0] == f"send {LEASE_READ}" and rolled_back[-1] == "run ROLLBACK"
+    assert retried[0] == f"run {LEASE_READ}", "read first once the lease moved"
+
+
+def test_a_catchup_holding_the_lease_stops_the_writes_sent_behind_the_read() -> None:
+    fake = target()
+    batches = [batch(1, txn(10, ins("t", id=1))), batch(2, txn(20, ins("t", id=2)))]
+    harness = Harness(fake, batches)
+    held: list[bool] = []
+
+    def catchup() -> tuple[Any, ...]:
+        holding = harness.subscriber.acked == [1, 2] and not harness.slept
+        held.append(holding)
+        return ("host:9:x", int(holding), "t1" if holding else "t0", *(None,) * 5)
+
+    fake.catchup = catchup
+    channel = harness.run()
+    assert True in held and fake.rollbacks >= 1
+    assert channel.stats.waits == 1, "waited for the catch-up, nothing committed meanwhile"
+    assert [m[1] for m in fake.marks()] == ["1:11:1:10", "1:11:1:20"]
+
+
 def test_a_table_without_primary_key_is_refused_and_the_stop_names_its_transaction() -> None:
     fake = target()
     n = ins("n", a=1)
