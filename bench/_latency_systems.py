@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from pathlib import Path
 import pymysql
 
 from drc.sandbox.demo import start_nodes, wait_healthy, write_configs
-from drc.sandbox.procs import wait_for
+from drc.sandbox.procs import free_port, wait_for
 from drc.sandbox.sandbox import ServerInfo
 
 PROBE_TABLE = (
@@ -101,14 +102,18 @@ class Drc:
         work: Path,
         drc_applied: str = "full",
         transport: str = "stream",
+        roles: str = "one",
     ) -> None:
         """``drc_applied``: the nodes' ``[replicator] drc_applied`` (how the echo of what
         their channels applied is captured), ``transport`` their channels' (stream or pull);
-        each named in the system's name unless the default."""
-        modes = [m for m in (drc_applied, transport) if m not in ("full", "stream")]
+        ``roles``: "one" process per datacenter (``drc run``), or "split" into ``--role
+        replicator`` and ``--role apply`` (capture and API off the channels' GIL); each named
+        in the system's name unless the default."""
+        modes = [m for m in (drc_applied, transport, roles) if m not in ("full", "stream", "one")]
         self.name = " ".join(["DRC", *modes])
         self.drc_applied = drc_applied
         self.transport = transport
+        self.roles = roles
         self.description = description
         self.servers = (dc1, dc2)
         self.work = work
@@ -118,7 +123,7 @@ class Drc:
 
     def start(self) -> None:
         self.runs += 1
-        nodes = self.work / f"nodes-{self.drc_applied}-{self.transport}-{self.runs}"
+        nodes = self.work / f"nodes-{self.drc_applied}-{self.transport}-{self.roles}-{self.runs}"
         for server in self.servers:  # a fresh buffer: channels start from its beginning
             sql(server, "SET SESSION sql_log_bin = 0", "DROP DATABASE IF EXISTS drc")
         configs = write_configs(
@@ -128,7 +133,20 @@ class Drc:
             drc_applied=self.drc_applied,
             transport=self.transport,
         )
-        self.procs = start_nodes(configs, nodes)
+        if self.roles == "split":
+            self.procs = {}
+            for dc, path in configs.items():
+                text = path.read_text().replace("[api]\n", f"[api]\napply_port = {free_port()}\n")
+                path.write_text(text)
+                for role in ("replicator", "apply"):
+                    with open(nodes / f"{dc}-{role}.log", "ab") as log:
+                        argv = [sys.executable, "-m", "drc.cli", "run", "--config", str(path),
+                                "--role", role]  # fmt: skip
+                        self.procs[f"{dc}-{role}"] = subprocess.Popen(
+                            argv, stdout=log, stderr=log, start_new_session=True
+                        )
+        else:
+            self.procs = start_nodes(configs, nodes)
         wait_healthy(configs)
         self.configs = configs
 

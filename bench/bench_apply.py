@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -105,6 +106,9 @@ def checksums(server: ServerInfo, schema: str) -> list[object]:
     return sums
 
 
+PROFILE_DIR: Path | None = None  # --profile
+
+
 def channel_config(
     dc2: ServerInfo, url: str, schema: str, name: str, copy: str, workdir: Path, extra: str = ""
 ) -> Path:
@@ -150,10 +154,15 @@ def drc_apply(
     config = channel_config(dc2, url, schema, name, f"{schema}_drc", workdir, extra)
     log = workdir / f"{name}.log"
     target = (split_binlog_name(end[0])[1], end[1])
+    argv = [sys.executable, "-m", "drc.apply", "--config", str(config)]
+    if PROFILE_DIR is not None:  # py-spy --gil: samples are the apply process's Python CPU
+        PROFILE_DIR.mkdir(parents=True, exist_ok=True)
+        py_spy = str(Path(sys.executable).with_name("py-spy"))
+        record = [py_spy, "record", "--gil", "--rate", "200", "--format", "raw", "--output"]
+        argv = [*record, str(PROFILE_DIR / f"{name}.txt"), "--", *argv]
     with open(log, "wb") as out:
         began = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "drc.apply", "--config", str(config)],
-                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
         conn = connect(dc2)
         with conn.cursor() as cur:
@@ -177,7 +186,7 @@ def drc_apply(
                 time.sleep(0.01)
         conn.close()
     finally:
-        child.terminate()
+        child.send_signal(signal.SIGINT if PROFILE_DIR else signal.SIGTERM)  # py-spy: SIGINT
         try:
             child.wait(timeout=90)  # drc.apply exits on its own within 60 s of SIGTERM
         except subprocess.TimeoutExpired:
@@ -231,7 +240,11 @@ def main() -> None:
     parser.add_argument("--bulk-rows", type=int, default=200_000)
     parser.add_argument("--sysbench-seconds", type=int, default=15)
     parser.add_argument("--quick", action="store_true", help="small workloads, for a smoke run")
+    parser.add_argument("--workloads", default="bulk,sysbench", help="bulk, sysbench or both")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy each drc.apply run into DIR")
     args = parser.parse_args()
+    global PROFILE_DIR
+    PROFILE_DIR = Path(args.profile) if args.profile else None
     if args.quick:
         args.bulk_rows, args.sysbench_seconds = 20_000, 3
     workdir = Path(tempfile.mkdtemp(prefix="drc-bench-apply-"))
@@ -239,12 +252,15 @@ def main() -> None:
     try:
         dc1, dc2 = start_source(box)
         print(f"# Apply throughput (`python bench/bench_apply.py`, {time.strftime('%Y-%m-%d')})")
-        lines = run_workload("bulk, 1000-row transactions", dc1, dc2, "bench",
-                             lambda: bulk_workload(dc1, args.bulk_rows), workdir)  # fmt: skip
-        lines += run_workload(
-            f"sysbench oltp_write_only, 2 threads, {args.sysbench_seconds}s", dc1, dc2, "sbtest",
-            lambda: sysbench(dc1, "run", args.sysbench_seconds), workdir,
-        )  # fmt: skip
+        lines: list[str] = []
+        if "bulk" in args.workloads:
+            lines += run_workload("bulk, 1000-row transactions", dc1, dc2, "bench",
+                                  lambda: bulk_workload(dc1, args.bulk_rows), workdir)  # fmt: skip
+        if "sysbench" in args.workloads:
+            lines += run_workload(
+                f"sysbench oltp_write_only, 2 threads, {args.sysbench_seconds}s", dc1, dc2,
+                "sbtest", lambda: sysbench(dc1, "run", args.sysbench_seconds), workdir,
+            )  # fmt: skip
         print("\n".join(lines))
     finally:
         box.down()

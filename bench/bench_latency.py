@@ -13,12 +13,14 @@ transactions replicated (sysbench's on both sides, probes included).
 
     python bench/bench_latency.py [--rates 200,300,400,500] [--seconds 30] [--profile DIR]
         [--drc-applied full|marker|full,marker] [--transport stream|pull|stream,pull]
+        [--roles one|split|one,split]
 
 ``--drc-applied full,marker`` runs DRC twice per rate, back to back, with each value of the
 nodes' ``[replicator] drc_applied`` (the echo of applied transactions captured with its rows,
 or as a marker without them), and reports the nodes' CPU per transaction of each.
 ``--transport stream,pull`` likewise with each value of the channels' ``transport`` (one
-long-lived GET /v1/stream, or a pull per batch).
+long-lived GET /v1/stream, or a pull per batch). ``--roles one,split``: each datacenter's DRC
+as one ``drc run``, then as two (``--role replicator`` and ``--role apply``, no shared GIL).
 """
 
 from __future__ import annotations
@@ -224,6 +226,8 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
         command += f" --drc-applied {args.drc_applied}"
     if args.transport != "stream":
         command += f" --transport {args.transport}"
+    if args.roles != "one":
+        command += f" --roles {args.roles}"
     print(f"# End-to-end latency, DRC vs native (`{command}`, {time.strftime('%Y-%m-%d %H:%M')})\n")
     print(
         f"Arrival polled every {args.poll_ms:g} ms on each side; load average = the host's "
@@ -309,6 +313,11 @@ def main() -> None:
         "--transport", default="stream", choices=["stream", "pull", "stream,pull", "pull,stream"],
         help="the DRC channels' transport; two values: DRC runs with each in turn",
     )  # fmt: skip
+    parser.add_argument(
+        "--roles", default="one", choices=["one", "split", "one,split", "split,one"],
+        help="DRC as one process per datacenter, or split into --role replicator and --role "
+        "apply; two values: DRC runs with each in turn",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.rate:
         args.rates = [args.rate]
@@ -323,9 +332,10 @@ def main() -> None:
         native = Native(dc1, dc2)
         wanted = args.systems.lower().split(",")
         drcs = [
-            Drc(description, dc1, dc2, workdir, mode, transport)
+            Drc(description, dc1, dc2, workdir, mode, transport, roles)
             for mode in args.drc_applied.split(",")
             for transport in args.transport.split(",")
+            for roles in args.roles.split(",")
         ]
         prepare(native, dc1, dc2)
         systems: list[Drc | Native] = [*drcs, native] if "drc" in wanted else [native]

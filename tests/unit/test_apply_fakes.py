@@ -175,6 +175,28 @@ class FakeConnection:
         self._result = reply
         return reply.affected_rows
 
+    @property
+    def _rfile(self) -> FakeConnection:
+        return self  # peek() below: what the sink looks at before reading a reply
+
+    def peek(self, _size: int) -> bytes:
+        """The next reply's packet header and first byte, as a server's: an OK packet for a
+        statement without a result set (read with _read_packet), anything else otherwise."""
+        reply = self.replies[0] if self.replies else None
+        selects = bool(self.unread) and self.unread[0].startswith("SELECT")
+        if isinstance(reply, FakeResult) and not selects:
+            return b"\x07\x00\x00\x01\x00"
+        return b"\x01\x00\x00\x01\x01"
+
+    def _read_packet(self) -> pymysql.protocol.MysqlPacket:
+        """An OK reply as the server sends it: affected rows, insert id, status, warnings."""
+        self._read_query_result()
+        assert self._result is not None
+        affected = self._result.affected_rows
+        assert affected < 251, "one-byte length-encoded integers only"
+        data = bytes([0, affected, 0]) + (2).to_bytes(2, "little") + b"\x00\x00"
+        return pymysql.protocol.MysqlPacket(data, "utf8")
+
     def _reply(self, text: str) -> FakeResult | BaseException:
         cursor = FakeCursor(self)
         try:
