@@ -700,32 +700,21 @@ class _Ok:
     rows: tuple[()] = ()
 
 
-_LENENC_WIDTH = {0xFC: 2, 0xFD: 3, 0xFE: 8}
-
-
 def _read_reply(conn: Any) -> Any:
-    """The next reply: an OK packet, peeked at in the read buffer, is parsed here (pymysql's
-    MySQLResult and OKPacketWrapper were a quarter of a grouped apply's Python time); any
-    other reply (a result set, an error) is read by pymysql."""
+    """The next reply: an OK packet, peeked at in the read buffer, is read here with the
+    packet's own readers (pymysql's MySQLResult and OKPacketWrapper around them were a quarter
+    of a grouped apply's Python time); any other reply (a result set, an error) by pymysql."""
     head = conn._rfile.peek(5)
     if len(head) < 5 or head[4] != 0 or head[:3] == b"\xff\xff\xff":
         conn._read_query_result()
         return conn._result
     conn._result = None
-    data = conn._read_packet()._data
-    affected, at = _lenenc(data, 1)
-    at += 1 + _LENENC_WIDTH.get(data[at], 0)  # the insert id, unused
-    conn.server_status = data[at] | data[at + 1] << 8
+    packet = conn._read_packet()
+    packet.advance(1)
+    affected = packet.read_length_encoded_integer()
+    packet.read_length_encoded_integer()  # the insert id, unused
+    conn.server_status = packet.read_uint16()
     return _Ok(affected)
-
-
-def _lenenc(data: bytes, at: int) -> tuple[int, int]:
-    """A length-encoded integer at ``at``, and the offset after it."""
-    first = data[at]
-    width = _LENENC_WIDTH.get(first)
-    if width is None:
-        return first, at + 1
-    return int.from_bytes(data[at + 1 : at + 1 + width], "little"), at + 1 + width
 
 
 def _failed(reply: Any) -> bool:
