@@ -262,12 +262,14 @@ class ApplyChannel:
         owner, held, taken, _run = self._lease_state()
         # Held by a catch-up: the checkpoint read below is not the one to stream from.
         self._lease_taken = _MOVED if held and owner != self.lease_owner else taken
+        # Read before the checkpoint, whose read commits: no transaction is left open (a
+        # catch-up driver keeps this channel's session, idle, for the whole run).
+        rewinds = self.target.query(audit.rewinds(self.name), "reading the channel's rewinds")
         row = self.target.read_checkpoint(self.name)
         if row is not None:
             if row.origin and row.origin != self.channel.origin:
                 raise _origin_mismatch(self.name, row.origin, self.channel.origin)
             self._applied = row.scn
-        rewinds = self.target.query(audit.rewinds(self.name), "reading the channel's rewinds")
         self.control.replay_until = audit.replay_until([r[0] for r in rewinds], self._applied)
         self.stats.last_scn = self._applied
         self.progress.started(self._clock())

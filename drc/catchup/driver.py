@@ -145,6 +145,7 @@ def catch_up(where: Where, plan: Plan, out: Callable[[str], None]) -> Summary | 
     held = lease.take_waiting(settings, channel.name, lease.new_owner(), plan.lease_ttl_s, out)
     renewer = lease.Renewer(held, lambda: lease.session(settings)).start()
     job: Job | None = None
+    streaming: ApplyChannel | None = None
     try:
         streaming = build_channel(
             channel, settings, conflicts=where.conflicts, datacenter=where.datacenter
@@ -164,6 +165,8 @@ def catch_up(where: Where, plan: Plan, out: Callable[[str], None]) -> Summary | 
         raise
     finally:
         renewer.stop()
+        if streaming is not None:  # its session: in a channel's own process it would linger
+            streaming.target.close()
         if job is not None:
             shutil.rmtree(job.cache, ignore_errors=True)
 

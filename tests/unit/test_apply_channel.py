@@ -389,6 +389,17 @@ def transactions_of(connection: Any) -> list[list[str]]:
 LEASE_READ = "SELECT l.`owner`, l.`expires_at`"[:30]
 
 
+def test_opening_a_channel_leaves_no_transaction_open() -> None:
+    """A catch-up driver opens the channel and keeps its session idle for the whole run: an
+    open read would hold its tables' metadata locks (and an old read view) all that time."""
+    fake = target(rewinds=['{"from": "1:11:1:50", "to": "1:11:1:20"}'])
+    harness = Harness(fake, [])
+    connections = watched(harness)
+    harness.channel.open()
+    assert connections[0].events[-1] == "run COMMIT"
+    assert harness.channel.control.replay_until is not None, "the rewinds were read"
+
+
 def test_once_the_lease_was_seen_free_its_read_rides_ahead_of_the_writes() -> None:
     """No round trip of its own: the lease read (with its shared lock) is sent first, the
     writes and checkpoint behind it, and it is checked before COMMIT."""
