@@ -54,14 +54,17 @@ def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _workload(server: ServerInfo, done: threading.Event) -> None:
+def _workload(server: ServerInfo, kills_done: threading.Event, done: threading.Event) -> None:
+    """At least TXNS transactions, and on until every kill has happened (a fast host would
+    otherwise finish writing before the later kills and test only the catch-up)."""
     rng = random.Random(11)
     conn = connect(server, autocommit=False)
     ids: list[int] = []
     next_id = 1
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO {SCHEMA}.counter VALUES (1, 0), (2, 0), (3, 0)")
-        for n in range(TXNS):
+        n = 0
+        while n < TXNS or not kills_done.is_set():
             roll = rng.random()
             if n == TXNS // 2:
                 cur.execute(f"ALTER TABLE {SCHEMA}.t ADD COLUMN extra INT NOT NULL DEFAULT 1")
@@ -85,6 +88,7 @@ def _workload(server: ServerInfo, done: threading.Event) -> None:
                 )
                 cur.execute(f"UPDATE {SCHEMA}.counter SET n = n + 1000 WHERE id = 2")
             conn.commit()
+            n += 1
             time.sleep(0.003)
     conn.close()
     done.set()
@@ -149,21 +153,23 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(
     limits = FragmentLimits(rows=200)
     with serving(dc1, tmp_path / "buf", [f"{SCHEMA}.*"], start, fragments=limits) as (_, url):
         config = _config(tmp_path, dc2, url)
-        done = threading.Event()
-        writer = threading.Thread(target=_workload, args=(dc1, done), daemon=True)
+        kills_done, done = threading.Event(), threading.Event()
+        writer = threading.Thread(target=_workload, args=(dc1, kills_done, done), daemon=True)
         rng = random.Random(20261122)
         proc = _start(config, log)
         writer.start()
         during = 0  # kills while the workload was still writing
         try:
-            for run in range(KILLS):  # later kills land in the catch-up, also a fair moment
+            for run in range(KILLS):
                 _wait_resumed(log, run + 1)  # a loaded machine starts a process slowly
                 time.sleep(rng.uniform(0.3, 1.2))
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 during += not done.is_set()
                 proc = _start(config, log)
+            kills_done.set()
             writer.join(timeout=300)
+            assert done.is_set(), "the workload did not finish (see its thread's error above)"
             wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), timeout=120)
             assert proc.poll() is None, log.read_text()[-3000:]
         finally:
