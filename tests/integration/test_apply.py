@@ -148,7 +148,7 @@ def test_replaying_an_applied_range_changes_nothing(
     with serving(dc1, tmp_path / "buf", [f"{schema}.*"], start) as (_, url):
         config = channel_config("replay", url, [f"{schema}.*"])
         with Running(build_channel(config, apply_user(dc2))) as running:
-            execute(dc1, *(f"INSERT INTO {schema}.t VALUES ({i}, 'a', 0)" for i in range(60)))
+            execute(dc1, *(f"INSERT INTO {schema}.t VALUES ({i}, 'a', 0)" for i in range(ROWS)))
             wait_end(dc2, schema, mark_end(dc1, schema), running)
             rewind = running.stats.last_scn
             _churn(dc1, schema)
@@ -162,23 +162,26 @@ def test_replaying_an_applied_range_changes_nothing(
     assert query(dc2, f"SELECT * FROM {schema}.t ORDER BY id") == before
     assert_same(dc1, dc2, schema)
     stats = replay.stats
-    assert stats.transactions > 60
+    assert stats.transactions > ROWS
     assert stats.missing_updates > 0 and stats.missing_deletes > 0 and stats.duplicate_inserts > 0
+
+
+ROWS = 900  # the replay's updates span several pipelined chunks, each with missing rows
 
 
 def _churn(server: ServerInfo, schema: str) -> None:
     """Updates and deletes of rows that later go away, keys deleted and inserted again."""
     conn = connect(server)
     with conn.cursor() as cur:
-        for i in range(0, 60, 2):
+        for i in range(0, ROWS, 2):
             cur.execute(f"UPDATE {schema}.t SET v = 'b', n = n + 1 WHERE id = %s", (i,))
-        for i in range(0, 60, 3):
+        for i in range(0, ROWS, 3):
             cur.execute(f"DELETE FROM {schema}.t WHERE id = %s", (i,))
-        for i in range(0, 30, 3):
+        for i in range(0, ROWS // 2, 3):
             cur.execute(f"INSERT INTO {schema}.t VALUES (%s, 'again', 9)", (i,))
         cur.execute(f"UPDATE {schema}.t SET v = 'final' WHERE v = 'again'")
-        cur.execute(f"INSERT INTO {schema}.t VALUES (500, 'new', 0), (501, 'new', 0)")
-        cur.execute(f"UPDATE {schema}.t SET n = 5 WHERE id >= 500")
+        cur.execute(f"INSERT INTO {schema}.t VALUES (5000, 'new', 0), (5001, 'new', 0)")
+        cur.execute(f"UPDATE {schema}.t SET n = 5 WHERE id >= 5000")
         cur.execute(f"UPDATE {schema}.t SET id = id + 1000 WHERE id = 1")
     conn.close()
 
