@@ -64,13 +64,18 @@ def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen([*argv, "--progress-every", "0"], stdout=out, stderr=out)
 
 
-def _workload(server: ServerInfo, seed: int, done: threading.Event) -> None:
+def _workload(
+    server: ServerInfo, seed: int, kills_done: threading.Event, done: threading.Event
+) -> None:
+    """At least TXNS transactions, and on until every kill has happened (a fast host would
+    otherwise finish writing before the later kills)."""
     rng = random.Random(seed)
     conn = connect(server, autocommit=False)
     ids: list[int] = []
     next_id = 1
     with conn.cursor() as cur:
-        for n in range(TXNS):
+        n = 0
+        while n < TXNS or not kills_done.is_set():
             kind = rng.random()
             if kind < 0.4 or len(ids) < 10:
                 count = 1000 if n % 300 == 150 else rng.randint(1, 5)  # some big transactions
@@ -90,6 +95,7 @@ def _workload(server: ServerInfo, seed: int, done: threading.Event) -> None:
                 )
                 cur.execute("UPDATE crash_db.u SET note = 'changed' WHERE id = %s", (n,))
             conn.commit()
+            n += 1
             time.sleep(0.002)
     conn.close()
     done.set()
@@ -109,18 +115,20 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
     conn.close()
     config, log = _config(tmp_path, dc2, start), tmp_path / "replicator.log"
     rng = random.Random(20261122)
-    done = threading.Event()
-    writer = threading.Thread(target=_workload, args=(dc2, 7, done), daemon=True)
+    kills_done, done = threading.Event(), threading.Event()
+    writer = threading.Thread(target=_workload, args=(dc2, 7, kills_done, done), daemon=True)
     proc = _start(config, log)
     writer.start()
     kills = 0
-    while not done.is_set() and kills < KILLS:
+    while kills < KILLS:
         time.sleep(rng.uniform(0.3, 1.2))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
         proc = _start(config, log)
+    kills_done.set()
     writer.join(timeout=300)
+    assert done.is_set(), "the workload did not finish (see its thread's error above)"
     end = master_position(dc2)
     try:
         stored = _wait_and_read(tmp_path / "buf", end, proc, log)
@@ -128,7 +136,6 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
 
-    assert kills >= 3, "the workload ended before the replicator could be killed a few times"
     expected = source_table_rows(dc2, start, "crash_db")
     by_scn: dict[Any, list[Any]] = {}
     gtids: dict[Any, str | None] = {}
