@@ -21,8 +21,12 @@ so Python work overlaps it)::
 
     WriteBatch chunk k     SAVEPOINT, w1, w2, ...   sent, replies left unread ("in flight")
     render chunk k+1       while the server executes chunk k
-    settle chunk k         read every reply; a fallback rolls back to the savepoint and runs
-                           chunk k's writes one by one, before chunk k+1 is sent
+    send chunk k+1         before chunk k is read: the server always has the next chunk
+                           queued, and never waits while the replies are read
+    settle chunk k         read every reply while the server executes chunk k+1; a fallback
+                           reads chunk k+1's replies too, rolls back to chunk k's savepoint
+                           (undoing both), runs chunk k's writes one by one and sends chunk
+                           k+1 again (the two chunks' savepoints have different names)
     checkpoint             sent behind the last chunk, unread
     COMMIT                 sent only once every reply, the checkpoint's included, was read and
                            checked: a failed write or checkpoint never commits
@@ -87,6 +91,9 @@ log = logging.getLogger(__name__)
 
 DDL_LOCK_WAIT_S = 60  # a DDL waiting on a metadata lock fails (1205) and is retried, not hung
 SELECTS_PER_ROUND_TRIP = 200
+# Chunks of writes sent and not read yet: two keep the server busy while the apply reads one.
+CHUNKS_IN_FLIGHT = 2
+_SAVEPOINTS = ("drc_batch", "drc_batch_b")  # chunks in flight at once never share a name
 # Pipelined SELECT text per round trip (characters): the server may block writing a large answer
 # before it reads the next command, so every command must fit in the socket buffers meanwhile.
 SELECT_BYTES_PER_ROUND_TRIP = 64 << 10
@@ -154,7 +161,7 @@ class TargetSession:
         self._connect = connect
         self._conn: Any = None
         self._cursor: Any = None
-        self._inflight: _InFlight | None = None  # statements sent, their replies not read yet
+        self._inflight: deque[_InFlight] = deque()  # sent, replies not read yet; oldest first
         self._reply_seq: deque[int] = deque()  # the packet number each unread reply starts at
         self._tables: dict[tuple[str, str], TargetTable] = {}
 
@@ -169,12 +176,12 @@ class TargetSession:
         """Open, with nothing in flight: the connection is free for the next statement, and
         every earlier statement is done and its reply checked."""
         self.open()
-        if self._inflight is not None:
+        if self._inflight:
             self.settle()
 
     def close(self) -> None:
         conn, self._conn, self._cursor = self._conn, None, None
-        self._inflight = None
+        self._inflight.clear()
         self._reply_seq.clear()
         if conn is not None:
             try:
@@ -211,7 +218,7 @@ class TargetSession:
 
     def recover(self, exc: BaseException) -> None:
         """After a failed attempt: roll back, or drop a connection that may be broken."""
-        busy = self._inflight is not None  # replies unread: the protocol is mid-exchange
+        busy = bool(self._inflight)  # replies unread: the protocol is mid-exchange
         if isinstance(exc, TargetUnavailableError) or self._conn is None or busy:
             self.close()
             return
@@ -288,14 +295,29 @@ class TargetSession:
     def send_batch(self, writes: Sequence[plan.Write], into: Effects) -> None:
         """Send a savepoint and the writes, pipelined, and return without waiting for the
         server; their effects are added to ``into`` when the chunk is settled (:meth:`settle`,
-        or before the connection is next used). The text is rendered before the chunk already
-        in flight is waited for, so rendering overlaps the server's work."""
+        or before the connection is next used). The text is rendered while the chunks already
+        in flight run, and sent before the last of them is read: at most
+        :data:`CHUNKS_IN_FLIGHT` chunks are unread at once."""
         self.open()  # rendering needs the connection's escaping
-        texts = ["SAVEPOINT drc_batch", *(self.text(w.statement()) for w in writes)]
         lead = self._lead_alone()
-        self._ready()
+        # Only the newest chunk in flight may still be unread once room is made for this one.
+        newest = self._inflight[-1].savepoint if self._inflight else ""
+        savepoint = _SAVEPOINTS[1] if newest == _SAVEPOINTS[0] else _SAVEPOINTS[0]
+        texts = [f"SAVEPOINT {savepoint}", *(self.text(w.statement()) for w in writes)]
+        self._make_room()
         self._send(texts, f"a write to {writes[0].table.name}")
-        self._inflight = _InFlight(tuple(writes), into, lead=lead)
+        self._inflight.append(_InFlight(tuple(writes), into, lead=lead, savepoint=savepoint))
+
+    def _make_room(self) -> None:
+        """Settle what is in flight until one more chunk of writes may follow it: only plain
+        chunks of writes (no checkpoint behind them) stay, and fewer than CHUNKS_IN_FLIGHT."""
+        inflight = self._inflight
+        while inflight and (
+            len(inflight) >= CHUNKS_IN_FLIGHT
+            or inflight[-1].checkpoint is not None
+            or not inflight[-1].writes
+        ):
+            self._settle_oldest()
 
     def send_read(self, statement: sql.Statement, on_rows: Callable[[list[Any]], None]) -> None:
         """Send a read and return without waiting for it: the next chunk of writes and the
@@ -303,26 +325,33 @@ class TargetSession:
         are read, so the read costs no round trip of its own. Nothing may be in flight."""
         self._ready()
         self._send([self.text(statement)], "a read sent ahead of the writes")
-        self._inflight = _InFlight((), Effects(), lead=on_rows)
+        self._inflight.append(_InFlight((), Effects(), lead=on_rows))
 
     def _lead_alone(self) -> Callable[[list[Any]], None] | None:
         """A read in flight alone (:meth:`send_read`), taken to ride with the next chunk."""
-        inflight = self._inflight
-        if inflight is None or inflight.lead is None or inflight.writes or inflight.checkpoint:
+        if len(self._inflight) != 1:
             return None
-        self._inflight = None
+        inflight = self._inflight[0]
+        if inflight.lead is None or inflight.writes or inflight.checkpoint:
+            return None
+        self._inflight.clear()
         return inflight.lead
 
     def settle(self) -> None:
-        """Read every reply in flight, if any, and settle the chunk (fallbacks included).
+        """Read every reply in flight, if any, and settle the chunks (fallbacks included)."""
+        while self._inflight:
+            self._settle_oldest()
+
+    def _settle_oldest(self) -> None:
+        """Read the replies of the oldest chunk in flight and settle it.
 
         Lock conflicts win over any other error: the transaction may be gone, so the attempt
-        is retried whole. Any other failed write takes the careful path: roll back to the
-        savepoint (undoing the writes that ran after it too) and run them one by one; the
-        checkpoint write, undone with them, is written again."""
-        inflight, self._inflight = self._inflight, None
-        if inflight is None:
-            return
+        is retried whole. Any other failed write takes the careful path: the replies of the
+        chunk sent after it are read too, then a rollback to this chunk's savepoint undoes
+        both (and the writes that ran after the failed one), this chunk's writes run one by
+        one, the checkpoint write, undone with them, is written again, and the later chunk is
+        sent again as it was."""
+        inflight = self._inflight.popleft()
         writes, what = inflight.writes, inflight.what
         replies = self._receive(inflight.count, what)
         if inflight.lead is not None:
@@ -330,22 +359,36 @@ class TargetSession:
             if _failed(read):
                 raise translate(read, "a read sent ahead of the writes")
             inflight.lead(list(read.rows or ()))
-        errors = [(i, translate(r, what)) for i, r in enumerate(replies) if _failed(r)]
-        for i, error in errors:
-            if not isinstance(error, DuplicateKey | ApplyError) or (i == 0 and writes):
-                raise error  # retriable, or the savepoint itself failed: no fallback
+        errors = _fallback_errors(replies, what, bool(writes))
         if inflight.checkpoint is not None and _failed(replies[-1]):
-            raise errors[-1][1]  # the checkpoint write: nothing to fall back to
+            raise errors[-1]  # the checkpoint write: nothing to fall back to
         done = zip(writes, replies[1 : 1 + len(writes)], strict=True)
         settled = [None if _failed(r) else plan.settled(w, r.affected_rows) for w, r in done]
         if any(e is None for e in settled):
-            self.execute(sql.Statement("ROLLBACK TO SAVEPOINT drc_batch", ()), "rolling back")
+            later = list(self._inflight)
+            self._inflight.clear()
+            for chunk in later:  # undone by the rollback below whatever they did
+                _fallback_errors(
+                    self._receive(chunk.count, chunk.what), chunk.what, bool(chunk.writes)
+                )
+            rollback = f"ROLLBACK TO SAVEPOINT {inflight.savepoint}"
+            self.execute(sql.Statement(rollback, ()), "rolling back")
             settled = [plan.run(w, self.executor(f"a write to {w.table.name}")) for w in writes]
             if inflight.checkpoint is not None:
                 self._execute_text(inflight.checkpoint, "writing the checkpoint")
+            for chunk in later:
+                self._resend(chunk)
         for effects in settled:
             assert effects is not None
             inflight.into.add(effects)
+
+    def _resend(self, chunk: _InFlight) -> None:
+        """A chunk of writes (and its checkpoint write) sent again, after a rollback undid it."""
+        texts = [f"SAVEPOINT {chunk.savepoint}", *(self.text(w.statement()) for w in chunk.writes)]
+        if chunk.checkpoint is not None:
+            texts.append(chunk.checkpoint)
+        self._send(texts, chunk.what)
+        self._inflight.append(chunk)
 
     def _send(self, texts: Sequence[str], what: str) -> None:
         """COM_QUERY packets back to back, replies left unread. pymysql has no public split
@@ -529,12 +572,11 @@ class TargetSession:
         chunk in flight (if any) and read with it, so it costs no round trip of its own."""
         self.open()
         text = self.text(checkpoint.upsert(row))
-        inflight = self._inflight
-        if inflight is None or inflight.checkpoint is not None:
+        if not self._inflight or self._inflight[-1].checkpoint is not None:
             self._ready()
-            inflight = _InFlight((), Effects())
+            self._inflight.append(_InFlight((), Effects()))
         self._send([text], "writing the checkpoint")
-        self._inflight = replace(inflight, checkpoint=text)
+        self._inflight[-1] = replace(self._inflight[-1], checkpoint=text)
 
     @contextmanager
     def ddl_session(self, what: str) -> Iterator[DdlSession]:
@@ -681,6 +723,7 @@ class _InFlight:
     into: Effects  # where the chunk's effects are added once settled
     checkpoint: str | None = None  # its text, to write again after a fallback
     lead: Callable[[list[Any]], None] | None = None  # a read sent first; given its rows
+    savepoint: str = ""  # the name of the SAVEPOINT sent before the writes
 
     @property
     def count(self) -> int:
@@ -719,6 +762,19 @@ def _read_reply(conn: Any) -> Any:
 
 def _failed(reply: Any) -> bool:
     return isinstance(reply, BaseException)
+
+
+def _fallback_errors(replies: Sequence[Any], what: str, savepoint: bool) -> list[BaseException]:
+    """The errors among a chunk's replies, each translated, once none of them rules out the
+    fallback: a retriable one (the transaction may be gone) or a failed SAVEPOINT is raised."""
+    errors: list[BaseException] = []
+    for i, reply in enumerate(replies):
+        if _failed(reply):
+            error = translate(reply, what)
+            if not isinstance(error, DuplicateKey | ApplyError) or (i == 0 and savepoint):
+                raise error
+            errors.append(error)
+    return errors
 
 
 def _select_rounds(texts: list[str]) -> Iterator[list[str]]:

@@ -126,7 +126,7 @@ class FakeConnection:
     def __init__(self, target: FakeTarget) -> None:
         self.target = target
         self.pending: list[str] = []  # the open transaction's writes
-        self.savepoint: int | None = None
+        self.savepoints: dict[str, int] = {}  # name -> pending statements before it
         self.closed = False
         self.session: list[str] = []
         self.unread: list[str] = []  # sent, reply not read (pipelined)
@@ -233,14 +233,14 @@ class FakeConnection:
                 self.target.checkpoints[channel] = (scn_text, origin, epoch, pending)
         if self.pending:
             self.target.committed.append(self.pending)
-        self.pending, self.savepoint = [], None
+        self.pending, self.savepoints = [], {}
 
     def rollback(self) -> None:
         self.in_sync()
         self.sent.append("ROLLBACK")
         self.events.append("run ROLLBACK")
         self.target.rollbacks += 1
-        self.pending, self.savepoint = [], None
+        self.pending, self.savepoints = [], {}
 
     def close(self) -> None:
         self.closed = True
@@ -274,18 +274,21 @@ class FakeCursor:
             target.fail(sql)
         except pymysql.MySQLError as exc:
             if exc.args and exc.args[0] in (1213,):  # a deadlock rolls back the transaction
-                conn.pending, conn.savepoint = [], None
+                conn.pending, conn.savepoints = [], {}
             raise
         if sql.startswith(("SET SESSION", "USE ")):
             conn.session.append(sql)
             return 0
-        if sql == "SAVEPOINT drc_batch":
-            conn.savepoint = len(conn.pending)
+        if sql.startswith("SAVEPOINT "):
+            conn.savepoints[sql.split()[1]] = len(conn.pending)
             return 0
-        if sql == "ROLLBACK TO SAVEPOINT drc_batch":
-            if conn.savepoint is None:
-                raise pymysql.err.OperationalError(1305, "SAVEPOINT drc_batch does not exist")
-            del conn.pending[conn.savepoint :]
+        if sql.startswith("ROLLBACK TO SAVEPOINT "):
+            name = sql.split()[3]
+            if name not in conn.savepoints:
+                raise pymysql.err.OperationalError(1305, f"SAVEPOINT {name} does not exist")
+            at = conn.savepoints[name]
+            del conn.pending[at:]  # like MariaDB: the savepoints set after it are gone too
+            conn.savepoints = {n: p for n, p in conn.savepoints.items() if p <= at}
             return 0
         if sql.startswith("SELECT GET_LOCK"):
             self.rows = [(1,)]

@@ -144,7 +144,8 @@ def test_driver_errors_are_translated_once_at_the_boundary(exc: BaseException, k
 # ---------------------------------------------------------------- pipelining and round trips
 
 
-def test_the_next_chunk_is_rendered_while_the_server_runs_the_previous_one() -> None:
+def test_the_next_chunk_is_rendered_and_sent_before_the_previous_one_is_read() -> None:
+    """The server has the next chunk queued while the apply reads the replies of the last."""
     fake = FakeTarget()
     session = session_on(fake)
     render, conn = session.text, session._conn
@@ -156,13 +157,27 @@ def test_the_next_chunk_is_rendered_while_the_server_runs_the_previous_one() -> 
     assert conn.unread  # the second chunk is still in flight
     assert batch.finish() == plan.Effects(4)
     chunk = ["send SAVEPOINT", "send UPDATE", "send UPDATE"]
-    assert conn.events == [
-        "render", "render", *chunk, "render", "render", "read", "read", "read", *chunk,
-        "read", "read", "read",
-    ]  # fmt: skip
+    assert conn.events == ["render", "render", *chunk, "render", "render", *chunk, *["read"] * 6]
+    savepoints = [t for t in conn.sent if t.startswith("SAVEPOINT")]
+    assert savepoints == ["SAVEPOINT drc_batch", "SAVEPOINT drc_batch_b"]  # both may be rolled to
 
 
-def test_a_fallback_in_a_chunk_in_flight_runs_before_the_next_chunk_is_sent() -> None:
+def test_at_most_two_chunks_are_in_flight_and_their_savepoints_take_turns() -> None:
+    fake = FakeTarget()
+    session = session_on(fake)
+    conn = session._conn
+    conn.events.clear()
+    batch = session.batch()
+    batch.MAX_STATEMENTS = 1
+    batch.extend(writes(*(upd(i, "x") for i in range(4))))
+    chunk = ["send SAVEPOINT", "send UPDATE"]
+    assert conn.events == [*chunk, *chunk, "read", "read", *chunk, "read", "read", *chunk]
+    assert batch.finish() == plan.Effects(4)
+    savepoints = [t.split()[1] for t in conn.sent if t.startswith("SAVEPOINT")]
+    assert savepoints == ["drc_batch", "drc_batch_b", "drc_batch", "drc_batch_b"]
+
+
+def test_a_fallback_in_a_chunk_undoes_the_next_chunk_in_flight_and_sends_it_again() -> None:
     fake = FakeTarget(
         affected=lambda s: 0 if s.startswith("UPDATE `db`.`t` SET `id` = 1") else None
     )
@@ -179,6 +194,48 @@ def test_a_fallback_in_a_chunk_in_flight_runs_before_the_next_chunk_is_sent() ->
         "UPDATE `db`.`t` SET `id` = 2, `v` = 'x'",
         "UPDATE `db`.`t` SET `id` = 3, `v` = 'x'",
     ]
+    rollbacks = [t for t in session._conn.sent if t.startswith("ROLLBACK TO")]
+    assert rollbacks == ["ROLLBACK TO SAVEPOINT drc_batch"]  # the first chunk's: both undone
+
+
+def test_a_fallback_sends_the_next_chunk_and_the_checkpoint_behind_it_again() -> None:
+    fake = FakeTarget(
+        affected=lambda s: 0 if s.startswith("UPDATE `db`.`t` SET `id` = 0") else None
+    )
+    session = session_on(fake)
+    first, second = plan.Effects(), plan.Effects()
+    session.send_batch(writes(upd(0, "x"), upd(1, "x")), first)
+    session.send_batch(writes(upd(2, "x")), second)
+    session.write_checkpoint(ROW)
+    session.commit()
+    assert first == plan.Effects(2, missing_updates=1) and second == plan.Effects(1)
+    (committed,) = fake.committed
+    assert [s.split(" WHERE")[0].split(" (")[0] for s in committed] == [
+        "UPDATE `db`.`t` SET `id` = 0, `v` = 'x'",
+        "INSERT INTO `db`.`t`",
+        "UPDATE `db`.`t` SET `id` = 1, `v` = 'x'",
+        "UPDATE `db`.`t` SET `id` = 2, `v` = 'x'",
+        "INSERT INTO `drc`.`checkpoint`",  # once, after the chunk sent again
+    ]
+
+
+def test_a_deadlock_in_the_next_chunk_wins_over_a_fallback_in_the_first() -> None:
+    """The server rolled the whole transaction back: no savepoint is left to roll back to."""
+    fake = FakeTarget(
+        affected=lambda s: 0 if s.startswith("UPDATE `db`.`t` SET `id` = 0") else None
+    )
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found")
+    fake.fail_once(lambda s: s.startswith("UPDATE `db`.`t` SET `id` = 2"), deadlock)
+    session = session_on(fake)
+    session.send_batch(writes(upd(0, "x"), upd(1, "x")), plan.Effects())
+    session.send_batch(writes(upd(2, "x"), upd(3, "x")), plan.Effects())
+    with pytest.raises(LockConflictError) as failed:
+        session.commit()
+    conn = session._conn
+    assert not conn.unread and "run COMMIT" not in conn.events
+    assert not any(t.startswith("ROLLBACK TO") for t in conn.sent)
+    session.recover(failed.value)
+    assert fake.committed == [] and conn.pending == []
 
 
 def test_any_other_statement_waits_for_the_chunk_in_flight() -> None:
