@@ -12,11 +12,17 @@ oltp_write_only), the same binlog range is applied into dc2
 The copies are compared with CHECKSUM TABLE afterwards. Usage:
 
     python bench/bench_apply.py [--bulk-rows 200000] [--sysbench-seconds 15] [--quick]
+
+``--trees A,B --rounds N`` compares source trees (e.g. a worktree of an older commit) on one
+captured sysbench workload instead: the grouped apply N times per tree, alternating, each run's
+apply process importing drc from its tree (PYTHONPATH); one workload takes away the
+run-to-run spread of the workload itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import subprocess
@@ -144,11 +150,13 @@ def drc_apply(
     *,
     label: str = "",
     extra_toml: str = "",
+    pythonpath: str | None = None,
 ) -> float:
     """Seconds for a `python -m drc.apply` process to apply everything up to ``end``.
 
     ``extra_toml`` is appended to its config (e.g. a ``[conflicts]`` section); ``label`` names
-    the channel (default: its grouping)."""
+    the channel (default: its grouping); ``pythonpath``: the source tree the apply process
+    imports drc from (default: this one)."""
     name = f"bench-{schema}-{label or ('grouped' if grouping else 'single')}"
     extra = f"max_txns_per_commit = {500 if grouping else 1}\n{extra_toml}"
     config = channel_config(dc2, url, schema, name, f"{schema}_drc", workdir, extra)
@@ -160,9 +168,13 @@ def drc_apply(
         py_spy = str(Path(sys.executable).with_name("py-spy"))
         record = [py_spy, "record", "--gil", "--rate", "200", "--format", "raw", "--output"]
         argv = [*record, str(PROFILE_DIR / f"{name}.txt"), "--", *argv]
+    env = None if pythonpath is None else {**os.environ, "PYTHONPATH": pythonpath}
     with open(log, "wb") as out:
         began = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        # cwd too: ``python -m`` puts the working directory ahead of PYTHONPATH
+        child = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=pythonpath
+        )
     try:
         conn = connect(dc2)
         with conn.cursor() as cur:
@@ -195,8 +207,27 @@ def drc_apply(
     return elapsed
 
 
+# One DRC run of a workload: its label, grouping, and the tree its apply imports (None: this)
+Run = tuple[str, bool, str | None]
+DEFAULT_RUNS: list[Run] = [
+    ("DRC apply, grouped (max_txns_per_commit=500)", True, None),
+    ("DRC apply, one source txn per target txn", False, None),
+]
+
+
+def tree_runs(trees: list[str], rounds: int) -> list[Run]:
+    return [(f"DRC apply, grouped, {tree} (round {n + 1})", True, tree)
+            for n in range(rounds) for tree in trees]  # fmt: skip
+
+
 def run_workload(
-    name: str, dc1: ServerInfo, dc2: ServerInfo, schema: str, write, workdir: Path
+    name: str,
+    dc1: ServerInfo,
+    dc2: ServerInfo,
+    schema: str,
+    write,
+    workdir: Path,
+    runs: list[Run] = DEFAULT_RUNS,
 ) -> list[str]:
     before = position(dc1)
     native_replication(dc1, dc2, _first_binlog(dc1), before)  # dc2 holds the starting rows
@@ -206,14 +237,16 @@ def run_workload(
     txns, rows, _ = count_transactions(dc1, before, end)
     native_s = native_replication(dc1, dc2, before, end)
     served = Served(dc1, before, workdir / f"buffer-{schema}")
-    results: dict[bool, tuple[float, bool]] = {}
+    results: list[tuple[str, tuple[float, bool]]] = []
     try:
         served.wait_for(end)
-        for grouping in (True, False):
+        for n, (label, grouping, tree) in enumerate(runs):
             copy_schema(dc2, f"{schema}_start", f"{schema}_drc")
-            seconds = drc_apply(dc2, served.api.url, schema, end, workdir, grouping)
+            seconds = drc_apply(dc2, served.api.url, schema, end, workdir, grouping,
+                                label=f"run{n}", pythonpath=tree)  # fmt: skip
             same = checksums(dc1, schema) == checksums(dc2, f"{schema}_drc")
-            results[grouping] = (seconds, same)
+            results.append((label, (seconds, same)))
+            print(f"{label}: {txns / seconds:,.0f} txn/s", file=sys.stderr, flush=True)
     finally:
         served.close()
     lines = [
@@ -221,11 +254,10 @@ def run_workload(
         "| system | seconds | txn/s | rows/s | vs native | result = source |",
         "| --- | ---: | ---: | ---: | ---: | --- |",
     ]
-    for label, (seconds, same) in (
+    for label, (seconds, same) in [
         ("native MariaDB replication (1 SQL thread)", (native_s, True)),
-        ("DRC apply, grouped (max_txns_per_commit=500)", results[True]),
-        ("DRC apply, one source txn per target txn", results[False]),
-    ):
+        *results,
+    ]:
         lines.append(
             f"| {label} | {seconds:.2f} | {txns / seconds:,.0f} | {rows / seconds:,.0f} "
             f"| {native_s / seconds:.2f}x | {'yes' if same else 'NO'} |"
@@ -242,6 +274,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small workloads, for a smoke run")
     parser.add_argument("--workloads", default="bulk,sysbench", help="bulk, sysbench or both")
     parser.add_argument("--profile", metavar="DIR", help="py-spy each drc.apply run into DIR")
+    parser.add_argument("--trees", help="comma-separated source trees to compare (sysbench only)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per tree with --trees")
     args = parser.parse_args()
     global PROFILE_DIR
     PROFILE_DIR = Path(args.profile) if args.profile else None
@@ -253,13 +287,17 @@ def main() -> None:
         dc1, dc2 = start_source(box)
         print(f"# Apply throughput (`python bench/bench_apply.py`, {time.strftime('%Y-%m-%d')})")
         lines: list[str] = []
-        if "bulk" in args.workloads:
+        if "bulk" in args.workloads and not args.trees:
             lines += run_workload("bulk, 1000-row transactions", dc1, dc2, "bench",
                                   lambda: bulk_workload(dc1, args.bulk_rows), workdir)  # fmt: skip
-        if "sysbench" in args.workloads:
+        if "sysbench" in args.workloads or args.trees:
+            runs = DEFAULT_RUNS
+            if args.trees:
+                runs = tree_runs([str(Path(t).resolve()) for t in args.trees.split(",")],
+                                 args.rounds)  # fmt: skip
             lines += run_workload(
                 f"sysbench oltp_write_only, 2 threads, {args.sysbench_seconds}s", dc1, dc2,
-                "sbtest", lambda: sysbench(dc1, "run", args.sysbench_seconds), workdir,
+                "sbtest", lambda: sysbench(dc1, "run", args.sysbench_seconds), workdir, runs,
             )  # fmt: skip
         print("\n".join(lines))
     finally:
