@@ -258,7 +258,8 @@ def report(phases: list[Phase], args: argparse.Namespace) -> None:
             stored, markers = phase.captured
             print(
                 f"- {phase.system} at {phase.rate}: the nodes' capture stored {stored} "
-                f"transactions, {markers} of them without rows (drc_applied = marker)"
+                f"transactions, {markers} of them as echo markers without rows "
+                "(only `drc_applied = marker` stores those)"
             )
     print("\n| tps/side | system | p50 DRC/native | p99 DRC/native | CPU per txn DRC/native |")
     print("| ---: | --- | ---: | ---: | ---: |")
