@@ -190,6 +190,10 @@ def _run(
         found = session.query(journal.select_run(channel.name), "reading the catch-up run")
         session.commit()
         run = journal.parse_run(channel.name, found[0]) if found else None
+        if run is not None and run.owner != held.owner:
+            # Its driver is gone (the lease is ours): nothing else removes its segment copies
+            # on this host, and this run downloads its own.
+            shutil.rmtree(executor.cache_dir(run.owner), ignore_errors=True)
         if plan.resume_only and run is None:
             out(f"channel {channel.name}: no interrupted catch-up run to finish")
             return None, None

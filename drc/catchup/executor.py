@@ -90,9 +90,7 @@ class Job:
 
     @property
     def cache(self) -> Path:
-        """Where this host keeps the run's segment copies."""
-        safe = "".join(c if c.isalnum() else "-" for c in self.owner)[-60:]
-        return Path(tempfile.gettempdir()) / f"drc-catchup-{safe}"
+        return cache_dir(self.owner)
 
     def chain(self) -> Chain:
         return Chain(self.parts().filters)
@@ -104,6 +102,12 @@ class Job:
 
     def source(self) -> SegmentSource:
         return segment_source(self.channel, self.url, self.token)
+
+
+def cache_dir(owner: str) -> Path:
+    """Where this host keeps the segment copies of the run driven by ``owner``."""
+    safe = "".join(c if c.isalnum() else "-" for c in owner)[-60:]
+    return Path(tempfile.gettempdir()) / f"drc-catchup-{safe}"
 
 
 def segment_source(channel: ChannelConfig, url: str, token: str | None) -> SegmentSource:

@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from drc.apply import build_channel
 from drc.catchup import auto
+from drc.catchup.executor import cache_dir
 from drc.cli.main import cli
 from drc.config import load_config
 from drc.node import Node
@@ -131,12 +132,21 @@ def test_killing_the_catchup_driver_midway_then_running_it_again_ends_equal(
         argv = argv_for(config_for(tmp_path, dc2, url, "kill", schema), "kill")
         kill_midway(argv, dc2, tmp_path / "catchup.log")
         assert checkpoint_of(dc2, "kill") != str(capture.buffer.last_scn), "not the range end"
+        left = dead_run_cache(dc2, "kill")
         again = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
         assert "resuming the interrupted catch-up run" in again.stdout
         assert skipped(again.stdout) > 0, again.stdout[-3000:]
         assert checkpoint_of(dc2, "kill") == str(capture.buffer.last_scn)
+        assert not left.exists(), "the killed run's segment copies were removed"
     assert_same(dc1, dc2, schema)  # the keyless table's rows included: none twice
+
+
+def dead_run_cache(server: ServerInfo, channel: str) -> Path:
+    """The segment copies the killed run left on this host (they exist: the test can fail)."""
+    ((owner,),) = query(server, "SELECT owner FROM drc.catchup_run WHERE channel = %s", (channel,))
+    assert cache_dir(owner).is_dir(), "the killed run left no copies"
+    return cache_dir(owner)
 
 
 def skipped(output: str) -> int:
@@ -178,6 +188,7 @@ def test_after_a_killed_catchup_streaming_finishes_its_run_then_streams_nothing_
         checkpoint = checkpoint_of(dc2, "resume")
         assert checkpoint != str(capture.buffer.last_scn), "killed midway"
         assert query(dc2, "SELECT COUNT(*) FROM drc.catchup_run") == [(1,)]
+        left = dead_run_cache(dc2, "resume")
         config = load_config(path)
         channel = build_channel(config.channels[0], config.target_or_source())
         with Running(channel) as running:
@@ -187,6 +198,7 @@ def test_after_a_killed_catchup_streaming_finishes_its_run_then_streams_nothing_
         assert channel.catchup_unfinished is None
         assert query(dc2, "SELECT COUNT(*) FROM drc.catchup_run") == [(0,)]
         assert query(dc2, "SELECT COUNT(*) FROM drc.catchup_done") == [(0,)]
+        assert not left.exists(), "the killed run's segment copies were removed"
     assert_same(dc1, dc2, schema)  # the keyless events table row for row: none twice
 
 
