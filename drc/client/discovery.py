@@ -9,12 +9,18 @@ every round in which no URL answered, so it follows the group as members come an
 
 The group's layout in ZooKeeper (written by drc.replicator.group) is read here too:
 ``PATH/leader`` holds ``{"member", "url", "term"}``, ``PATH/members/ID`` ``{"member", "url"}``.
+
+A reader that stays on a group keeps a :class:`LeaderWatch` on it: a ZooKeeper session of its
+own watching ``PATH/leader``, so that a leadership change (a leader whose session expired, a
+new leader elected) reaches the reader at once, not when a read from a silent leader times
+out; the watch also answers the group's members from that session instead of a new one.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,19 +108,93 @@ def resolve(spec: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> list[str]:
     client = KazooClient(hosts=hosts, timeout=timeout_s)
     try:
         client.start(timeout=timeout_s)
-        leader = read_leader(client, path)
-        members = read_members(client, path)
+        return _urls(client, path, timeout_s)
     except (KazooTimeoutError, KazooException, OSError) as exc:
         raise DiscoveryError(f"ZooKeeper {hosts} did not answer for {path}: {exc!r}") from exc
     finally:
-        try:
-            client.stop()
-            client.close()
-        except KazooException:
-            pass
+        _close(client)
+
+
+def _urls(client: KazooClient, path: str, timeout_s: float) -> list[str]:
+    leader = read_leader(client, path, timeout_s)
+    members = read_members(client, path, timeout_s)
     urls = [] if leader is None or not isinstance(leader.get("url"), str) else [leader["url"]]
     urls += [url for url in members.values() if url not in urls]
     return [url.rstrip("/") for url in urls]
+
+
+def _close(client: KazooClient) -> None:
+    try:
+        client.stop()
+        client.close()
+    except KazooException:
+        pass
+
+
+class LeaderWatch:
+    """Calls ``on_change()`` (on ZooKeeper's thread: it must not block) each time the group's
+    ``leader`` node changes after the watch began: the leader's session ended (the node is
+    deleted) or a member took office (created). Connects in the background and keeps trying
+    while ZooKeeper is unreachable; :meth:`urls` resolves the group from the same session."""
+
+    def __init__(
+        self,
+        spec: str,
+        on_change: Callable[[], None],
+        timeout_s: float = RESOLVE_TIMEOUT_S,
+    ) -> None:
+        self.spec = spec
+        hosts, self._path = split(spec)
+        self._on_change = on_change
+        self._timeout_s = timeout_s
+        self._stop = threading.Event()
+        self._seen: tuple[bytes | None] | None = None  # the leader node's data when last read
+        self._client = KazooClient(hosts=hosts, timeout=timeout_s)
+        self._thread = threading.Thread(target=self._start, name="drc-leader-watch", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._client.start(timeout=self._timeout_s)
+            except (KazooTimeoutError, KazooException, OSError) as exc:
+                log.debug("leader watch of %s: ZooKeeper not reachable yet (%s)", self.spec, exc)
+                self._stop.wait(1.0)
+                continue
+            if self._stop.is_set():
+                _close(self._client)  # close() ran while this was connecting
+                return
+            try:
+                self._client.DataWatch(f"{self._path}/{LEADER}", self._changed)
+            except KazooException as exc:  # closed meanwhile
+                log.debug("leader watch of %s not set: %s", self.spec, exc)
+            return
+
+    def _changed(self, data: bytes | None, _stat: object) -> bool:
+        if self._stop.is_set():
+            return False  # ends the watch
+        seen, self._seen = self._seen, (data,)
+        if seen is not None and seen != (data,):
+            try:
+                self._on_change()
+            except Exception:  # a reader's bug must not end the watch
+                log.exception("leader change handler of %s failed", self.spec)
+        return True
+
+    def urls(self) -> list[str]:
+        """The group's URLs, leader first, read over the watch's session; DiscoveryError
+        while it is not connected (the caller resolves with a session of its own)."""
+        if not self._client.connected:
+            raise DiscoveryError(f"the leader watch of {self.spec} is not connected")
+        try:
+            return _urls(self._client, self._path, self._timeout_s)
+        except (KazooTimeoutError, KazooException, OSError) as exc:
+            raise DiscoveryError(f"{self.spec} did not answer: {exc!r}") from exc
+
+    def close(self) -> None:
+        self._stop.set()
+        _close(self._client)
+        self._thread.join(timeout=self._timeout_s)
 
 
 def expand(urls: Sequence[str], resolver: Callable[[str], list[str]] = resolve) -> tuple[str, ...]:

@@ -29,7 +29,10 @@ long polls (429/503) is pulled from with ``wait_ms=-1`` until
 its Retry-After passes, then streamed from again.
 
 ``zk://`` entries (drc.client.discovery) are resolved to the group's members, leader first,
-at the start and again after every round in which no URL answered.
+at the start and again after every round in which no URL answered. Each group is also watched
+(discovery.LeaderWatch): when its leader changes, the request or stream under way is hung up
+at once and the group resolved again, so a reader never waits on a silent leader (paused,
+hung, behind a half-open link) for a timeout once ZooKeeper has given up on it.
 
 Pages are checked against the contract before they are returned: transactions after the
 requested SCN, in SCN order, fragments of one SCN in order and complete within the page, and
@@ -43,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import httpx
 
@@ -78,9 +82,10 @@ class Fetcher:
         sleep: Callable[[float], None] | None,
         clock: Callable[[], float] = time.monotonic,
         stream: bool = False,
+        watch: Callable[[str, Callable[[], None]], Any] = discovery.LeaderWatch,
     ) -> None:
         self._specs = tuple(urls)
-        self.urls = discovery.expand(urls) if self._groups else self._specs
+        self._moved = threading.Event()  # a watched group's leader changed
         self._client = client
         self._params = params
         self._token = token
@@ -106,6 +111,9 @@ class Fetcher:
         self._busy_until: dict[str, float] = {}  # URL -> when to long-poll it again
         self.last_errors: dict[str, str] = {}
         self.failing_since: float | None = None
+        groups = [spec for spec in self._specs if discovery.is_group(spec)]
+        self._watches = [watch(spec, self._leader_moved) for spec in groups]
+        self.urls = discovery.expand(urls, self._resolve) if groups else self._specs
 
     def fetch(self, after: SCN, cancelled: threading.Event) -> tuple[str, http.Page]:
         """The next page after ``after`` and the URL that served it; retries until it has one."""
@@ -113,6 +121,8 @@ class Fetcher:
         while True:
             if cancelled.is_set():
                 raise Cancelled()
+            if self._moved.is_set():
+                self._rediscover()
             url = self.current_url
             try:
                 return url, self._try(url, after, cancelled)
@@ -125,6 +135,10 @@ class Fetcher:
             except http.TooOld as exc:
                 too_old[url] = exc
                 self._note_failure(url, f"HTTP 410 scn_too_old: {exc}")
+            if self._moved.is_set():  # the leader changed: ask the group, then its leader
+                self._rediscover()
+                delay, failed_in_round, too_old = self._backoff[0], 0, {}
+                continue
             self._advance(url)
             failed_in_round += 1
             if failed_in_round == len(self.urls):
@@ -136,17 +150,36 @@ class Fetcher:
 
     @property
     def _groups(self) -> bool:
-        return any(discovery.is_group(url) for url in self._specs)
+        return bool(self._watches)
+
+    def _leader_moved(self) -> None:
+        """A watched group's leader changed (ZooKeeper's thread): hang up what waits on the
+        old one; :meth:`fetch` then resolves the group again."""
+        self._moved.set()
+        if self._stream is not None:
+            self._stream.interrupt("the replicator group's leader changed")
+        http.abort_requests(self._client)
+
+    def _resolve(self, spec: str) -> list[str]:
+        """A group's URLs, over its watch's session when that is connected."""
+        for watch in self._watches:
+            if watch.spec == spec:
+                try:
+                    return list(watch.urls())
+                except discovery.DiscoveryError:
+                    break
+        return discovery.resolve(spec)
 
     def _rediscover(self) -> None:
         """Ask the groups' ZooKeeper again who the members are (leader first)."""
         if not self._groups:
             return
-        urls = discovery.expand(self._specs)
+        self._moved.clear()
+        urls = discovery.expand(self._specs, self._resolve)
         with self._lock:
             if urls != self.urls:
                 log.info("replicator group now: %s", ", ".join(urls))
-                self.urls, self._current = urls, 0
+            self.urls, self._current = urls, 0  # the leader first
 
     def forget_epochs(self) -> None:
         with self._lock:
@@ -238,7 +271,9 @@ class Fetcher:
         return self._stream is not None and self._stream.streaming(after)
 
     def close(self) -> None:
-        """Close the open stream, if any."""
+        """Close the open stream, if any, and the groups' watches."""
+        for watch in self._watches:
+            watch.close()
         if self._stream is not None:
             self._stream.close()
 

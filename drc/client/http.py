@@ -41,6 +41,8 @@ CONNECT_TIMEOUT_S = 5.0
 # A long poll may legitimately take wait_ms (or the server's cap when wait_ms=0) before answering.
 FULL_WAIT_CAP_S = 60.0
 READ_MARGIN_S = 30.0
+STREAM_SILENT_HEARTBEATS = 3
+STREAM_MARGIN_S = 1.0
 _MAX_SHOWN = 300
 _BUSY_CODES = (wire.ERROR_TOO_MANY_LONG_POLLS, wire.ERROR_LONG_POLLS_FULL)
 BUSY_DEFAULT_S = 1.0
@@ -138,16 +140,7 @@ def get_events(
 ) -> Page:
     accept = wire.MEDIA_RECORDS if binary else wire.MEDIA_JSON
     target = url + wire.PATH_EVENTS
-    pool = _LEAN.get(client)
-    if pool is None:
-        response = send(client, target, params, accept, timeout, token)
-    else:
-        try:
-            response = pool.get(target, params, accept, timeout)
-        except httpx.HTTPError as exc:
-            raise failure(exc, target, token) from exc
-        if not response.is_success:
-            raise status_error(response, target, token)
+    response = send(client, target, params, accept, timeout, token)
     if response.headers.get("content-type", "").startswith(wire.MEDIA_RECORDS):
         return _records_page(response, url)
     return _json_page(_json(response, url), url)
@@ -170,9 +163,12 @@ class Opened:
 
 def stream_timeout(wait_ms: int) -> httpx.Timeout:
     """Reads of a stream: a frame or heartbeat comes at least every ``wait_ms`` (1 s by
-    default) unless the server is busy reading a long filtered-out stretch, as for pulls."""
+    default; the server sends one between the batches it reads, filtered out or not), so a
+    silent connection (a paused server, a half-open link) is given up after
+    :data:`STREAM_SILENT_HEARTBEATS` heartbeats and a scheduling margin."""
     heartbeat_s = wait_ms / 1000 if wait_ms > 0 else 1.0
-    return httpx.Timeout(CONNECT_TIMEOUT_S, read=heartbeat_s + READ_MARGIN_S)
+    read_s = STREAM_SILENT_HEARTBEATS * heartbeat_s + STREAM_MARGIN_S
+    return httpx.Timeout(CONNECT_TIMEOUT_S, read=read_s)
 
 
 def open_stream(
@@ -250,7 +246,25 @@ def send(
     token: str | None,
 ) -> httpx.Response:
     """GET ``target``; returns a 2xx response or raises by the classification above."""
-    return request(client, "GET", target, token, timeout, params=params, accept=accept)
+    pool = _LEAN.get(client)
+    if pool is None:
+        return request(client, "GET", target, token, timeout, params=params, accept=accept)
+    try:
+        response = pool.get(target, params, accept, timeout)
+    except httpx.HTTPError as exc:
+        raise failure(exc, target, token) from exc
+    if not response.is_success:
+        raise status_error(response, target, token)
+    return response
+
+
+def abort_requests(client: httpx.Client) -> None:
+    """Hang up the client's requests and streams under way, from any thread: their callers
+    get a Transient at once. For a reader that learned the server it waits on is gone (its
+    group elected another leader) before any timeout could tell."""
+    pool = _LEAN.get(client)
+    if pool is not None:
+        pool.abort()
 
 
 def request(

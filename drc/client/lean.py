@@ -42,6 +42,7 @@ class LeanPool:
         self._headers = headers
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        self._busy: set[http.client.HTTPConnection] = set()  # exchanges under way
 
     @staticmethod
     def usable(transport: Any) -> bool:
@@ -52,6 +53,7 @@ class LeanPool:
         key, target, headers = self._request(url, params, accept)
         for attempt in (0, 1):
             conn, reused = self._take(key, timeout)
+            self._under_way(conn, True)
             try:
                 conn.request("GET", target, headers=headers)
                 answer = conn.getresponse()
@@ -61,6 +63,8 @@ class LeanPool:
                 if reused and attempt == 0 and _closed_meanwhile(exc):
                     continue  # the server closed the idle connection: once more on a new one
                 raise _as_httpx(exc, url) from exc
+            finally:
+                self._under_way(conn, False)
             if answer.will_close:
                 conn.close()
             else:
@@ -76,15 +80,45 @@ class LeanPool:
         and what closes the connection."""
         key, target, headers = self._request(url, params, accept)
         conn = self._connect(key, timeout)
+        self._under_way(conn, True)
         try:
             conn.request("GET", target, headers=headers)
             answer = conn.getresponse()
             body = b"" if 200 <= answer.status < 300 else answer.read()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
+            self._under_way(conn, False)
             raise _as_httpx(exc, url) from exc
         response = httpx.Response(answer.status, headers=answer.getheaders(), content=body)
-        return response, _chunks(answer, url), lambda: _hang_up(conn)
+
+        def close() -> None:
+            self._under_way(conn, False)
+            _hang_up(conn)
+
+        return response, _chunks(answer, url), close
+
+    def abort(self) -> int:
+        """Hang up every exchange under way (its reader gets a ReadError at once) and drop
+        the idle connections: the caller learned that the server they go to is gone or no
+        longer the one to ask (a group's leader changed). How many were under way."""
+        with self._lock:
+            busy = list(self._busy)
+        for conn in busy:  # shutdown only: the reading thread closes what it reads
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self.close()
+        return len(busy)
+
+    def _under_way(self, conn: http.client.HTTPConnection, busy: bool) -> None:
+        with self._lock:
+            if busy:
+                self._busy.add(conn)
+            else:
+                self._busy.discard(conn)
 
     def close(self) -> None:
         with self._lock:

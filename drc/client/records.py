@@ -8,6 +8,7 @@ serving member names (``X-DRC-Term``), and :class:`RawStreams` the same off a st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -96,8 +97,11 @@ class RawStreams:
         self._token = token
         self._source = StreamSource(MAX_EVENTS, max_bytes)
 
-    def page(self, url: str, after: SCN, wait_ms: int) -> RawPage:
-        """The records after ``after``; raises what :func:`pull_raw` raises."""
+    def page(
+        self, url: str, after: SCN, wait_ms: int, cancelled: Callable[[], bool] = lambda: False
+    ) -> RawPage:
+        """The records after ``after``; raises what :func:`pull_raw` raises, and Transient
+        once ``cancelled()`` while waiting on the stream."""
         if wait_ms == wire.WAIT_NONE or url in self._source.unsupported:
             return pull_raw(self._client, url, after, wait_ms, self._token)
         params = {
@@ -110,11 +114,12 @@ class RawStreams:
         timeout = http.stream_timeout(wait_ms)
         opener = partial(http.open_stream, self._client, url, params, timeout, self._token)
         try:
-            got = self._source.frames(url, after, opener, lambda: False)
+            got = self._source.frames(url, after, opener, cancelled)
         except http.NoStream:
             self._source.unsupported[url] = 0.0  # for good: a follower restarts with its server
             return pull_raw(self._client, url, after, wait_ms, self._token)
-        assert got is not None  # never cancelled
+        if got is None:
+            raise http.Transient(f"stopped reading {url}: cancelled")
         stream, frames = got
         records = [
             _raw(txn, frame.records[start:end])
@@ -124,6 +129,11 @@ class RawStreams:
             )
         ]
         return RawPage(tuple(records), stream.term, frames[-1].newest)
+
+    def interrupt(self, why: str) -> None:
+        """Hang up the open stream and any request under way, from any thread."""
+        self._source.interrupt(why)
+        http.abort_requests(self._client)
 
     def close(self) -> None:
         self._source.close()

@@ -189,6 +189,9 @@ class OpenStream:
         txns = tuple(t for f in frames for t in f.transactions)
         return http.Page(self.epoch, last.next, last.newest, txns)
 
+    def hang_up(self) -> None:
+        self._opened.close()
+
     def close(self) -> None:
         self.queue.close()
         self._opened.close()
@@ -260,6 +263,14 @@ class StreamSource:
                     raise TimeoutError()
         finally:
             self._lock.release()
+
+    def interrupt(self, why: str) -> None:
+        """End the open stream now, from any thread (its server is no longer the one to read:
+        a group's leader changed): the page waiting on it raises Transient with ``why``."""
+        stream = self._open  # no lock: a page() holds it while it waits
+        if stream is not None:
+            stream.queue.end(Ended(why))
+            stream.hang_up()
 
     def streaming(self, after: SCN) -> bool:
         """Whether a stream is open at ``after`` (no need to prefetch: it reads ahead)."""

@@ -188,15 +188,17 @@ class EventBuffer:
                 count += 1
         return count
 
-    def commit(self) -> None:
+    def commit(self, check: Callable[[], None] | None = None) -> None:
         """Make every complete transaction appended so far durable (per fsync) and visible.
 
         A trailing transaction whose last fragment is not appended yet is written but stays
-        invisible. Wakes :meth:`wait_for_commit`, then applies retention.
+        invisible. Wakes :meth:`wait_for_commit`, then applies retention. ``check`` (a
+        fence) runs once the records are written, before they become visible; if it raises,
+        the files are cut back to the last commit and the buffer must be reopened.
         """
         writer = self._require_writer()
         with self._write_lock:
-            self._io(writer.commit)
+            self._io(writer.commit, check)
             self._publish(writer.view())
         self._tell_listeners()
         self.enforce_retention()

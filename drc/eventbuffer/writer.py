@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -136,13 +136,36 @@ class Writer:
         elif len(self.file.pending) >= FLUSH_BYTES:
             self.file.write()
 
-    def commit(self) -> Mark:
-        """Write and (per policy) sync what was appended; the new end visible to readers."""
+    def commit(self, check: Callable[[], None] | None = None) -> Mark:
+        """Write and (per policy) sync what was appended; the new end visible to readers.
+
+        ``check`` runs after the write, before the end moves: if it raises, every byte
+        written since the last commit is cut from the files again (:meth:`discard`), so a
+        writer whose right to write ran out while it wrote (a leader paused mid-commit)
+        leaves the files as they were. The writer must then be reopened."""
         self.file.write()
         if self.sync:
             self.file.sync()
+        if check is not None:
+            try:
+                check()
+            except BaseException:
+                self.discard()
+                raise
         self.committed = self.complete
         return self.committed
+
+    def discard(self) -> None:
+        """Cut the segment files back to the last commit: segments begun since are deleted,
+        the committed one truncated at its end. The in-memory state is stale afterwards."""
+        end = self.committed
+        self.file.pending = bytearray()
+        for seg in self.segments:
+            if seg.seq > end.seq:
+                os.unlink(seg.path)
+        os.truncate(segment_path(self.directory, end.seq), end.offset)
+        if self.sync:
+            fsync_dir(self.directory)
 
     def _rotate(self) -> Segment:
         """Seal the active segment (written and synced) and start the next one."""

@@ -96,8 +96,12 @@ class GroupBuffer:
         return self._inner.append_many(records)
 
     def commit(self) -> None:
+        # Checked again once the records are written, before they are visible: a leader
+        # paused between the first check and the write (longer than its lease) would
+        # otherwise publish records after another member took over. Its files are then cut
+        # back to the last commit (and the pause path reopens the buffer).
         self.fence()
-        self._inner.commit()
+        self._inner.commit(self.fence)
 
     def reopen(self) -> None:
         old = self._inner

@@ -54,7 +54,17 @@ class Copier:
         self._token = token
         self._pages = RawStreams(client, token)  # streamed where the member serves streams
 
-    def copy_once(self, url: str, wait_ms: int, leader_term: int | None = None) -> Copied:
+    def interrupt(self, why: str) -> None:
+        """Hang up the copy under way, from any thread (the leader it reads changed)."""
+        self._pages.interrupt(why)
+
+    def copy_once(
+        self,
+        url: str,
+        wait_ms: int,
+        leader_term: int | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Copied:
         """One batch from ``url``. ``leader_term``: the leader's term as ZooKeeper names it
         (follower); None when a new leader catches up from any member before capture (the
         buffer's fence then checks the new leader's own lease and term).
@@ -64,7 +74,7 @@ class Copier:
         this buffer)."""
         after = self._buffer.resume_scn or SCN.ZERO
         try:
-            page = self._pages.page(url, after, wait_ms)
+            page = self._pages.page(url, after, wait_ms, cancelled)
         except http.TooOld as exc:
             raise FatalError(
                 f"{url} no longer holds the records after SCN {after} (it serves after "

@@ -134,6 +134,10 @@ class ZkGroup:
         self._client.add_listener(self._state_changed)
         self._election_thread: threading.Thread | None = None
         self._keepalive: threading.Thread | None = None
+        # Called (on kazoo's threads: it must not block) when this member is elected, its
+        # session ends, or the leader node changes: a follower hangs up its read of the leader.
+        self.on_change: Callable[[], None] = lambda: None
+        self._leader_seen: tuple[bytes | None] | None = None
 
     # -- session -------------------------------------------------------------------------
 
@@ -164,6 +168,7 @@ class ZkGroup:
             self.lost.set()
             self.lease.revoke("its ZooKeeper session expired (or was closed)")
             self._release.set()
+            self._changed()
         elif state == KazooState.SUSPENDED:
             log.warning("ZooKeeper connection lost; the session holds until it times out")
         else:
@@ -324,9 +329,25 @@ class ZkGroup:
 
     # -- election ------------------------------------------------------------------------
 
+    def _changed(self) -> None:
+        try:
+            self.on_change()
+        except Exception:  # never into kazoo's threads
+            log.exception("group change handler of member %s failed", self.settings.member_id)
+
+    def _leader_node(self, data: bytes | None, _stat: object) -> bool:
+        if self._release.is_set():
+            return False  # this session is over: end the watch
+        seen, self._leader_seen = self._leader_seen, (data,)
+        if seen is not None and seen != (data,):
+            self._changed()
+        return True
+
     def campaign(self) -> None:
-        """Enter the election in the background; ``elected`` is set when this member wins."""
+        """Enter the election in the background; ``elected`` is set when this member wins.
+        The leader node is watched from now on (:attr:`on_change`)."""
         s = self.settings
+        self._client.DataWatch(f"{s.path}/leader", self._leader_node)
         self._election = self._client.Election(f"{s.path}/election", s.member_id)
 
         def run() -> None:
@@ -341,6 +362,7 @@ class ZkGroup:
 
     def _in_office(self) -> None:
         self.elected.set()
+        self._changed()
         self._release.wait()  # returning gives up the election lock
 
     def take_office(self) -> int:

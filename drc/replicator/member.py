@@ -110,6 +110,7 @@ class GroupMemberRunner:
         try:
             while not stop.is_set():
                 group = ZkGroup(self.settings, self._clock)
+                group.on_change = self._group_changed
                 self._group = group
                 try:
                     if not group.connect(stop):
@@ -145,10 +146,20 @@ class GroupMemberRunner:
 
     # -- follower ------------------------------------------------------------------------
 
+    def _group_changed(self) -> None:
+        """Elected, session ended or another leader (kazoo's thread): a copy waiting on the
+        old leader, which may be silent (paused, hung, cut off), is hung up at once."""
+        if self.role == "follower":
+            self._copier.interrupt("the group's leader changed")
+
     def _follow(self, group: ZkGroup, stop: threading.Event) -> None:
         self.role = "follower"
         self._buffer.fence = lambda: None  # the copier checks each batch's term itself
-        while not (stop.is_set() or group.elected.is_set() or group.lost.is_set()):
+
+        def moved() -> bool:
+            return stop.is_set() or group.elected.is_set() or group.lost.is_set()
+
+        while not moved():
             try:
                 leader = group.leader()
             except Exception as exc:  # ZooKeeper unreachable: keep what we have, try again
@@ -160,7 +171,7 @@ class GroupMemberRunner:
                 stop.wait(RETRY_S)
                 continue
             try:
-                self._copier.copy_once(leader.url, FOLLOW_WAIT_MS, leader.term)
+                self._copier.copy_once(leader.url, FOLLOW_WAIT_MS, leader.term, moved)
             except (http.Transient, ProtocolError) as exc:
                 log.debug("copy from leader %s: %s", leader.url, exc)
                 stop.wait(RETRY_S)

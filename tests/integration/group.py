@@ -48,6 +48,21 @@ class Member:
         assert self.proc is not None
         self.proc.send_signal(sig)
 
+    def pause(self) -> float:
+        """SIGSTOP, returning once every thread of the process is stopped (the signal is
+        delivered asynchronously): the monotonic time it was sent."""
+        assert self.proc is not None
+        sent = time.monotonic()
+        self.signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        deadline = sent + 10
+        while time.monotonic() < deadline:
+            states = [_state(task) for task in tasks.iterdir()]
+            if all(state in ("T", "t", None) for state in states):
+                return sent
+            time.sleep(0.001)
+        raise AssertionError(f"{self.member_id} did not stop: {states}")
+
     def kill(self) -> None:
         if self.alive():
             self.signal(signal.SIGKILL)
@@ -183,6 +198,14 @@ class Group:
             text = member.log.read_text(errors="replace") if member.log.exists() else ""
             parts.append(f"--- {member.member_id} ---\n" + "\n".join(text.splitlines()[-lines:]))
         return "\n".join(parts)
+
+
+def _state(task: Path) -> str | None:
+    """A thread's state letter from /proc (None: it has exited)."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def last_scn(directory: Path) -> SCN | None:

@@ -10,18 +10,27 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from drc.client import Subscriber
 from drc.core.codec import decode_transaction
 from drc.core.events import Op
 from drc.core.scn import SCN
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.group import Group, Member, records
+from tests.integration.capture import master_position
+from tests.integration.group import Group, Member, assert_identical_on_common_range, records
+from tests.integration.servers import fresh_database
 from tests.integration.test_apply_support import apply_process_config, apply_user
 from tests.integration.test_source_failover import Writer, sql
+
+# The table of the group fault tests (grp_db.t on both datacenters).
+GROUP_TABLE = "CREATE TABLE grp_db.t (id INT PRIMARY KEY, v VARCHAR(20))"
 
 
 def stored(directory: Path, db: str, table: str = "t") -> list[tuple[SCN, bool, list[int]]]:
@@ -194,3 +203,81 @@ def strictly_increasing(directory: Path) -> list[SCN]:
             scns.append(scn)
     assert all(a < b for a, b in zip(scns, scns[1:], strict=False)), f"{directory}: SCN order"
     return scns
+
+
+def source_position(server: ServerInfo) -> SCN:
+    log_file, pos = master_position(server)
+    return SCN(0, 0, int(log_file.rsplit(".", 1)[1]), pos)
+
+
+@contextmanager
+def two_way(
+    sandbox: SandboxDescription,
+    group: Group,
+    dc2: ServerInfo,
+    tmp: Path,
+    session_s: float = 2.0,
+) -> Iterator[TwoWay]:
+    """Once the group's leader captures, the two-way workload (tests/integration/two_way.py,
+    with a one-member group of dc2) until the block ends; then both sides converge and every
+    live member and dc2's buffer reach their source's position."""
+    fresh_database(dc2, "grp_db", GROUP_TABLE)
+    other = Group.create(sandbox, dc2, tmp / "dc2", 1, session_s, f"{group.datacenter}x")
+    load = TwoWay(sandbox, group, other, "grp_db", tmp / "load")
+    other.start()
+    load.start_channels()
+    try:
+        group.wait_started(group.wait_leader(30))
+        other.wait_started(other.wait_leader(30))
+        load.start()
+        load.wait_flowing()
+        yield load
+        load.stop_writes()
+        load.wait_converged(group.server)
+        group.wait_leader(60)
+        group.wait_caught_up(source_position(group.server))
+        other.wait_caught_up(source_position(dc2))
+    finally:
+        load.close()
+        other.stop()
+
+
+def check_after_fault(load: TwoWay, complete: list[Member]) -> None:
+    """What a user checks after a fault: every member's buffer identical to the others on
+    their common range with SCNs strictly increasing, each transaction applied once on either
+    side and none echoed (``complete``: the members that hold everything)."""
+    group = load.group
+    assert_identical_on_common_range([m.buffer_dir for m in group.members])
+    for member in group.members:
+        strictly_increasing(member.buffer_dir)
+    load.assert_applied_once_none_echoed(group.server, complete)
+
+
+class Reader:
+    """A subscriber of the group through its ZooKeeper, collecting inserted ids."""
+
+    def __init__(self, url: str) -> None:
+        self.ids: list[int] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._sub = Subscriber([url], tables="grp_db.t", wait_ms=300, skip_drc=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                batch = self._sub.get()
+                for txn in batch.transactions:
+                    self.ids.extend(int(c.after["id"]) for c in txn.changes if c.op == Op.INSERT)
+                self._sub.ack(batch)
+        except BaseException as exc:  # the caller must see none
+            self.error = exc
+
+    def wait_for(self, count: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.ids) < count and time.monotonic() < deadline and self.error is None:
+            time.sleep(0.1)
+        self.stop.set()
+        self._thread.join(timeout=30)
+        self._sub.close()

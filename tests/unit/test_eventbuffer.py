@@ -522,3 +522,34 @@ def test_a_reader_keeping_up_with_a_growing_segment_sees_every_record_once(
         assert [(r.segment, r.offset) for r in read_all(again)] == [
             (r.segment, r.offset) for r in seen
         ]
+
+
+class _Refused(Exception):
+    pass
+
+
+def _refuse() -> None:
+    raise _Refused("the lease ran out while the records were written")
+
+
+@pytest.mark.parametrize("later", [3, 40], ids=["same-segment", "across-rotations"])
+def test_a_commit_whose_check_fails_after_the_write_leaves_the_files_as_they_were(
+    bufdir: Path, later: int
+) -> None:
+    """A fence that says no once the records are written (a leader paused mid-commit past
+    its lease): the records never become visible and the files hold exactly what they held
+    at the last commit, so a deposed leader's buffer is unchanged; a reopen sees that."""
+    items = workload(60 + later, fragments=False)
+    with EventBuffer.open(bufdir, segment_bytes=SEG) as buf:
+        fill(buf, items[:60])
+        before = {p.name: p.read_bytes() for p in bufdir.glob("*.seg")}
+        buf.append_many(items[60:])
+        with pytest.raises(_Refused):
+            buf.commit(_refuse)
+        assert as_items(read_all(buf)) == items[:60], "nothing refused becomes visible"
+        assert buf.uncommitted
+    assert {p.name: p.read_bytes() for p in bufdir.glob("*.seg")} == before
+    with EventBuffer.open(bufdir, segment_bytes=SEG) as buf:
+        assert as_items(read_all(buf)) == items[:60]
+        fill(buf, items[60:])  # the same records append again, once allowed
+        assert as_items(read_all(buf)) == items

@@ -102,6 +102,36 @@ def test_a_fenced_buffer_is_left_untouched(tmp_path: Path) -> None:
     assert after == before
 
 
+def test_a_lease_that_runs_out_during_the_commit_leaves_the_files_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """The check-then-act gap of a paused leader: the fence allowed the commit to begin, the
+    process stopped (SIGSTOP, a long pause) before the records were written, and the lease
+    ran out meanwhile. The fence is asked again once they are written: nothing is visible and
+    the files are cut back, so the old leader's buffer is unchanged (issue 24, item 5)."""
+    buffer = GroupBuffer(lambda: EventBuffer.open(tmp_path / "buf", fsync="never"))
+    buffer.append(SCN(1, 1, 1, 100), b"x", 0)
+    buffer.commit()
+    before = {p.name: p.read_bytes() for p in (tmp_path / "buf").iterdir() if p.is_file()}
+    asked = []
+
+    def lease_runs_out_mid_commit() -> None:
+        asked.append(1)
+        if len(asked) > 2:  # the append's and the commit's first check pass
+            raise FencedError("lease ran out 30.3s ago")
+
+    buffer.fence = lease_runs_out_mid_commit
+    buffer.append(SCN(1, 1, 1, 200), b"y", 0)
+    with pytest.raises(FencedError):
+        buffer.commit()
+    assert buffer.last_scn == SCN(1, 1, 1, 100)
+    after = {p.name: p.read_bytes() for p in (tmp_path / "buf").iterdir() if p.is_file()}
+    assert after == before
+    buffer.reopen()
+    assert buffer.last_scn == SCN(1, 1, 1, 100)
+    buffer.close()
+
+
 def test_reopen_drops_what_was_appended_but_not_committed(tmp_path: Path) -> None:
     buffer = GroupBuffer(lambda: EventBuffer.open(tmp_path / "buf", fsync="never"))
     buffer.append(SCN(1, 1, 1, 100), b"x", 0)

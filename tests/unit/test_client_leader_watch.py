@@ -1,0 +1,157 @@
+"""A reader of a ``zk://`` group follows a leadership change at once (issue 24, items 1-2):
+the change hangs up what waits on the old leader and the next request goes to the new one."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from drc.client import http
+from drc.client.fetcher import Fetcher
+from drc.core.scn import SCN
+from tests.unit.test_client_fakeapi import FakeApi, stream
+
+GROUP = "zk://zk:2181/drc/dc1"
+
+
+class FakeWatch:
+    """drc.client.discovery.LeaderWatch as the test drives it."""
+
+    made: list[FakeWatch] = []
+
+    def __init__(self, spec: str, on_change: Callable[[], None]) -> None:
+        self.spec = spec
+        self.on_change = on_change
+        self.members = ["http://a", "http://b"]
+        self.closed = False
+        FakeWatch.made.append(self)
+
+    def urls(self) -> list[str]:
+        return list(self.members)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def fetcher(transport: httpx.BaseTransport | None = None, wait_ms: int = 1000) -> Fetcher:
+    FakeWatch.made.clear()
+    return Fetcher(
+        [GROUP],
+        http.make_client(None, transport),
+        {"max_events": "100"},
+        token=None,
+        binary=True,
+        wait_ms=wait_ms,
+        on_rebuild="raise",
+        backoff_initial=0.01,
+        backoff_max=0.05,
+        sleep=None,
+        watch=FakeWatch,
+    )
+
+
+def test_a_new_leader_is_read_from_next_although_the_old_one_still_answers() -> None:
+    api = FakeApi(stream(3))
+    f = fetcher(api.transport)
+    assert f.urls == ("http://a", "http://b")
+    url, _page = f.fetch(SCN.ZERO, threading.Event())
+    assert url == "http://a"
+    watch = FakeWatch.made[0]
+    watch.members = ["http://b", "http://a"]  # b took office
+    watch.on_change()
+    url, _page = f.fetch(SCN.ZERO, threading.Event())
+    assert url == "http://b"
+    f.close()
+    assert watch.closed
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A server that accepts connections and never answers (a paused process, a half-open
+    link): only a timeout or a hang-up ends a request to it."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_a_leadership_change_hangs_up_a_pull_waiting_on_a_silent_leader(
+    silent_server: str,
+) -> None:
+    client = http.make_client(None)
+    got: list[BaseException] = []
+
+    def pull() -> None:
+        try:
+            http.send(client, silent_server + "/v1/events", {}, "*/*", httpx.Timeout(60.0), None)
+        except BaseException as exc:
+            got.append(exc)
+
+    thread = threading.Thread(target=pull)
+    thread.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    http.abort_requests(client)
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - started < 2
+    assert isinstance(got[0], http.Transient)
+    http.close_client(client)
+
+
+def test_a_leadership_change_ends_a_stream_from_a_silent_leader_at_once(
+    silent_server: str,
+) -> None:
+    f = fetcher()
+    watch = FakeWatch.made[0]
+    watch.members = [silent_server]
+    f._rediscover()  # noqa: SLF001 (the silent server leads)
+    got: list[object] = []
+    f_thread = threading.Thread(target=lambda: got.append(_fetch_or_error(f)))
+    f_thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    watch.members = ["http://127.0.0.1:9"]  # a new leader (not listening: fails fast)
+    watch.on_change()
+    time.sleep(0.3)
+    assert f.last_errors, "the request to the silent leader was hung up"
+    assert f.current_url == "http://127.0.0.1:9"
+    assert time.monotonic() - started < 2
+    f.close()
+    f_thread.join(5)
+
+
+def _fetch_or_error(f: Fetcher) -> object:
+    cancel = threading.Event()
+    threading.Timer(1.5, cancel.set).start()
+    try:
+        return f.fetch(SCN.ZERO, cancel)
+    except BaseException as exc:
+        return exc
+
+
+def test_the_stream_read_timeout_follows_the_heartbeat_not_a_long_margin() -> None:
+    assert http.stream_timeout(1000).read <= 5.0
+    assert http.stream_timeout(300).read <= 2.5
