@@ -55,6 +55,9 @@ def create_app(deps: ApiDeps) -> FastAPI:
         docs_url=None,  # no interactive docs or schema endpoints on a replication port
         redoc_url=None,
         openapi_url=None,
+        # A path with a trailing slash is a 404, not a redirect: Starlette builds the redirect's
+        # Location from the request's Host header, which a client controls.
+        redirect_slashes=False,
     )
     app.state.deps = deps
     errors.install(app)
