@@ -10,26 +10,37 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
     SecretStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from drc.config_lines import line_of
+from drc.config_urls import api_url
 from drc.core.errors import ConfigError
 from drc.core.tablefilter import TableFilter, TableFilterError
 from drc.tls import MysqlTls, MysqlTlsMode, https_context
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: a rejected value (a URL with a password in it) is not repeated in
+    # a ValidationError's text; each message says what is wrong with it instead.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+
+# A replicator API URL or zk:// group, checked at load (drc.config_urls); an error's location
+# is the entry's index, so `drc config check` names its key and line.
+ApiUrl = Annotated[str, AfterValidator(api_url)]
 
 
 class DatacenterConfig(_Model):
@@ -178,7 +189,7 @@ class ChannelConfig(_Model):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     origin: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")  # the remote datacenter
     # API URLs of the remote replicator group, or zk://HOSTS/PATH/DC (drc.client.discovery)
-    remote: tuple[str, ...] = Field(min_length=1)
+    remote: tuple[ApiUrl, ...]
     token: SecretStr | None = None
     token_file: Path | None = None
     tables: tuple[str, ...] = ()
@@ -212,6 +223,13 @@ class ChannelConfig(_Model):
     # from and `drc verify` compares with; only those commands need it.
     origin_db: OriginDbConfig | None = None
     verify: VerifyScheduleConfig | None = None  # [channels.verify]: a periodic verify
+
+    @field_validator("remote")
+    @classmethod
+    def _some_remote(cls, remote: tuple[str, ...]) -> tuple[str, ...]:
+        if not remote:  # not Field(min_length=1), which also fires when an entry is rejected
+            raise ValueError("lists no URL: give the remote replicator group's API URLs")
+        return remote
 
     @model_validator(mode="after")
     def _valid(self) -> ChannelConfig:
@@ -409,7 +427,7 @@ class ConflictsConfig(_Model):
     tables: tuple[ConflictTableConfig, ...] = ()  # first matching entry wins
     # API URLs of this datacenter's own replicator, read by the lww guard (drc.apply.lww_guard)
     # when it runs on another host than the replicator (default: the [api] address).
-    local_api: tuple[str, ...] = ()
+    local_api: tuple[ApiUrl, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -435,9 +453,22 @@ class DrcConfig(_Model):
 
     @model_validator(mode="after")
     def _unique_channels(self) -> DrcConfig:
-        names = [c.name for c in self.channels]
-        if len(set(names)) != len(names):
-            raise ValueError(f"channel names must be unique, got {names}")
+        # Raised as a ValidationError so its location is the second entry's name (its line in
+        # `drc config check`); pydantic keeps the location of one raised inside a validator.
+        seen: set[str] = set()
+        for index, channel in enumerate(self.channels):
+            if channel.name in seen:
+                error = PydanticCustomError(
+                    "duplicate_channel",
+                    "channel name '{name}' is already used by an earlier [[channels]] entry: "
+                    "channel names must be unique",
+                    {"name": channel.name},
+                )
+                raise ValidationError.from_exception_data(
+                    "DrcConfig",
+                    [{"type": error, "loc": ("channels", index, "name"), "input": channel.name}],
+                )
+            seen.add(channel.name)
         return self
 
     @model_validator(mode="after")

@@ -14,7 +14,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/history?after=S&upto=U                schema history entries (group followers)
     GET /metrics                                  Prometheus text format
     GET /v1/peers                                 the remote replicators the channels pull from
-    GET /ui                                       the status page (open; its data needs a token)
+    GET /ui, /ui.js                               the status page and its script (open; its data
+                                                  needs a token)
     GET /healthz                                  200 ok, 503 buffer closed, capture failed,
                                                   a channel or another component stopped
                                                   (the failure's detail only with a token)
@@ -55,6 +56,9 @@ def create_app(deps: ApiDeps) -> FastAPI:
         docs_url=None,  # no interactive docs or schema endpoints on a replication port
         redoc_url=None,
         openapi_url=None,
+        # A path with a trailing slash is a 404, not a redirect: Starlette builds the redirect's
+        # Location from the request's Host header, which a client controls.
+        redirect_slashes=False,
     )
     app.state.deps = deps
     errors.install(app)

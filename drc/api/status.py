@@ -15,7 +15,9 @@ deletes came without a tombstone and were given a derived one.
 (drc.apply.progress: starting, connecting, running, disconnected, waiting, stopped) and the
 ``error`` behind it, ``lag_seconds`` (now - source time of the newest change the target has
 applied; grows while the remote is unreachable or the channel stopped), ``last_scn`` (the
-applied SCN), and the counters (drc.apply.stats.ApplyStats): ``ddl`` statements run,
+applied SCN), ``last_error`` (only while stopped), ``last_stop`` (``{"at": Unix time,
+"error"}`` of the newest stop, kept once a skip, resume or rewind continued the channel), and
+the counters (drc.apply.stats.ApplyStats): ``ddl`` statements run,
 ``ddl_skipped`` statements left out (account statements, object kinds not in the channel's
 ``objects``, DDL on mapped tables). A channel with ``[channels.verify]`` also has ``verify``:
 its periodic verify (drc.verify.schedule: state, runs by result, the last run's times, error

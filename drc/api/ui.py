@@ -1,7 +1,9 @@
 """``GET /ui``: the status page, and ``GET /v1/peers``: what it shows of the other datacenters.
 
-The page is one static file (no build step) that polls ``/v1/status`` and ``/v1/peers`` of the
-API serving it; with tokens configured it asks for one and keeps it for the browser tab only.
+The page is two static files (no build step), the markup at ``/ui`` and its script at ``/ui.js``
+(its own file, so the policy allows no inline script), that poll ``/v1/status`` and
+``/v1/peers`` of the API serving them; with tokens configured it asks for one and keeps it for
+the browser tab only.
 ``/v1/peers`` (token required) is the status of every remote replicator this datacenter's
 channels pull from, fetched by this process with the channels' own tokens (drc.client.peers).
 """
@@ -14,7 +16,7 @@ from typing import Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 from drc.api import wire
 from drc.api.deps import Deps, require_token
@@ -22,10 +24,11 @@ from drc.api.deps import Deps, require_token
 open_router = APIRouter()
 router = APIRouter(dependencies=[Depends(require_token)])
 
-# The page builds everything from JSON as text nodes; nothing else may run or be framed.
+# The page builds everything from JSON as text nodes; no script runs but /ui.js (none inline,
+# none injected), and nothing may frame it.
 _HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+        "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; "
         "connect-src 'self'; img-src 'self'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
@@ -34,13 +37,18 @@ _HEADERS = {
 
 
 @cache
-def _page() -> str:
-    return (files("drc.api") / "static" / "ui.html").read_text(encoding="utf-8")
+def _static(name: str) -> str:
+    return (files("drc.api") / "static" / name).read_text(encoding="utf-8")
 
 
 @open_router.get(wire.PATH_UI, response_class=HTMLResponse)
 async def get_ui() -> HTMLResponse:
-    return HTMLResponse(_page(), headers=_HEADERS)
+    return HTMLResponse(_static("ui.html"), headers=_HEADERS)
+
+
+@open_router.get(wire.PATH_UI_SCRIPT)
+async def get_ui_script() -> Response:
+    return Response(_static("ui.js"), media_type="text/javascript", headers=_HEADERS)
 
 
 @router.get(wire.PATH_PEERS)

@@ -56,6 +56,7 @@ PATH_METRICS = "/metrics"
 PATH_HEALTH = "/healthz"
 PATH_PEERS = "/v1/peers"
 PATH_UI = "/ui"
+PATH_UI_SCRIPT = "/ui.js"  # the status page's script (its own file: no inline script runs)
 
 MEDIA_JSON = "application/json"
 MEDIA_RECORDS = "application/x-drc-records"

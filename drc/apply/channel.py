@@ -190,6 +190,8 @@ class ApplyChannel:
             "name": self.name, "origin": self.channel.origin, "state": state,
             "up": now.state != STOPPED, "error": now.error, "lag_seconds": now.lag_seconds,
             "applied_source_ms": now.applied_ms, **self.stats.as_dict(),
+            # A channel continued after a stop no longer shows its error (last_stop keeps it).
+            "last_error": self.stats.last_error if now.state == STOPPED else None,
         }  # fmt: skip
 
     # ------------------------------------------------------------------ run
@@ -217,10 +219,10 @@ class ApplyChannel:
         except DrcError as exc:
             self.stats.last_error = str(exc)
             log.error("channel %s stopped: %s", self.name, exc)
-            self.progress.stopped(f"{type(exc).__name__}: {exc}")
+            self._stopped(exc)
             raise
         except BaseException as exc:
-            self.progress.stopped(f"{type(exc).__name__}: {exc}")
+            self._stopped(exc)
             raise
         finally:
             self.target.close()
@@ -615,7 +617,7 @@ class ApplyChannel:
         self.control.stoppage = stoppage or Stoppage(None, str(exc), {}, [], [])
         self.control.failure = exc
         self.control.state = "stopped"
-        self.progress.stopped(f"{type(exc).__name__}: {exc}")
+        self._stopped(exc)
         try:
             while not self._stop.is_set():
                 request = self.control.take()
@@ -632,6 +634,13 @@ class ApplyChannel:
             self.control.stoppage = self.control.failure = None
             self.control.state = "running"
             self.progress.resumed(self._clock())
+
+    def _stopped(self, exc: BaseException) -> None:
+        """Stopped by ``exc``; ``last_stop`` keeps when and why once the channel continues."""
+        now, error = self._wall_clock(), f"{type(exc).__name__}: {exc}"
+        if self.progress.snapshot(now).state != STOPPED:  # stopped already: keep the first
+            self.stats.last_stop = {"at": now, "error": error}
+        self.progress.stopped(error)
 
     def _carry_out(self, request: Request, stoppage: Stoppage | None) -> bool:
         """Do ``request``; True when the channel must stream again from its checkpoint."""

@@ -23,7 +23,10 @@ class ApplyStats:
     retries: int = 0  # target transactions re-applied after a deadlock / lock wait timeout
     waits: int = 0  # waits for a target that was down or read-only
     last_scn: SCN | None = None  # the checkpoint: last SCN applied (durably)
+    # The newest error seen (a stop, a retry, a wait); status shows it only while stopped.
     last_error: str | None = None
+    # The newest stop: {"at": Unix time, "error": ...}, kept after a skip, resume or rewind.
+    last_stop: dict[str, object] | None = None
     conflicts_by_table: dict[str, int] = field(default_factory=dict)  # "db.t" -> conflicts
     replays: int = 0  # changes a rewind replayed over rows already newer (not conflicts)
 
@@ -43,4 +46,5 @@ class ApplyStats:
         data["last_scn"] = None if self.last_scn is None else str(self.last_scn)
         data["idempotent_fixes"] = self.idempotent_fixes
         data["conflicts_by_table"] = dict(self.conflicts_by_table)
+        data["last_stop"] = None if self.last_stop is None else dict(self.last_stop)
         return data

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -142,6 +143,11 @@ def test_a_stopped_channel_shows_its_transaction_and_skip_continues_after_it(run
     _sql(run.dc2, "INSERT INTO t VALUES (11, 'after the skip', NULL)")
     assert wait_for(lambda: _arrived(run, 11), 30)
     assert not _arrived(run, 10)  # skipped: not applied here
+    # Running again: the stop is no longer an error, only the dated last stop.
+    status = httpx.get(f"{run.api}/v1/status").json()
+    channel = next(c for c in status["channels"] if c["name"] == "from-dc2")
+    assert channel["state"] == "running" and channel["last_error"] is None, channel
+    assert "extra" in channel["last_stop"]["error"] and channel["last_stop"]["at"] > 0
     history = run.cli("history", "from-dc2", "--format", "json", parse=True)
     skip = next(e for e in history if e["action"] == "skip")
     assert skip["actor"] == "open" and skip["reason"] == "column dropped here on purpose"

@@ -223,6 +223,18 @@ def test_unknown_paths_and_methods_get_json_errors(client: TestClient) -> None:
     assert "error" in client.post(wire.PATH_EVENTS, headers=AUTH).json()
 
 
+@pytest.mark.parametrize(
+    "path", [wire.PATH_STATUS + "/", wire.PATH_EVENTS + "/?after=0:0:0:0", "/healthz/", "/ui/"]
+)
+def test_a_trailing_slash_is_404_never_a_redirect_built_from_the_host_header(
+    client: TestClient, path: str
+) -> None:
+    headers = {**AUTH, "Host": "evil.example"}
+    response = client.get(path, headers=headers, follow_redirects=False)
+    assert response.status_code == 404 and "location" not in response.headers
+    assert_error(response, 404, wire.ERROR_NOT_FOUND)
+
+
 # -- auth ------------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import pymysql
 import pytest
 
 from drc.apply import ApplyChannel, TargetSettings, build_channel
+from drc.apply.control import Request
 from drc.apply.errors import (
     ApplyError,
     CheckpointMismatchError,
@@ -489,3 +491,28 @@ def test_idempotent_fixes_are_counted() -> None:
     assert (channel.stats.missing_updates, channel.stats.missing_deletes) == (1, 1)
     assert channel.stats.idempotent_fixes == 2
     assert [s.split()[0] for s in fake.writes()] == ["UPDATE", "INSERT", "DELETE"]
+
+
+def test_after_a_skip_the_status_keeps_the_stop_only_as_last_stop() -> None:
+    fake = target()
+    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)), txn(20, ins("n", a=1)))])
+    channel = harness.channel
+    channel.hold_on_error = True
+    thread = threading.Thread(target=harness.run, daemon=True)
+    thread.start()
+    for _ in range(500):
+        if channel.control.stoppage is not None:
+            break
+        time.sleep(0.01)
+    stopped = channel.report()
+    assert stopped["state"] == "stopped" and "db.n has no primary key" in stopped["last_error"]
+    assert channel.control.stoppage is not None
+    skip = Request("skip", "test", "no key here", scn=channel.control.stoppage.scn)
+    channel.control.submit(skip).wait(5)
+    thread.join(5)
+    continued = channel.report()
+    assert continued["state"] != "stopped" and not thread.is_alive()
+    assert continued["last_error"] is None
+    stop = {"at": 1_700_000_100.0, "error": stopped["error"]}
+    assert "NoPrimaryKeyError" in stop["error"]
+    assert stopped["last_stop"] == continued["last_stop"] == stop

@@ -99,3 +99,59 @@ def test_run_refuses_with_the_same_lines(tmp_path: Path) -> None:
     bad.write_text(BAD)
     with pytest.raises(ConfigError, match=r"line 7: source\.port"):
         load_config(bad)
+
+
+def _with_remote(url: str) -> str:
+    return (
+        '[datacenter]\nname = "dc1"\n[source]\nuser = "drc"\n[replicator]\nbuffer_dir = "/x"\n'
+        f'[[channels]]\nname = "a"\norigin = "dc2"\nremote = ["http://ok:8640", "{url}"]\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("htp//127.0.0.1:99999/x y", "is not an http://, https:// or zk:// URL"),
+        ("not a url", "is not an http://, https:// or zk:// URL"),
+        ("ftp://dc2:21/drc", "is not an http://, https:// or zk:// URL"),
+        ("http://", "names no host"),
+        ("http://dc2:99999", "has a port that is not a number in 1-65535"),
+        ("https://dc2:0", "has a port that is not a number in 1-65535"),
+        ("http://dc2:8640/x y", "contains whitespace"),
+        ("zk://zk1:2181", "names no group path"),
+        ("zk://zk1:2181,zk2:x/drc/dc2", "has a port that is not a number in 1-65535"),
+    ],
+)
+def test_check_refuses_a_malformed_remote_naming_key_and_value(
+    tmp_path: Path, url: str, why: str
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(_with_remote(url))
+    result = CliRunner().invoke(cli, ["config", "check", str(bad)])
+    assert result.exit_code == 1, result.output
+    assert f"{bad}:10: channels.0.remote.1: Value error, {url!r} {why}" in result.output
+
+
+@pytest.mark.parametrize(
+    "url", ["http://10.0.1.1:8421", "https://[::1]:8640/drc", "zk://zk1:2181,zk2/drc/dc2"]
+)
+def test_well_formed_remotes_pass(url: str) -> None:
+    assert config_problems(_with_remote(url)) == []
+
+
+def test_a_refused_remote_never_shows_its_password(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(_with_remote("http://drc:s3cret@dc2:99999/"))
+    with pytest.raises(ConfigError) as raised:
+        load_config(bad)
+    assert "s3cret" not in str(raised.value)
+    assert "'http://***@dc2:99999/'" in str(raised.value)
+
+
+def test_a_duplicate_channel_name_points_at_the_second_one() -> None:
+    text = _with_remote("http://b") + '\n[[channels]]\nname = "a"\norigin = "dc3"\n'
+    text += 'remote = ["http://dc3:8640"]\n'
+    assert config_problems(text) == [
+        "line 13: channels.1.name: channel name 'a' is already used by an earlier [[channels]] "
+        "entry: channel names must be unique"
+    ]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from drc.api import health
 from tests.conftest import require_tool
 from tests.monitoring import (
     ALERTS,
@@ -135,3 +136,16 @@ def test_operations_doc_names_only_files_that_exist() -> None:
         assert (DEPLOY.parent / name).exists(), name
     for alert in {r["alert"] for p in (ALERTS, PENDING_ALERTS) for r in rules(p)}:
         assert alert in text, f"{alert} has no mention in docs/operations.md"
+
+
+def test_operations_doc_says_what_the_code_does() -> None:
+    """Every /healthz state and per-channel series the code has, groups as built, and the
+    group's leadership number called its term (a buffer's epoch is another thing)."""
+    text = OPERATIONS.read_text()
+    for state in health._STATES:
+        assert f"`{state}`" in text, f"/healthz state {state} is not in docs/operations.md"
+    source = Path(health.__file__).read_text()
+    for name in re.findall(r'Family\(\s*"(drc_channel_\w+)"', source):
+        assert name in text, f"{name} is not in docs/operations.md"
+    assert not re.search(r"[Nn]ot built yet|come with issue", text)
+    assert not re.search(r"(fenced|older|role and) [^.]*epoch", text)

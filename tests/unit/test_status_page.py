@@ -23,8 +23,16 @@ def test_page_is_served_open_with_a_strict_policy() -> None:
     page = client.get("/ui")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
-    assert "connect-src 'self'" in page.headers["content-security-policy"]
-    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    policy = page.headers["content-security-policy"]
+    assert "connect-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    # Only the page's own script file runs: nothing inline, nothing injected into the page.
+    script_src = next(d for d in policy.split(";") if d.strip().startswith("script-src"))
+    assert script_src.split() == ["script-src", "'self'"]
+    assert '<script src="/ui.js"></script>' in page.text and "<script>" not in page.text
+    script = client.get("/ui.js")  # open, like the page
+    assert script.status_code == 200 and script.headers["x-content-type-options"] == "nosniff"
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "function refresh()" in script.text
     assert client.get("/v1/peers").status_code == 401  # the data needs the token
     answer = client.get("/v1/peers", headers={"Authorization": "Bearer secret"})
     assert answer.json() == []
@@ -32,7 +40,7 @@ def test_page_is_served_open_with_a_strict_policy() -> None:
 
 def test_page_never_puts_data_in_as_html() -> None:
     # Table names and errors come from binlogs: only text nodes may carry them.
-    text = (files("drc.api") / "static" / "ui.html").read_text()
+    text = (files("drc.api") / "static" / "ui.js").read_text()
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
         assert sink not in text
 
