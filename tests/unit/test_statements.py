@@ -93,7 +93,8 @@ OTHER = [
 # Statements written with one space between tokens; comments go at every token boundary.
 FUZZED = [
     "CREATE USER 'bob'@'%' IDENTIFIED BY 'pw'",
-    "CREATE OR REPLACE USER IF NOT EXISTS bob IDENTIFIED BY 'pw'",
+    "CREATE OR REPLACE USER bob IDENTIFIED BY 'pw'",
+    "CREATE USER IF NOT EXISTS bob IDENTIFIED BY 'pw'",
     "ALTER USER bob IDENTIFIED BY 'pw'",
     "GRANT SELECT ON db.* TO bob IDENTIFIED BY 'pw'",
     "SET PASSWORD FOR bob = PASSWORD('pw')",
