@@ -1,10 +1,14 @@
 """A MySQL/MariaDB statement as tokens: just enough lexing for DRC's statement readers
 (drc.core.ddl, drc.core.schema_objects). Pure.
 
-Whitespace and comments (``/* */``, ``-- ``, ``#``) are dropped; the content of version
-comments (``/*!50100 ... */``, ``/*M!...``) is read as SQL, as the server does. Quoted tokens
-are unquoted (a doubled quote is one quote; a backslash escapes inside '...' and "...").
-An unterminated quote raises :class:`UnterminatedQuote`.
+Whitespace and comments (``/* */``, ``-- ``, ``#``) are dropped; the content of executable
+comments (``/*! ... */``, ``/*!50100 ... */``, ``/*M! ... */``, ``/*M!100100 ... */``) is read
+as SQL whatever its version (the server may skip one meant for another version: reading it
+anyway errs towards seeing more). ``--`` starts a comment when a space or a control character
+follows it, as in the server. Quoted tokens are unquoted (a doubled quote is one quote; a
+backslash escapes inside '...' and "...", unless ``escapes`` says otherwise: the session's
+sql_mode NO_BACKSLASH_ESCAPES or ANSI_QUOTES changes that, and a binlog statement does not say
+which was on). An unterminated quote raises :class:`UnterminatedQuote`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,11 @@ _VERSION_COMMENT = re.compile(r"/\*M?!\d*")
 
 
 class UnterminatedQuote(ValueError):
-    """A quoted token runs to the end of the statement."""
+    """A quoted token runs to the end of the statement; ``start`` is where its quote is."""
+
+    def __init__(self, quote: str, start: int) -> None:
+        super().__init__(f"unterminated {quote}")
+        self.start = start
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +40,9 @@ class Token:
         return self.kind == "word" and self.text.upper() in words
 
 
-def tokens(sql: str) -> Iterator[Token]:
-    """The statement's tokens with their spans, in order."""
+def tokens(sql: str, escapes: str = "'\"") -> Iterator[Token]:
+    """The statement's tokens with their spans, in order. ``escapes``: the quote characters
+    inside which a backslash escapes the next character."""
     i, n, open_versions = 0, len(sql), 0
     while i < n:
         ch = sql[i]
@@ -48,11 +57,11 @@ def tokens(sql: str) -> Iterator[Token]:
         elif sql.startswith("/*", i):
             end = sql.find("*/", i + 2)
             i = n if end < 0 else end + 2
-        elif ch == "#" or (sql.startswith("--", i) and (i + 2 == n or sql[i + 2].isspace())):
+        elif ch == "#" or (sql.startswith("--", i) and (i + 2 == n or _blank(sql[i + 2]))):
             end = sql.find("\n", i)
             i = n if end < 0 else end + 1
         elif ch in "`\"'":
-            text, end = _quoted(sql, i)
+            text, end = _quoted(sql, i, ch in escapes)
             yield Token("string" if ch == "'" else "quoted", text, i, end)
             i = end
         elif match := WORD.match(sql, i):
@@ -63,7 +72,13 @@ def tokens(sql: str) -> Iterator[Token]:
             i += 1
 
 
-def _quoted(sql: str, start: int) -> tuple[str, int]:
+def _blank(ch: str) -> bool:
+    """What may follow ``--`` in a comment: a space or a control character, as the server's
+    my_isspace or my_iscntrl (``--`` then byte 0x01 starts a comment too)."""
+    return ch.isspace() or ch < " " or ch == "\x7f"
+
+
+def _quoted(sql: str, start: int, escapes: bool) -> tuple[str, int]:
     """The unquoted text of the quoted token at ``start`` and the index after it."""
     quote, parts, i = sql[start], [], start + 1
     while i < len(sql):
@@ -74,10 +89,10 @@ def _quoted(sql: str, start: int) -> tuple[str, int]:
                 i += 2
                 continue
             return "".join(parts), i + 1
-        if ch == "\\" and quote != "`" and i + 1 < len(sql):
+        if ch == "\\" and escapes and quote != "`" and i + 1 < len(sql):
             parts.append(sql[i + 1])
             i += 2
             continue
         parts.append(ch)
         i += 1
-    raise UnterminatedQuote(f"unterminated {quote}")
+    raise UnterminatedQuote(quote, start)

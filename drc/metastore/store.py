@@ -64,6 +64,7 @@ from drc.core.errors import (
 )
 from drc.core.events import Column, SchemaChange, TableSchema
 from drc.core.scn import SCN
+from drc.core.statements import for_log
 
 DEFAULT_FILENAME = "metastore.sqlite3"
 FORMAT_VERSION = "1"
@@ -218,7 +219,7 @@ class MetaStore:
             steps = self._ddl_steps(conn, scn, change, wanted)
             todo = [s for s in steps if not self._has_statement(conn, s[0], s[1], scn, change)]
             for db, tbl in dict.fromkeys(step[:2] for step in todo):
-                self._refuse_rewrite(conn, db, tbl, scn, f"DDL {change.statement!r}")
+                self._refuse_rewrite(conn, db, tbl, scn, f"DDL {for_log(change.statement)!r}")
             self._apply_ddl(conn, scn, change, todo)
 
     def _ddl_steps(

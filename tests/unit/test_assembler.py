@@ -47,6 +47,20 @@ def test_ddl_is_a_transaction_at_its_own_position() -> None:
     assert without_begin is not None and without_begin.ddl[0].statement == "DROP TABLE t"
 
 
+def test_account_statements_with_comments_are_dropped_and_counted_at_capture() -> None:
+    asm = _assembler(TableFilter.build(["shop.*"]))
+    spellings = [
+        "CREATE /* c */ USER 'x6'@'%' IDENTIFIED BY 'S3cretPW!cm'",
+        "/*! CREATE USER 'x7'@'%' IDENTIFIED BY 'S3cretPW!ec' */",
+        "/*M!100100 GRANT SELECT ON shop.* TO 'x7'@'%' IDENTIFIED BY 'S3cretPW!gr' */",
+    ]
+    for pos, sql in enumerate(spellings, start=1):
+        asm.feed(Begin(f"1-7-{pos}", 7, standalone=True))
+        committed = asm.feed(Statement("shop", sql, 7, 5, 3, pos * 100))
+        assert committed is not None and committed.ddl == () and committed.empty
+    assert asm.account_statements_dropped == len(spellings)
+
+
 def test_statement_inside_an_open_transaction_waits_for_its_commit() -> None:
     asm = _assembler()
     asm.feed(Begin(None, 7, standalone=False))

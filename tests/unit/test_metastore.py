@@ -131,6 +131,16 @@ def test_different_schema_at_an_older_scn_raises(store: MetaStore) -> None:
     assert [e.schema for e in store.history("shop", "orders")] == [V1, V2]
 
 
+def test_a_history_conflict_names_the_ddl_without_its_literals(store: MetaStore) -> None:
+    store.record_schema(scn(100), V1)
+    store.record_schema(scn(200), V2)
+    statement = "ALTER TABLE orders ADD c INT DEFAULT 'lit-5531', COMMENT 'lit-5532'"
+    with pytest.raises(SchemaHistoryConflictError) as info:
+        store.record_ddl(scn(150), SchemaChange("shop", statement))
+    assert "ALTER TABLE orders ADD c INT DEFAULT '?'" in str(info.value)
+    assert "lit-553" not in str(info.value)
+
+
 def test_a_failed_write_leaves_no_partial_ddl(store: MetaStore) -> None:
     store.record_schema(scn(100), V1)
     store.record_schema(scn(500), table(name="later"))
