@@ -6,7 +6,9 @@ Failover (``--part failover``): a fresh two-datacenter sandbox; three members of
 probe inserting ``--rate`` single-row transactions a second on dc1, each recording its commit
 time. dc2 is polled every 50 ms; a row's lag is the time from its commit on dc1 to the poll
 that first saw it on dc2 (so +-50 ms). The leader is killed with SIGKILL ``--kills`` times,
-``--gap`` seconds apart, and restarted. Reported: failover time (kill to a new member answering
+``--gap`` seconds apart, and restarted (``--fault stop``: paused with SIGSTOP for ``--pause``
+seconds instead, a hung host as ZooKeeper sees it; once continued it finds itself deposed,
+exits, and is restarted). Reported: failover time (kill to a new member answering
 /v1/status as leader); per kill, the largest lag of rows committed from 2 s before it until
 2 s before the next (rows committed just before a kill wait for the failover too), and the
 time back to normal: from the kill until dc2 shows the first row from which every row
@@ -22,7 +24,8 @@ and copies the leader's buffer and history through the pull API. Each rate is tr
 over the time from its process start to its buffer's last SCN reaching the end. Usage:
 
     python bench/bench_group.py [--part all|failover|throughput] [--kills 10] [--rate 100]
-                                [--txns 20000] [--rows 5] [--quick]
+                                [--fault kill|stop] [--pause 5] [--txns 20000] [--rows 5]
+                                [--quick]
 """
 
 from __future__ import annotations
@@ -126,6 +129,9 @@ class Member:
 
     def kill(self) -> None:
         os.kill(self.pid, signal.SIGKILL)
+        self.reap()
+
+    def reap(self) -> None:
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
@@ -291,7 +297,7 @@ def failover(args: argparse.Namespace) -> None:
         if not wait_for(lambda: bool(probe.seen), 120, 0.2):
             raise SystemExit(f"the apply channel applies nothing: see {directory / 'apply.log'}")
         time.sleep(args.warmup)  # from the first row applied: the steady state
-        kills, times = kill_leaders(members, args.kills, args.gap)
+        kills, times = kill_leaders(members, args.kills, args.gap, args.fault, args.pause)
         end = time.monotonic()
         probe.stop_writing.set()
         threads[0].join(timeout=30)
@@ -311,8 +317,12 @@ def failover(args: argparse.Namespace) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def kill_leaders(members: list[Member], kills: int, gap: float) -> tuple[list[float], list[float]]:
-    """Kill the leader ``kills`` times; the kill instants and each failover's time."""
+def kill_leaders(
+    members: list[Member], kills: int, gap: float, fault: str = "kill", pause: float = 5.0
+) -> tuple[list[float], list[float]]:
+    """Kill the leader ``kills`` times (``fault`` "stop": SIGSTOP it for ``pause`` seconds,
+    after which it finds itself deposed and exits); the fault instants and each failover's
+    time (to another member answering as leader)."""
     at: list[float] = []
     took: list[float] = []
     for _ in range(kills):
@@ -321,11 +331,18 @@ def kill_leaders(members: list[Member], kills: int, gap: float) -> tuple[list[fl
             time.sleep(0.1)
             leader = leader_of(members)
         killed = time.monotonic()
-        leader.kill()
+        if fault == "stop":
+            os.kill(leader.pid, signal.SIGSTOP)
+        else:
+            leader.kill()
         at.append(killed)
         while leader_of(members, exclude=leader) is None:
             time.sleep(0.05)
         took.append(time.monotonic() - killed)
+        if fault == "stop":
+            time.sleep(max(0.0, killed + pause - time.monotonic()))
+            os.kill(leader.pid, signal.SIGCONT)
+            leader.reap()  # deposed: it stops by itself
         leader.start()
         time.sleep(max(0.0, killed + gap - time.monotonic()))
     return at, took
@@ -385,7 +402,8 @@ def report(
     peaks = [max(probe.lags(a - PRE_S, b) or [0.0]) for a, b in windows]
     recovered = [back_to_normal(probe, a, b, normal) for a, b in windows]
     lost = len(probe.committed) - len(probe.seen)
-    print(f"\n{len(kills)} leader kills, {args.gap:.0f} s apart, probe {args.rate:.0f} txn/s")
+    what = "kills (SIGKILL)" if args.fault == "kill" else f"pauses (SIGSTOP, {args.pause:.0f} s)"
+    print(f"\n{len(kills)} leader {what}, {args.gap:.0f} s apart, probe {args.rate:.0f} txn/s")
     print("| | min | median | max |")
     print("| --- | ---: | ---: | ---: |")
     back = [r for r in recovered if r is not None]
@@ -415,6 +433,11 @@ def main() -> None:
     parser.add_argument("--part", choices=("all", "failover", "throughput"), default="all")
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--gap", type=float, default=12.0, help="seconds between kills")
+    parser.add_argument(
+        "--fault", choices=("kill", "stop"), default="kill",
+        help="kill -9 the leader, or pause it (SIGSTOP) for --pause seconds",
+    )  # fmt: skip
+    parser.add_argument("--pause", type=float, default=5.0, help="seconds a paused leader stays")
     parser.add_argument("--rate", type=float, default=100.0, help="probe txn/s on dc1")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds before 1st kill")
     parser.add_argument("--txns", type=int, default=20000)
