@@ -93,7 +93,7 @@ class Probe:
 
     def statements(self) -> list[sql.Statement]:
         t = self.table
-        match = sql.by_keys(t.primary_key, [self.key])
+        match = sql.by_keys(t.primary_key, [self.key], t.float_columns)
         flags: list[str] = []
         params: list[Any] = []
         for image in self.images:
@@ -102,12 +102,26 @@ class Probe:
             params.extend(values)
         name = sql.table_name(t.schema, t.table)
         select = sql.Statement(
-            f"SELECT {', '.join(flags) or '1'}, {name}.* FROM {name} WHERE {match.sql} FOR UPDATE",
-            tuple(params) + match.params,
-        )
+            f"SELECT {', '.join(flags) or '1'}, {_row(t)} FROM {name} WHERE {match.sql} "
+            "FOR UPDATE", tuple(params) + match.params,
+        )  # fmt: skip
         if not self.tombstone:
             return [select]
-        return [select, tombstones.lookup(t.schema, t.table, t.primary_key, self.key)]
+        stone = tombstones.lookup(t.schema, t.table, t.primary_key, self.key, t.float_columns)
+        return [select, stone]
+
+
+def _row(table: TargetTable) -> str:
+    """The SELECT list of a probed row: ``t.*``, or with FLOAT columns each column by name,
+    FLOATs read as doubles (drc.apply.sql.read_columns: the row's key and values are
+    matched and written again)."""
+    if not table.float_columns:
+        return f"{sql.table_name(table.schema, table.table)}.*"
+    return sql.read_columns(table.columns, table.float_columns)
+
+
+def _row_read(table: TargetTable, names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
+    return dict(zip(names, sql.read_values(names, values, table.float_columns), strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +144,7 @@ def observe(probe: Probe, results: Sequence[tuple[list[str], list[tuple[Any, ...
         return Observed(None, (False,) * len(probe.images), tombstone)
     width = max(1, len(probe.images))
     flags = tuple(bool(v) for v in rows[0][: len(probe.images)])
-    return Observed(dict(zip(names[width:], rows[0][width:], strict=True)), flags, tombstone)
+    return Observed(_row_read(probe.table, names[width:], rows[0][width:]), flags, tombstone)
 
 
 PROBES_PER_STATEMENT = 500  # < SLOT
@@ -185,18 +199,16 @@ class ProbePlan:
 
     def _batch(self, indexes: Sequence[int]) -> None:
         table = self.probes[indexes[0]].table
-        key = table.primary_key
-        match = sql.by_keys(key, [self.probes[indexes[0]].key]).sql  # the same for every key
+        key, floats = table.primary_key, table.float_columns
+        keys = [sql.by_keys(key, [self.probes[i].key], floats) for i in indexes]
         answers = _case(
-            [(match, self.probes[i].key, self._mask(i, n)) for n, i in enumerate(indexes)]
+            [(k, self._mask(i, n)) for n, (i, k) in enumerate(zip(indexes, keys, strict=True))]
         )
-        which = _case(
-            [(match, self.probes[i].key, sql.Statement(str(n), ())) for n, i in enumerate(indexes)]
-        )
-        where = sql.by_keys(key, [self.probes[i].key for i in indexes])
+        which = _case([(k, sql.Statement(str(n), ())) for n, k in enumerate(keys)])
+        where = sql.by_keys(key, [self.probes[i].key for i in indexes], floats)
         name = sql.table_name(table.schema, table.table)
         self.statements.append(sql.Statement(
-            f"SELECT {answers.sql} AS drc_answer, {name}.* FROM {name} WHERE {where.sql} "
+            f"SELECT {answers.sql} AS drc_answer, {_row(table)} FROM {name} WHERE {where.sql} "
             "FOR UPDATE", answers.params + where.params,
         ))  # fmt: skip
         self._readers.append(("rows", indexes))
@@ -234,7 +246,7 @@ class ProbePlan:
                     mask, slot = divmod(int(values[0]), SLOT)
                     i = indexes[slot]
                     flags = tuple(bool(mask >> bit & 1) for bit in self._bits[i])
-                    rows[i] = (dict(zip(names[1:], values[1:], strict=True)), flags)
+                    rows[i] = (_row_read(self.probes[i].table, names[1:], values[1:]), flags)
             else:
                 for n, stamp, origin in found:
                     stones[indexes[int(n)]] = Version(stamp, origin)
@@ -248,13 +260,13 @@ class ProbePlan:
         return out
 
 
-def _case(branches: Sequence[tuple[str, tuple[Any, ...], sql.Statement]]) -> sql.Statement:
-    """CASE WHEN <match, bound to key> THEN <value> ... END."""
+def _case(branches: Sequence[tuple[sql.Statement, sql.Statement]]) -> sql.Statement:
+    """CASE WHEN <match> THEN <value> ... END."""
     parts: list[str] = []
     params: list[Any] = []
-    for match, key, value in branches:
-        parts.append(f"WHEN {match} THEN {value.sql}")
-        params.extend(sql.adapt(v) for v in key)
+    for match, value in branches:
+        parts.append(f"WHEN {match.sql} THEN {value.sql}")
+        params.extend(match.params)
         params.extend(value.params)
     return sql.Statement(f"CASE {' '.join(parts)} END", tuple(params))
 
@@ -596,7 +608,8 @@ class ConflictEngine:
                 f"conflict resolver {name} returned {type(result).__name__} for {table.name} "
                 f"key {context.key}: it must return a row (a mapping) or None for a delete"
             )
-        if _adapted_key(table, result) != tuple(sql.adapt(v) for v in item.key):
+        key = sql.row_values(table.primary_key, item.key, table.float_columns)
+        if _matched_key(table, result) != key:
             raise ResolverError(
                 f"conflict resolver {name} returned a row with another primary key for "
                 f"{table.name} key {context.key}: it must keep the key"
@@ -698,9 +711,10 @@ def _adapted(row: Row | None) -> dict[str, Any] | None:
     return None if row is None else {k: sql.adapt(v) for k, v in row.items()}
 
 
-def _adapted_key(table: TargetTable, row: Row) -> tuple[Any, ...] | None:
+def _matched_key(table: TargetTable, row: Row) -> tuple[Any, ...] | None:
+    """The key of ``row`` as a lookup binds it (drc.apply.sql.row_values)."""
     try:
-        return tuple(sql.adapt(v) for v in key_of(table, row))
+        return sql.row_values(table.primary_key, key_of(table, row), table.float_columns)
     except KeyError:
         return None
 

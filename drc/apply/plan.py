@@ -65,7 +65,7 @@ class TargetTable:
     table: str
     columns: tuple[str, ...]
     primary_key: tuple[str, ...]
-    float_columns: frozenset[str] = frozenset()  # lower-case names of FLOAT columns
+    float_columns: frozenset[str] = frozenset()  # lower-case names (drc.apply.sql.row_values)
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Columns of ``names`` the table lacks (MySQL column names are case-insensitive)."""
@@ -311,7 +311,8 @@ class _Run:
             return Insert(self.table, self.columns, tuple(self.rows))
         if self.op is Op.INSERT:
             return Upsert(self.table, self.columns, tuple(self.rows))
-        return Delete(self.table, sql.by_keys(self.table.primary_key, self.rows), len(self.rows))
+        t = self.table
+        return Delete(t, sql.by_keys(t.primary_key, self.rows, t.float_columns), len(self.rows))
 
 
 def _keyed_update(change: RowChange, table: TargetTable) -> Update:
@@ -319,10 +320,8 @@ def _keyed_update(change: RowChange, table: TargetTable) -> Update:
     assert before is not None and after is not None
     old_key, new_key = key_of(table, before), key_of(table, after)
     insert = Upsert(table, tuple(after), (tuple(after.values()),))
-    free = None
-    if old_key != new_key:
-        free = Delete(table, sql.by_keys(table.primary_key, [old_key]), 1)
-    match = sql.by_keys(table.primary_key, [old_key])
+    match = sql.by_keys(table.primary_key, [old_key], table.float_columns)
+    free = Delete(table, match, 1) if old_key != new_key else None
     return Update(table, tuple(after), tuple(after.values()), match, insert, free)
 
 

@@ -529,24 +529,31 @@ class TargetSession:
             "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
             "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
             (schema, table)), what)  # fmt: skip
-        floats = frozenset(r[0].lower() for r in columns if r[1].lower() == "float")
         names = tuple(r[0] for r in columns)
+        floats = sql.float_columns(names, [r[1] for r in columns])
         return TargetTable(schema, table, names, tuple(r[0] for r in key), floats)
 
     def local_row(
         self, schema: str, table: str, key: Mapping[str, Any]
     ) -> Mapping[str, Any] | None:
-        """The target's row for ``key`` as the open transaction sees it (conflict checks)."""
-        where = sql.by_keys(list(key), [list(key.values())])
+        """The target's row for ``key`` as the open transaction sees it (conflict checks),
+        looked up and read as the conflict probes do (drc.apply.sql.row_values)."""
+        described = self.table(schema, table)
+        floats = described.float_columns
+        where = sql.by_keys(list(key), [list(key.values())], floats)
+        listed = sql.read_columns(described.columns, floats) if floats else "*"
         statement = sql.Statement(
-            f"SELECT * FROM {sql.table_name(schema, table)} WHERE {where.sql}", where.params
+            f"SELECT {listed} FROM {sql.table_name(schema, table)} WHERE {where.sql}",
+            where.params,
         )
         self._ready()
         with _translated(f"reading a row of {schema}.{table}"):
             self._cursor.execute(statement.sql, statement.params)
             row = self._cursor.fetchone()
             names = [d[0] for d in self._cursor.description]
-        return None if row is None else dict(zip(names, row, strict=True))
+        if row is None:
+            return None
+        return dict(zip(names, sql.read_values(names, row, floats), strict=True))
 
     # ------------------------------------------------------------------ checkpoint and DDL
 

@@ -22,6 +22,21 @@ Statements (``t`` = `schema`.`table`)::
     delete        DELETE FROM t WHERE <match>
     match by key  k = %s  |  k IN (%s, %s)  |  (k1 = %s AND k2 = %s) OR (...)
     whole row     c1 <=> %s AND c2 <=> %s ... LIMIT 1   (NULL-safe: a NULL matches a NULL)
+
+Matching a stored row: every value compared with a column, in every lookup (by key, whole
+row, the conflict probes, tombstones, verify), is bound by :func:`row_values`, the one rule
+for it. It exists for FLOAT: the column holds a single-precision value, which the server
+widens to double to compare, while the captured value is the shortest decimal naming the
+single (0.1 for 0.1f), whose double is another number (0.1 != 0.10000000149011612). So a
+FLOAT column's value is bound as the exact double of its single, which compares equal;
+DOUBLE, DECIMAL and every other type bind exactly as they are (:func:`adapt`). Which columns
+are FLOAT comes from the target's definition (:func:`float_columns`), never from the value.
+
+Reading a row that is looked up or written again: the text protocol gives a FLOAT six
+significant digits (0.333333 for 0.33333334f), which names another single. Such reads select
+each FLOAT column as a double (:func:`read_columns`: ``f + 0e0``), which the rule binds as it
+is; :func:`read_values` gives it the captured form where a read row meets captured ones (the
+conflict probes' local row).
 """
 
 from __future__ import annotations
@@ -31,7 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from drc.core.values import bound, single_precision
+from drc.core.values import bound, shortest_single, single_precision
 
 # No ANSI_QUOTES (backticks stay the only identifier quote), no strict mode or NO_ZERO_DATE
 # (zero dates the source accepted are accepted), NO_AUTO_VALUE_ON_ZERO (an id 0 stays 0).
@@ -137,9 +152,13 @@ def delete(schema: str, table: str, where: Statement) -> Statement:
     return Statement(f"DELETE FROM {table_name(schema, table)} WHERE {where.sql}", where.params)
 
 
-def by_keys(key: Sequence[str], keys: Sequence[Sequence[Any]]) -> Statement:
-    """Match rows by primary key values (one or many keys, one or many key columns)."""
-    params = tuple([adapt(v) for k in keys for v in k])
+def by_keys(key: Sequence[str], keys: Sequence[Sequence[Any]], floats: frozenset[str]) -> Statement:
+    """Match rows by primary key values (one or many keys, one or many key columns);
+    ``floats``: see :func:`row_values`."""
+    if floats:
+        params = tuple([v for k in keys for v in row_values(key, k, floats)])
+    else:
+        params = tuple([adapt(v) for k in keys for v in k])
     return Statement(_by_keys_text(tuple(key), len(keys)), params)
 
 
@@ -155,7 +174,7 @@ def _by_keys_text(key: tuple[str, ...], count: int) -> str:
 
 
 def whole_row(
-    columns: Sequence[str], row: Sequence[Any], floats: frozenset[str] = frozenset()
+    columns: Sequence[str], row: Sequence[Any], floats: frozenset[str]
 ) -> tuple[str, tuple[Any, ...]]:
     """NULL-safe equality on every column, for at most one row (``floats``: see
     :func:`row_values`)."""
@@ -163,15 +182,11 @@ def whole_row(
 
 
 def row_values(
-    columns: Sequence[str], row: Sequence[Any], floats: frozenset[str] = frozenset()
+    columns: Sequence[str], row: Sequence[Any], floats: frozenset[str]
 ) -> tuple[Any, ...]:
-    """A row image's values bound for comparison with the stored row.
-
-    A FLOAT column holds a single-precision value, which the server widens to double to
-    compare; the captured value is the shortest decimal that names it (1.1 for 1.1f), whose
-    double is another number. So values of the columns in ``floats`` (lower-case names) are
-    bound as the exact double of their single-precision value, which compares equal.
-    """
+    """Values of ``columns`` bound for comparison with a stored row: the one matching rule
+    (module docstring). ``floats``: the lower-case names of the FLOAT columns, whose values
+    are bound as the exact double of their single-precision value."""
     if not floats:
         return tuple([adapt(v) for v in row])
     return tuple(
@@ -186,7 +201,39 @@ def same_row(columns: tuple[str, ...]) -> str:
     return " AND ".join(f"{ident(c)} <=> %s" for c in columns)
 
 
-def by_whole_row(
-    columns: Sequence[str], row: Sequence[Any], floats: frozenset[str] = frozenset()
-) -> Statement:
+def by_whole_row(columns: Sequence[str], row: Sequence[Any], floats: frozenset[str]) -> Statement:
     return Statement(*whole_row(columns, row, floats))
+
+
+def float_columns(columns: Sequence[str], data_types: Sequence[str]) -> frozenset[str]:
+    """The lower-case names of the FLOAT columns, from information_schema.COLUMNS.DATA_TYPE
+    (a FLOAT(p) with p > 24 is a DOUBLE there)."""
+    return frozenset(
+        c.lower() for c, t in zip(columns, data_types, strict=True) if t.lower() == "float"
+    )
+
+
+def read_column(column: str, floats: frozenset[str]) -> str:
+    """``column`` as an expression whose value keeps its precision: a FLOAT column is read as
+    the double it holds (module docstring)."""
+    return f"({ident(column)} + 0e0)" if column.lower() in floats else ident(column)
+
+
+def read_columns(columns: Sequence[str], floats: frozenset[str]) -> str:
+    """A SELECT list of ``columns`` by :func:`read_column`, each under its own name."""
+    return ", ".join(
+        f"{read_column(c, floats)} AS {ident(c)}" if c.lower() in floats else ident(c)
+        for c in columns
+    )
+
+
+def read_values(
+    columns: Sequence[str], row: Sequence[Any], floats: frozenset[str]
+) -> tuple[Any, ...]:
+    """A row read with :func:`read_columns`, its FLOAT values in the captured form."""
+    if not floats:
+        return tuple(row)
+    return tuple(
+        shortest_single(v) if type(v) is float and c.lower() in floats else v
+        for c, v in zip(columns, row, strict=True)
+    )

@@ -186,9 +186,12 @@ def create_triggers(
     ]
 
 
-def lookup(schema: str, table: str, key: Sequence[str], values: Sequence[Any]) -> Statement:
-    """The tombstone of one key, locked: (deleted_at, origin) or no row."""
-    match = by_keys(key, [values])
+def lookup(
+    schema: str, table: str, key: Sequence[str], values: Sequence[Any], floats: frozenset[str]
+) -> Statement:
+    """The tombstone of one key, locked: (deleted_at, origin) or no row (``floats``: the
+    table's FLOAT columns; the companion's key columns have the same types)."""
+    match = by_keys(key, [values], floats)
     return Statement(
         f"SELECT {ident(COL_DELETED_AT)}, {ident(COL_ORIGIN)} FROM "
         f"{table_name(SCHEMA, name(schema, table))} WHERE {match.sql} FOR UPDATE",

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 import struct
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 _ZERO_DATE = re.compile(
@@ -144,10 +146,48 @@ def bound(value: Any) -> Any:
 _PASS = frozenset({type(None), int, float, str, bytes, bool})
 
 
+_FLT_MAX = 3.4028234663852886e38
+
+
 def single_precision(value: float) -> float:
     """The double that a FLOAT (single-precision) column holds for ``value``: the captured
-    value is the shortest decimal naming the single (1.1 for 1.1f), whose double differs."""
+    value is the shortest decimal naming the single (1.1 for 1.1f), whose double differs.
+    A value beyond FLOAT's range is stored as its largest value (sql_mode not strict)."""
+    try:
+        return _single(value)
+    except OverflowError:
+        return math.copysign(_FLT_MAX, value)
+
+
+def _single(value: float) -> float:
     return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+def shortest_single(value: float) -> float:
+    """The shortest decimal naming the single-precision value of ``value`` (0.1 for
+    0.10000000149011612), the closest to it among equally short ones: the form the capture
+    gives a FLOAT (drc.replicator.decoding), so a FLOAT read back from the target as a double
+    equals the captured value. -0.0 stays -0.0."""
+    single = single_precision(value)
+    if single == 0.0:
+        return single
+    exact = Decimal(single)
+    for digits in range(1, 10):
+        nearest = Decimal(f"{single:.{digits - 1}e}")
+        step = Decimal(1).scaleb(nearest.adjusted() - digits + 1)
+        # Below a power of two the single's lower neighbour is half as far as the upper one,
+        # so the nearest decimal may name another single while the next one up names it.
+        naming = [c for c in (nearest, nearest + step, nearest - step) if _names(c, single)]
+        if naming:
+            return float(min(naming, key=lambda c: abs(c - exact)))
+    return single
+
+
+def _names(decimal: Decimal, single: float) -> bool:
+    try:
+        return _single(float(decimal)) == single
+    except OverflowError:  # past the largest single
+        return False
 
 
 def _comparable(value: Any) -> Any:

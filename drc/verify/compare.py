@@ -65,8 +65,14 @@ class TableSpec:
     def hash_expr(self) -> str:
         return row_hash([sql.ident(c) for c in self.columns], self.types, self.nullable)
 
+    @property
+    def floats(self) -> frozenset[str]:
+        """The FLOAT columns: matched and read as drc.apply.sql.row_values and read_column."""
+        return sql.float_columns(self.columns, self.types)
+
     def quoted_key(self) -> list[str]:
-        return [sql.ident(c) for c in self.key]
+        """The key columns as read: a FLOAT at full precision, so it can be looked up."""
+        return [sql.read_column(c, self.floats) for c in self.key]
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,8 +199,8 @@ def _rows(conn: Any, spec: TableSpec, name: str, keys: list[tuple[Any, ...]]) ->
         text = (f"SELECT h, COUNT(*) FROM (SELECT {spec.hash_expr()} AS h FROM {name}) x "
                 f"WHERE h IN ({marks}) GROUP BY h")  # fmt: skip
         return {(int(h),): int(n) for h, n in query(conn, text, hashes)}
-    where = sql.by_keys(spec.key, keys)
-    columns = ", ".join(sql.ident(c) for c in spec.columns)
+    where = sql.by_keys(spec.key, keys, spec.floats)
+    columns = sql.read_columns(spec.columns, spec.floats)
     rows = query(conn, f"SELECT {columns} FROM {name} WHERE {where.sql}", where.params)
     at = [spec.columns.index(k) for k in spec.key]
     return {tuple(r[i] for i in at): r for r in rows}

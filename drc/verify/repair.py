@@ -104,12 +104,16 @@ def decide(
 
 
 def tombstone_of(
-    conn: Any, table: tuple[str, str], key_columns: Sequence[str], key: Sequence[Any]
+    conn: Any,
+    table: tuple[str, str],
+    key_columns: Sequence[str],
+    key: Sequence[Any],
+    floats: frozenset[str],
 ) -> Version | None:
     """The deletion of ``key`` recorded in ``table``'s companion on this server (None: none,
-    or no companion table with that key)."""
+    or no companion table with that key); ``floats``: the table's FLOAT columns."""
     companion = sql.table_name(tombstones.SCHEMA, tombstones.name(*table))
-    where = sql.by_keys(key_columns, [tuple(key)])
+    where = sql.by_keys(key_columns, [tuple(key)], floats)
     try:
         rows = query(conn, f"SELECT {sql.ident(tombstones.COL_DELETED_AT)}, "
                      f"{sql.ident(tombstones.COL_ORIGIN)} FROM {companion} WHERE {where.sql}",
@@ -140,7 +144,7 @@ def decide_all(
             on_source = images[0] is None
             tombstone = tombstone_of(source if on_source else target,
                                      spec.source if on_source else spec.target, spec.key,
-                                     key)  # fmt: skip
+                                     key, spec.floats)  # fmt: skip
         decision = decide(spec, images, conflicts, local, origin, tombstone)
         found[(table, key)] = (decision, tombstone)
     return found
@@ -178,8 +182,8 @@ def repair_one(
     expected = images[1] if decision.write_target else images[0]
     conn.begin()
     try:
-        where = sql.by_keys(spec.key, [key])
-        columns = ", ".join(sql.ident(c) for c in spec.columns)
+        where = sql.by_keys(spec.key, [key], spec.floats)
+        columns = sql.read_columns(spec.columns, spec.floats)
         now = query(conn, f"SELECT {columns} FROM {sql.table_name(*table)} WHERE {where.sql} "
                     "FOR UPDATE", where.params)  # fmt: skip
         if (tuple(now[0]) if now else None) != expected:

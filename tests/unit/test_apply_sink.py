@@ -240,6 +240,7 @@ def test_a_deadlock_in_the_next_chunk_wins_over_a_fallback_in_the_first() -> Non
 
 def test_any_other_statement_waits_for_the_chunk_in_flight() -> None:
     fake = FakeTarget()
+    fake.tables[("db", "t")] = (T.columns, T.primary_key)
     session = session_on(fake)
     effects = plan.Effects()
     session.send_batch(writes(upd(1, "a"), upd(2, "b")), effects)

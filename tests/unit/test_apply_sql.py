@@ -39,23 +39,23 @@ def test_upsert_binds_every_value_and_updates_every_column() -> None:
 
 
 def test_update_and_delete_by_single_key() -> None:
-    where = sql.by_keys(["id"], [(7,)])
+    where = sql.by_keys(["id"], [(7,)], frozenset())
     update = sql.update("db", "t", ["id", "v"], [7, "x"], where)
     assert update.sql == "UPDATE `db`.`t` SET `id` = %s, `v` = %s WHERE `id` = %s"
     assert update.params == (7, "x", 7)
-    delete = sql.delete("db", "t", sql.by_keys(["id"], [(1,), (2,), (3,)]))
+    delete = sql.delete("db", "t", sql.by_keys(["id"], [(1,), (2,), (3,)], frozenset()))
     assert delete.sql == "DELETE FROM `db`.`t` WHERE `id` IN (%s, %s, %s)"
     assert delete.params == (1, 2, 3)
 
 
 def test_composite_keys_match_column_by_column() -> None:
-    where = sql.by_keys(["a", "b`"], [(1, "x"), (2, "y")])
+    where = sql.by_keys(["a", "b`"], [(1, "x"), (2, "y")], frozenset())
     assert where.sql == "(`a` = %s AND `b``` = %s) OR (`a` = %s AND `b``` = %s)"
     assert where.params == (1, "x", 2, "y")
 
 
 def test_whole_row_match_is_null_safe_and_limited_to_one_row() -> None:
-    where = sql.by_whole_row(["a", "b"], [None, 2])
+    where = sql.by_whole_row(["a", "b"], [None, 2], frozenset())
     assert where.sql == "`a` <=> %s AND `b` <=> %s LIMIT 1"
     assert where.params == (None, 2)
     statement = sql.delete("db", "n", where)

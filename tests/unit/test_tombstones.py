@@ -270,7 +270,7 @@ def hexed(text: str) -> str:
 
 
 def test_lookup_locks_one_key_s_tombstone() -> None:
-    statement = tombstones.lookup("shop", "orders", ["id"], [7])
+    statement = tombstones.lookup("shop", "orders", ["id"], [7], frozenset())
     assert statement.sql == (
         f"SELECT `drc$deleted_at`, `drc$origin` FROM `drc`.`{tombstones.name('shop', 'orders')}` "
         "WHERE `id` = %s FOR UPDATE"
@@ -279,7 +279,7 @@ def test_lookup_locks_one_key_s_tombstone() -> None:
 
 
 def test_lookup_with_a_composite_key() -> None:
-    statement = tombstones.lookup("shop", "orders", ["a", "b"], [1, "x"])
+    statement = tombstones.lookup("shop", "orders", ["a", "b"], [1, "x"], frozenset())
     assert statement.sql.endswith("WHERE (`a` = %s AND `b` = %s) FOR UPDATE")
     assert statement.params == (1, "x")
 
