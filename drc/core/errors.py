@@ -18,6 +18,7 @@
         +-- SourceDivergedError       a source lacks what the buffer holds, or is another DC's
         +-- UnsupportedColumnError    a column type the replicator cannot decode exactly
         +-- ConfigError               a config file that is missing, unreadable or invalid
+        +-- GaveUp (drc.core.retry)   a retriable failure outlasted its retry policy's limit
         +-- MetaStoreError            the schema history file cannot be used
             +-- MetaStoreCorruptError       not a readable DRC metastore
             +-- SchemaHistoryConflictError  history would be rewritten at an older SCN
