@@ -9,12 +9,13 @@
     read-only 1290, 1836                        likewise: a demoted or frozen target waits
     anything else                               fatal: the channel stops (checkpoint unmoved)
 
-The sleep and stop check are injected, so tests drive the loop with a fake clock.
+The sleep and stop check are injected, so tests drive the loop with a fake clock. Stopped
+(the channel was asked to stop while waiting to retry; nothing was committed) is
+drc.core.retry's.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -26,8 +27,10 @@ from drc.apply.errors import (
     TargetReadOnlyError,
     TargetUnavailableError,
 )
+from drc.core.retry import Backoff, GaveUp, Policy, Retrying, Stopped, retry
 
-log = logging.getLogger(__name__)
+__all__ = ["Kind", "RetryPolicy", "Stopped", "call_with_retries", "classify"]
+
 T = TypeVar("T")
 
 
@@ -54,10 +57,6 @@ def classify(code: int | None) -> Kind:
     return Kind.FATAL
 
 
-class Stopped(Exception):
-    """The channel was asked to stop while waiting to retry; nothing was committed."""
-
-
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     retries: int = 10  # lock conflicts per target transaction (ChannelConfig.retries)
@@ -66,11 +65,22 @@ class RetryPolicy:
     wait_initial_s: float = 0.5  # target down or read-only
     wait_max_s: float = 2.0  # a target that is back is written again within this
 
+    @property
+    def conflicts(self) -> Policy:
+        """Lock conflicts: ``retries`` retries, then give up."""
+        backoff = Backoff(self.conflict_initial_s, self.conflict_max_s)
+        return Policy(backoff, (LockConflictError,), attempts=self.retries + 1)
+
+    @property
+    def waits(self) -> Policy:
+        """A target down or read-only: wait without limit."""
+        return Policy(Backoff(self.wait_initial_s, self.wait_max_s), (TargetUnavailableError,))
+
     def conflict_delay(self, attempt: int) -> float:
-        return min(self.conflict_initial_s * 2 ** (attempt - 1), self.conflict_max_s)
+        return self.conflicts.backoff.delay(attempt)
 
     def wait_delay(self, attempt: int) -> float:
-        return min(self.wait_initial_s * 2 ** (attempt - 1), self.wait_max_s)
+        return self.waits.backoff.delay(attempt)
 
 
 Note = Callable[[Kind, BaseException, float], None]
@@ -88,35 +98,35 @@ def call_with_retries(
     """``attempt()`` until it succeeds; ``recover(exc)`` (roll back) after every failure.
 
     Raises RetriesExhaustedError after ``policy.retries`` lock conflicts in a row, Stopped if
-    ``stopped()`` turns true while waiting, and any other error at once.
+    ``stopped()`` turns true while waiting, and any other error at once. The loop and its
+    delays are drc.core.retry's, with one policy per row of the table above.
     """
-    conflicts = waits = 0
-    while True:
+
+    def recovering() -> T:
         try:
             return attempt()
-        except LockConflictError as exc:
-            failure: BaseException = exc
+        except (LockConflictError, TargetUnavailableError) as exc:
             recover(exc)
-            conflicts += 1
-            if conflicts > policy.retries:
-                raise RetriesExhaustedError(
-                    f"{exc}; still failing after {policy.retries} retries (channel retries). "
-                    "Look for long transactions or hot rows on the target, then restart the "
-                    "channel; nothing after the last checkpoint was applied",
-                    exc.code,
-                ) from exc
-            kind, delay = Kind.LOCK_CONFLICT, policy.conflict_delay(conflicts)
-        except TargetUnavailableError as exc:
-            failure = exc
-            recover(exc)
-            waits += 1
-            read_only = isinstance(exc, TargetReadOnlyError)
-            kind = Kind.READ_ONLY if read_only else Kind.UNAVAILABLE
-            delay = policy.wait_delay(waits)
+            raise
+
+    def noted(retrying: Retrying) -> None:
         if note is not None:
-            note(kind, failure, delay)
-        if stopped():
-            raise Stopped()
-        sleep(delay)
-        if stopped():
-            raise Stopped()
+            note(_kind(retrying.error), retrying.error, retrying.delay)
+
+    conflicts, waits = policy.conflicts, policy.waits
+    try:
+        return retry(recovering, conflicts, waits, sleep=sleep, stopped=stopped, on_retry=noted)
+    except GaveUp as exc:  # only lock conflicts have a limit
+        code = getattr(exc.last, "code", None)
+        raise RetriesExhaustedError(
+            f"{exc.last}; still failing after {policy.retries} retries (channel retries). "
+            "Look for long transactions or hot rows on the target, then restart the "
+            "channel; nothing after the last checkpoint was applied",
+            code,
+        ) from exc.last
+
+
+def _kind(error: BaseException) -> Kind:
+    if isinstance(error, LockConflictError):
+        return Kind.LOCK_CONFLICT
+    return Kind.READ_ONLY if isinstance(error, TargetReadOnlyError) else Kind.UNAVAILABLE
