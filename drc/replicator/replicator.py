@@ -34,7 +34,6 @@ from drc.core import gtid as gtids
 from drc.core.codec import decode_transaction, encode_transaction
 from drc.core.ddl import ddl_tables
 from drc.core.errors import (
-    RetriableError,
     ScnTooOldError,
     SourceConfigError,
     SourceUnavailableError,
@@ -42,6 +41,7 @@ from drc.core.errors import (
 from drc.core.events import SchemaChange, TableSchema, Transaction
 from drc.core.gtid import Gtid
 from drc.core.heartbeat import source_time_ms
+from drc.core.retry import Backoff, Policy, Retrying, Stopped, retry
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import Committed, FragmentLimits, TransactionAssembler
@@ -149,18 +149,28 @@ class Replicator:
         self._local_ddl = hook
 
     def run(self, stop: threading.Event) -> None:
-        """Capture until ``stop`` is set; retriable failures reconnect with backoff."""
-        delay = self._options.retry_initial_s
+        """Capture until ``stop`` is set; retriable failures reconnect with backoff (a session
+        that ends without one starts the backoff over)."""
+        policy = Policy(Backoff(self._options.retry_initial_s, self._options.retry_max_s))
+
+        def reconnecting(retrying: Retrying) -> None:
+            self.stats.reconnects += 1
+            self.stats.last_error = str(retrying.error)
+            log.warning(
+                "capture interrupted, retrying in %.1fs: %s", retrying.delay, retrying.error
+            )
+
         while not stop.is_set():
             try:
-                self.run_session(stop)
-                delay = self._options.retry_initial_s
-            except RetriableError as exc:
-                self.stats.reconnects += 1
-                self.stats.last_error = str(exc)
-                log.warning("capture interrupted, retrying in %.1fs: %s", delay, exc)
-                stop.wait(delay)
-                delay = min(delay * 2, self._options.retry_max_s)
+                retry(
+                    lambda: self.run_session(stop),
+                    policy,
+                    sleep=stop.wait,
+                    stopped=stop.is_set,
+                    on_retry=reconnecting,
+                )
+            except Stopped:
+                return
 
     def prepare(self) -> None:
         """On an empty buffer, fix and store the start position now, so that every write made
