@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -36,6 +37,7 @@ from kazoo.retry import KazooRetry
 
 from drc.client import discovery
 from drc.core.errors import GroupConfigError, MalformedScnError, RetriableError
+from drc.core.retry import Backoff, Policy, Retrying, Stopped, retry
 from drc.core.scn import SCN
 from drc.core.term import Lease, next_term
 
@@ -145,21 +147,27 @@ class ZkGroup:
         """Connect, retrying with a clear message while ZooKeeper is unreachable; False if
         ``stop`` came first."""
         s = self.settings
-        while not stop.is_set():
-            try:
-                self._client.start(timeout=max(s.session_timeout_s, 2.0))
-                return True
-            except (KazooTimeoutError, KazooException, OSError) as exc:
-                log.error(
-                    "ZooKeeper %s unreachable (%s); member %s retries in %.0fs: check that "
-                    "[group] zookeeper names this datacenter's ensemble and that it runs",
-                    s.hosts,
-                    type(exc).__name__,
-                    s.member_id,
-                    s.connect_retry_s,
-                )
-                stop.wait(s.connect_retry_s)
-        return False
+        every = Backoff(s.connect_retry_s, s.connect_retry_s)  # a steady pace, no growth
+        policy = Policy(every, retriable=(KazooTimeoutError, KazooException, OSError))
+
+        def unreachable(retrying: Retrying) -> None:
+            log.error(
+                "ZooKeeper %s unreachable (%s); member %s retries in %.0fs: check that "
+                "[group] zookeeper names this datacenter's ensemble and that it runs",
+                s.hosts,
+                type(retrying.error).__name__,
+                s.member_id,
+                retrying.delay,
+            )
+
+        if stop.is_set():
+            return False
+        try:
+            start = partial(self._client.start, timeout=max(s.session_timeout_s, 2.0))
+            retry(start, policy, sleep=stop.wait, stopped=stop.is_set, on_retry=unreachable)
+        except Stopped:
+            return False
+        return True
 
     def _state_changed(self, state: str) -> None:
         # Called on kazoo's thread: flags only, never a blocking call.

@@ -1,10 +1,22 @@
 """The replicator group's pure rules: which source servers a member may read, and when a new
-leader must refuse a source an earlier leader refused (drc.replicator.group)."""
+leader must refuse a source an earlier leader refused (drc.replicator.group); and how a member
+keeps trying to reach ZooKeeper (a stand-in client, no server)."""
 
 from __future__ import annotations
 
+import threading
+
+import pytest
+from kazoo.handlers.threading import KazooTimeoutError
+
 from drc.core.scn import SCN
-from drc.replicator.group import Halt, halt_refusal, source_mismatch
+from drc.replicator.group import (
+    GroupSettings,
+    Halt,
+    ZkGroup,
+    halt_refusal,
+    source_mismatch,
+)
 
 HALTED_AT = SCN(3, 1, 2, 900)
 
@@ -42,3 +54,47 @@ def test_a_leader_behind_the_refusal_refuses_and_says_how_to_clear_it() -> None:
 
 def test_a_halt_at_an_unknown_scn_refuses_every_leader() -> None:
     assert halt_refusal(Halt("?", 0, None, "unreadable"), SCN(9, 1, 9, 9), "/g") is not None
+
+
+class Refusing:
+    """A KazooClient stand-in whose start fails ``failures`` times, then connects."""
+
+    def __init__(self, failures: int, stop: threading.Event | None = None) -> None:
+        self.failures, self.starts, self.stop = failures, 0, stop
+
+    def start(self, timeout: float) -> None:
+        self.starts += 1
+        if self.starts > self.failures:
+            return
+        if self.stop is not None:
+            self.stop.set()
+        raise KazooTimeoutError("connection time-out")
+
+
+def group(client: Refusing) -> ZkGroup:
+    settings = GroupSettings("zk:2181", "/g/dc1", "r1", "dc1", "http://r1", connect_retry_s=0.01)
+    member = ZkGroup(settings)
+    member._client = client  # type: ignore[assignment]
+    return member
+
+
+def test_connect_retries_at_a_steady_pace_naming_zookeeper_until_it_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = Refusing(failures=3)
+    assert group(client).connect(threading.Event())
+    assert client.starts == 4
+    unreachable = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(unreachable) == 3
+    assert (
+        "ZooKeeper zk:2181 unreachable (KazooTimeoutError); member r1 retries in 0s"
+        in (unreachable[0])
+    )
+
+
+def test_connect_gives_up_when_stopped_while_zookeeper_is_unreachable() -> None:
+    stop = threading.Event()
+    client = Refusing(failures=10, stop=stop)
+    assert not group(client).connect(stop)
+    assert client.starts == 1
+    assert not group(Refusing(failures=0)).connect(stop)  # stopped before the first try
