@@ -12,15 +12,18 @@ broken connection resumes from the bytes already there, and the whole file's SHA
 compared with the listed one before the file is renamed to ``NAME`` and returned, so no byte
 of a corrupt or short copy is ever read. A mismatch discards the copy and starts again; after
 ``attempts`` failures :class:`SegmentDownloadError` names the segment and the last failure.
+Attempts are spaced by :data:`BACKOFF` (drc.core.retry), each retry logged.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +40,14 @@ from drc.client.errors import (
 from drc.core.codec import decode_transaction
 from drc.core.errors import MalformedScnError
 from drc.core.events import Transaction
+from drc.core.retry import Backoff, GaveUp, Policy, Retrying, retry
 from drc.core.scn import SCN
 from drc.eventbuffer.export import file_sha256, read_segment_file
 
 DEFAULT_ATTEMPTS = 5
-BACKOFF_S = 0.5
-BACKOFF_MAX_S = 10.0
+BACKOFF = Backoff(0.5, 10.0)  # between attempts of one download
 READ_TIMEOUT_S = 60.0
+log = logging.getLogger("drc.client")
 _NAME = re.compile(r"[0-9]{20}\.seg", re.ASCII)  # also keeps a listed name inside the directory
 
 
@@ -69,6 +73,10 @@ class SegmentList:
     oldest_servable: SCN
     last_scn: SCN | None
     segments: tuple[SegmentInfo, ...]
+
+
+class _Corrupt(Exception):
+    """A complete copy whose SHA-256 is not the listed one: discarded, downloaded again."""
 
 
 class SegmentSource:
@@ -120,28 +128,41 @@ class SegmentSource:
         """``directory/NAME``: the listed bytes of the segment, checksum verified."""
         final = directory / info.name
         part = directory / (info.name + ".part")
-        failures: list[str] = []
-        for attempt in range(self._attempts):
-            if attempt:
-                self._sleep(min(BACKOFF_S * 2 ** (attempt - 1), BACKOFF_MAX_S))
-            try:
-                self._fetch(info, part, epoch)
-            except http.Transient as exc:
-                failures.append(str(exc))  # the bytes received stay: the next attempt resumes
-                continue
-            digest = file_sha256(part)
-            if digest == info.sha256:
-                os.replace(part, final)
-                return final
-            failures.append(f"SHA-256 {digest} is not the listed {info.sha256}")
+        policy = Policy(BACKOFF, (http.Transient, _Corrupt), attempts=self._attempts)
+
+        def note(retrying: Retrying) -> None:
+            log.warning(
+                "segment %s from %s: %s; attempt %d of %d in %.1fs",
+                info.name,
+                self.url,
+                retrying.error,
+                retrying.failures + 1,
+                self._attempts,
+                retrying.delay,
+            )
+
+        try:
+            copy = partial(self._copy, info, part, epoch)
+            retry(copy, policy, sleep=self._sleep, on_retry=note)
+        except GaveUp as exc:
+            raise SegmentDownloadError(
+                f"segment {info.name} from {self.url}: no intact copy after {self._attempts} "
+                f"attempts; last failure: {exc.last}. Nothing of it was used; try again or "
+                "another replicator of the datacenter",
+                info.name,
+                self.url,
+            ) from exc.last
+        os.replace(part, final)
+        return final
+
+    def _copy(self, info: SegmentInfo, part: Path, epoch: str) -> None:
+        """Complete ``part`` and check it; the bytes received stay after a Transient failure
+        (the next attempt resumes), a copy that fails its checksum is deleted (_Corrupt)."""
+        self._fetch(info, part, epoch)
+        digest = file_sha256(part)
+        if digest != info.sha256:
             part.unlink()
-        raise SegmentDownloadError(
-            f"segment {info.name} from {self.url}: no intact copy after {self._attempts} "
-            f"attempts; last failure: {failures[-1]}. Nothing of it was used; try again or "
-            "another replicator of the datacenter",
-            info.name,
-            self.url,
-        )
+            raise _Corrupt(f"SHA-256 {digest} is not the listed {info.sha256}")
 
     def _fetch(self, info: SegmentInfo, part: Path, epoch: str) -> None:
         """Append the missing bytes of the segment to ``part``; Transient when short."""

@@ -268,6 +268,16 @@ def test_a_download_that_stays_corrupt_fails_naming_the_segment(
     assert list((tmp_path / "copies").iterdir()) == []
 
 
+def test_download_attempts_are_spaced_by_a_doubling_backoff(faulty: Faulty, tmp_path: Path) -> None:
+    sleeps: list[float] = []
+    with SegmentSource(URL, token=TOKEN, transport=faulty, sleep=sleeps.append) as src:
+        segments = src.list()
+        faulty.faults = [flip] * 5
+        with pytest.raises(SegmentDownloadError, match="after 5 attempts"):
+            src.download(segments.segments[0], tmp_path, segments.epoch)
+    assert sleeps == [0.5, 1.0, 2.0, 4.0]
+
+
 def test_a_truncated_download_resumes_where_it_stopped(
     source: SegmentSource, faulty: Faulty, tmp_path: Path
 ) -> None:
