@@ -4,7 +4,8 @@ Every replicator of a group (leader and followers) serves the same SCN space, so
 SCN s from one URL continues a page from another. Each has its own buffer epoch, though, so the
 fetcher remembers the epoch per URL and sends ``epoch=`` only to the URL that gave it.
 
-Failover and backoff (kazoo's KazooRetry shape, with injected sleep)::
+Failover and backoff (kazoo's KazooRetry shape, with injected sleep; the delays are
+drc.core.retry's Backoff, counted per round rather than per request)::
 
     try the current URL
       ok            -> stay on it, reset the backoff, return the page
@@ -54,6 +55,7 @@ from drc.api import wire
 from drc.client import discovery, http
 from drc.client.errors import BufferRebuiltError, PositionTooOldError, ProtocolError
 from drc.client.stream import StreamSource, stream_params
+from drc.core.retry import Backoff
 from drc.core.scn import SCN
 
 log = logging.getLogger("drc.client")
@@ -102,7 +104,7 @@ class Fetcher:
             else None
         )
         self._on_rebuild = on_rebuild
-        self._backoff = (backoff_initial, backoff_max)
+        self._backoff = Backoff(backoff_initial, backoff_max)
         self._sleep = sleep
         self._clock = clock
         self._lock = threading.Lock()  # guards the fields below (prefetch runs in a thread)
@@ -117,7 +119,8 @@ class Fetcher:
 
     def fetch(self, after: SCN, cancelled: threading.Event) -> tuple[str, http.Page]:
         """The next page after ``after`` and the URL that served it; retries until it has one."""
-        delay, failed_in_round, too_old = self._backoff[0], 0, {}
+        delays = self._backoff.delays()  # waits after whole rounds of failures
+        failed_in_round, too_old = 0, {}
         while True:
             if cancelled.is_set():
                 raise Cancelled()
@@ -137,15 +140,16 @@ class Fetcher:
                 self._note_failure(url, f"HTTP 410 scn_too_old: {exc}")
             if self._moved.is_set():  # the leader changed: ask the group, then its leader
                 self._rediscover()
-                delay, failed_in_round, too_old = self._backoff[0], 0, {}
+                delays.reset()
+                failed_in_round, too_old = 0, {}
                 continue
             self._advance(url)
             failed_in_round += 1
             if failed_in_round == len(self.urls):
                 if len(too_old) == len(self.urls):
                     raise _too_old_error(after, too_old)
-                self._pause(delay, cancelled)
-                delay, failed_in_round, too_old = min(delay * 2, self._backoff[1]), 0, {}
+                self._pause(delays.next(), cancelled)
+                failed_in_round, too_old = 0, {}
                 self._rediscover()
 
     @property
@@ -211,7 +215,7 @@ class Fetcher:
             check_page(after, page, url)
             self._succeeded(url, page.epoch)
             if busy and not page.transactions:  # polling instead of waiting: not too often
-                self._wait(self._backoff[0], cancelled)
+                self._wait(self._backoff.initial_s, cancelled)
             return page
         raise ProtocolError(f"{url} kept reporting an epoch mismatch without an epoch sent")
 
@@ -326,7 +330,7 @@ class Fetcher:
         if self._busy(url):
             return False
         with self._lock:
-            self._busy_until[url] = self._clock() + max(exc.retry_after_s, self._backoff[0])
+            self._busy_until[url] = self._clock() + max(exc.retry_after_s, self._backoff.initial_s)
         log.warning("%s refused a long poll (%s); pulling without waiting meanwhile", url, exc)
         return True
 
