@@ -104,12 +104,7 @@ class LeanPool:
         with self._lock:
             busy = list(self._busy)
         for conn in busy:  # shutdown only: the reading thread closes what it reads
-            sock = conn.sock
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            _shut_down(conn)
         self.close()
         return len(busy)
 
@@ -207,13 +202,18 @@ def _hang_up(conn: http.client.HTTPConnection) -> None:
     """Close a stream's connection now, even while its reader is blocked receiving on it
     (close alone leaves the socket open while the answer's file or a receive holds it), so
     the server sees the hang-up at once and frees the stream's long-poll slot."""
+    _shut_down(conn)
+    conn.close()
+
+
+def _shut_down(conn: http.client.HTTPConnection) -> None:
+    """Both directions of the connection's socket ended: a receive blocked on it returns."""
     sock = conn.sock
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-    conn.close()
 
 
 def _default_port(scheme: str) -> int:

@@ -247,13 +247,16 @@ class Proxy:
             with self._lock:
                 self._sockets += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
+def pipe(source: socket.socket, sink: socket.socket, lost: threading.Event | None = None) -> None:
+    """Forward ``source`` to ``sink`` until either ends; while ``lost`` is set what arrives is
+    read and dropped (a half-open link: the connection stays up, nothing gets through)."""
     try:
         while data := source.recv(65536):
-            sink.sendall(data)
+            if lost is None or not lost.is_set():
+                sink.sendall(data)
     except OSError:
         pass
     finally:

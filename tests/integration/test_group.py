@@ -26,12 +26,13 @@ from tests.integration.group import (
     last_scn,
     records,
 )
-from tests.integration.servers import connect, fresh_database
+from tests.integration.servers import connect
 from tests.integration.two_way import (
     GROUP_TABLE,
     Reader,
     check_after_fault,
     source_position,
+    started_group,
     two_way,
 )
 
@@ -58,13 +59,8 @@ def _writes(server: ServerInfo, db: str, stop: threading.Event, first: int = 1) 
 
 @pytest.fixture
 def group(sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path) -> Iterator[Group]:
-    fresh_database(dc1, "grp_db", TABLE)
-    made = Group.create(sandbox, dc1, tmp_path, 3, SESSION_S, name=f"grp{time.time_ns() % 10**9}")
-    made.start()
-    try:
+    with started_group(sandbox, dc1, tmp_path, "grp", SESSION_S) as made:
         yield made
-    finally:
-        made.stop()
 
 
 def test_one_leader_and_followers_hold_the_same_bytes(group: Group, dc1: ServerInfo) -> None:

@@ -28,12 +28,14 @@ from drc.sandbox.procs import free_port
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.group import Group, Member, last_scn, records
 from tests.integration.servers import fresh_database
+from tests.integration.test_apply_support import pipe
 from tests.integration.two_way import (
     GROUP_TABLE,
     Reader,
     TwoWay,
     check_after_fault,
     rows,
+    started_group,
     two_way,
     zk_url,
 )
@@ -100,15 +102,19 @@ def _back(group: Group, old: Member, load: TwoWay, frozen: list[object]) -> None
     group.restart_dead()
 
 
+def _nothing_lost(load: TwoWay, reader: Reader, old: Member) -> None:
+    """The SDK reader got each of dc1's writes once, in order, and the usual checks after a
+    fault hold (the members other than ``old`` hold everything)."""
+    reader.wait_for(len(load.dc1_writes.written))
+    assert reader.error is None
+    assert reader.ids == load.dc1_writes.written, "the reader lost or repeated nothing"
+    check_after_fault(load, [m for m in load.group.members if m is not old])
+
+
 @pytest.fixture
 def group(sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path) -> Iterator[Group]:
-    fresh_database(dc1, "grp_db", GROUP_TABLE)
-    made = Group.create(sandbox, dc1, tmp_path, 3, SESSION_S, name=f"sil{time.time_ns() % 10**9}")
-    made.start()
-    try:
+    with started_group(sandbox, dc1, tmp_path, "sil", SESSION_S) as made:
         yield made
-    finally:
-        made.stop()
 
 
 @pytest.mark.slow
@@ -127,10 +133,7 @@ def test_a_paused_leader_is_replaced_and_readers_follow_within_the_session_timeo
         old.signal(signal.SIGCONT)
         _back(group, old, load, frozen)
         time.sleep(1.0)
-    reader.wait_for(len(load.dc1_writes.written))
-    assert reader.error is None
-    assert reader.ids == load.dc1_writes.written, "the reader lost or repeated nothing"
-    check_after_fault(load, [m for m in group.members if m is not old])
+    _nothing_lost(load, reader, old)
 
 
 class HalfOpenLink:
@@ -158,7 +161,7 @@ class HalfOpenLink:
                 (client, upstream, self.inbound_lost),
                 (upstream, client, self.outbound_lost),
             ):
-                threading.Thread(target=_pipe, args=(a, b, lost), daemon=True).start()
+                threading.Thread(target=pipe, args=(a, b, lost), daemon=True).start()
 
     def close(self) -> None:
         for sock in [self._listener, *self._sockets]:
@@ -167,21 +170,6 @@ class HalfOpenLink:
             except OSError:
                 pass
             sock.close()
-
-
-def _pipe(source: socket.socket, sink: socket.socket, lost: threading.Event) -> None:
-    try:
-        while data := source.recv(65536):
-            if not lost.is_set():
-                sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 @pytest.mark.slow
@@ -226,10 +214,7 @@ def test_a_leader_whose_outgoing_traffic_is_lost_is_replaced_and_readers_follow(
             to_api.outbound_lost.clear()
             _back(group, old, load, frozen)
             time.sleep(1.0)
-        reader.wait_for(len(load.dc1_writes.written))
-        assert reader.error is None
-        assert reader.ids == load.dc1_writes.written, "the reader lost or repeated nothing"
-        check_after_fault(load, [m for m in group.members if m is not old])
+        _nothing_lost(load, reader, old)
     finally:
         group.stop()
         for pair in links.values():

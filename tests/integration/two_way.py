@@ -281,3 +281,18 @@ class Reader:
         self.stop.set()
         self._thread.join(timeout=30)
         self._sub.close()
+
+
+@contextmanager
+def started_group(
+    sandbox: SandboxDescription, dc1: ServerInfo, tmp: Path, prefix: str, session_s: float = 2.0
+) -> Iterator[Group]:
+    """Three members of a new group (its name ``prefix`` + a number) reading ``dc1``, started
+    on a fresh grp_db.t; stopped when the block ends."""
+    fresh_database(dc1, "grp_db", GROUP_TABLE)
+    made = Group.create(sandbox, dc1, tmp, 3, session_s, name=f"{prefix}{time.time_ns() % 10**9}")
+    made.start()
+    try:
+        yield made
+    finally:
+        made.stop()
