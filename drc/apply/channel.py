@@ -61,7 +61,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
-from drc.apply import audit, checkpoint, ddl_journal, objects, plan, windows
+from drc.apply import audit, checkpoint, ddl_journal, lease, objects, plan, windows
+from drc.apply import catchup_journal as journal
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import Observed
 from drc.apply.control import ChannelControl, ControlError, Request, Stoppage
@@ -78,7 +79,6 @@ from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.stats import ApplyStats
 from drc.apply.target import Target
 from drc.apply.windows import DropCopied
-from drc.catchup import journal, lease
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
 from drc.core.errors import DrcError, FatalError

@@ -1,9 +1,9 @@
 """The catch-up driver: a channel's backlog replayed in bulk on Spark, then handed to streaming.
 
-take the lease      drc.catchup.lease (renewed in a thread); streaming channels wait
+take the lease      drc.apply.lease (renewed in a thread); streaming channels wait
 read the checkpoint through the channel itself (ApplyChannel.open), after the lease: exact
 choose the range    (checkpoint, --to], --to defaulting to the remote's last committed SCN;
-                    an unfinished run of this channel keeps its range (drc.catchup.journal)
+                    an unfinished run of this channel keeps its range (drc.apply.catchup_journal)
 list segments       GET /v1/segments; gone from the replicator: stop, nothing written
 pass 1 (executors)  copy the segments, find the DDL and the tables changed
 steps               drc.core.reduce.plan_steps: spans of row changes, DDL between them
@@ -30,14 +30,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from drc.apply import checkpoint, windows
+from drc.apply import catchup_journal as journal
+from drc.apply import checkpoint, lease, windows
 from drc.apply.channel import ApplyChannel
 from drc.apply.errors import MissingTableError
 from drc.apply.plan import TargetTable
 from drc.apply.retry import Stopped
 from drc.apply.service import build_channel, target_settings
 from drc.apply.sink import TargetSession, TargetSettings
-from drc.catchup import executor, journal, lease, runners
+from drc.catchup import executor, runners
 from drc.catchup.executor import Job, PartitionResult
 from drc.client import PositionTooOldError, SegmentInfo, SegmentList
 from drc.client.fragments import merge
