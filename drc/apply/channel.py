@@ -65,7 +65,7 @@ from drc.apply import audit, checkpoint, ddl_journal, lease, objects, plan, wind
 from drc.apply import catchup_journal as journal
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import Observed
-from drc.apply.control import ChannelControl, ControlError, Request, Stoppage
+from drc.apply.control import ChannelControl, Request, Stoppage
 from drc.apply.engine import ApplyEngine
 from drc.apply.errors import (
     CatchupRunningError,
@@ -81,6 +81,7 @@ from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
+from drc.core.control import ControlError
 from drc.core.errors import DrcError, FatalError
 from drc.core.events import SchemaChange, Transaction
 from drc.core.heartbeat import source_time_ms

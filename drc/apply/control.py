@@ -16,18 +16,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from drc.core.control import ControlError
 from drc.core.scn import SCN
 
 RUNNING, PAUSED, STOPPED, DISCONNECTED = "running", "paused", "stopped", "disconnected"
 REQUEST_TIMEOUT_S = 60.0
-
-
-class ControlError(Exception):
-    """A control request that cannot be carried out: ``status`` is the HTTP status to answer."""
-
-    def __init__(self, message: str, status: int = 409) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
