@@ -149,9 +149,9 @@ def catch_up(where: Where, plan: Plan, out: Callable[[str], None]) -> Summary | 
     streaming: ApplyChannel | None = None
     try:
         streaming = build_channel(
-            channel, settings, conflicts=where.conflicts, datacenter=where.datacenter
-        )
-        streaming.lease_owner = held.owner
+            channel, settings, conflicts=where.conflicts, datacenter=where.datacenter,
+            lease_owner=held.owner,
+        )  # fmt: skip
         job, summary = _run(where, streaming, held, plan, out, renewer)
         if summary is None:  # nothing to finish: the lease given back untouched
             renewer.stop()
