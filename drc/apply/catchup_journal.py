@@ -30,7 +30,7 @@ releases the lease (drc.apply.lease), so streaming continues from exactly there.
 
 While a ``catchup_run`` row exists the target holds part of its range beyond the channel
 checkpoint: the streaming channel reads it with the lease (:func:`channel_state`) and applies
-nothing of its own until the run is finished (drc.apply.channel, CatchupUnfinishedError):
+nothing of its own until the run is finished (drc.apply.handover, CatchupUnfinishedError):
 once the lease expired it finishes the run itself (drc.catchup.driver.finish_interrupted).
 """
 

@@ -1,9 +1,11 @@
 """The apply part of the composition root: channels built from a config and wired together.
 
-``build_channel`` is the one place a channel's parts are made from its config: the target
+``build_parts`` is the one place a channel's parts are made from its config: the target
 session, the subscriber to the remote stream, the filter chain, the conflict engine and its
-tables, and the decision engine (drc.apply.channel.ChannelParts). drc.runtime and drc.node
-call it for every ``[[channels]]`` entry, and for the lww guard.
+tables, the decision engine, and the channel's collaborators: its catch-up handover, DDL and
+operator actions (drc.apply.channel.ChannelParts). drc.node and ``python -m drc.apply`` build
+every ``[[channels]]`` entry through ``build_channels``, with what only the composition root
+may give a channel (drc.runtime.catchup_finisher); the lww guard is built here too.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ def channel_filters(
     channel: ChannelConfig, tombstones: bool, subscriber_factory: SubscriberFactory | None = None
 ) -> tuple[list[Stage], Callable[[SCN], SubscriberLike]]:
     """The filter chain and the subscription of ``channel`` (also what a config reload gives a
-    running channel: drc.apply.channel.ApplyChannel.reconfigure)."""
+    running channel: a reload, drc.apply.actions)."""
     filters: list[Stage] = [
         SkipDrcOriginated(),
         KeepTables(channel.table_filter(), tombstones=tombstones),

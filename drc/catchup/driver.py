@@ -112,7 +112,7 @@ def finish_interrupted(
 ) -> Summary | None:
     """Finish the channel's interrupted run in this process (no Spark), to the end it recorded,
     and write the checkpoint there: a streaming channel that found the run's lease expired
-    calls it (drc.apply.channel) before it streams on. None when no run was left to finish
+    calls it (drc.apply.handover) before it streams on. None when no run was left to finish
     (another catch-up finished it meanwhile): nothing is written."""
     return catch_up(where, Plan(master=None, resume_only=True, stopped=stopped), out)
 
