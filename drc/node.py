@@ -34,7 +34,13 @@ from drc.catchup.auto import AutoCatchup
 from drc.config import DrcConfig
 from drc.core.errors import DrcError, RetriableError
 from drc.replicator.heartbeat import HeartbeatWriter
-from drc.runtime import ReplicatorService, build_apply_api, build_heartbeat, build_replicator
+from drc.runtime import (
+    ReplicatorService,
+    build_apply_api,
+    build_heartbeat,
+    build_replicator,
+    catchup_finisher,
+)
 from drc.verify.schedule import PeriodicVerify
 
 log = logging.getLogger(__name__)
@@ -98,7 +104,9 @@ class Node:
                 self.service.heartbeat = self.heartbeat.stats.as_dict
                 self._spawn("heartbeat", self.heartbeat.run, stop)
         if self.role in ("all", "apply"):
-            self.channels = build_channels(self.config)
+            self.channels = build_channels(
+                self.config, finish=catchup_finisher(self.config), hold_on_error=True
+            )
             self.guard = build_guard(self.config, self.api_url)
             if self.guard is not None:
                 self._spawn("lww guard", self.guard.run, stop)

@@ -1,14 +1,19 @@
 """Composition root: build DRC's services from a validated config and wire them together.
 
-Components never read files or the environment themselves; this module does, once.
+Components never read files or the environment themselves; this module does, once. It also
+joins what the package order keeps apart (docs/architecture.md): a streaming channel is handed
+the catch-up that finishes its interrupted run (:func:`catchup_finisher`), so apply never
+imports catch-up.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +22,13 @@ from drc.api.deps import ApiDeps, ChannelDesk
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.query import ServerLimits
 from drc.api.server import ApiServer, ApiServerError
+from drc.apply.handover import FinishRun
 from drc.apply.service import target_settings
 from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.trigger_guard import LocalTriggerGuard
+from drc.catchup.driver import Where, finish_interrupted
 from drc.client.peers import Peer, PeerStatus
-from drc.config import DrcConfig
+from drc.config import ChannelConfig, DrcConfig
 from drc.core.errors import ConfigError, RetriableError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
@@ -40,6 +47,8 @@ from drc.replicator.member import GroupMemberRunner
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, inspect_source
 from drc.tls import https_context
+
+log = logging.getLogger(__name__)
 
 METASTORE_FILE = "metastore.sqlite3"
 
@@ -239,6 +248,20 @@ def local_primary(config: DrcConfig) -> TargetSettings:
         return writable_server(servers)
     except NoWritableServer:
         return servers[0]
+
+
+def catchup_finisher(config: DrcConfig) -> Callable[[ChannelConfig], FinishRun]:
+    """How a channel of ``config`` finishes its interrupted catch-up run itself once the run's
+    lease expired (drc.apply.handover): in this process, without Spark, into the channel's
+    target (drc.catchup.driver.finish_interrupted)."""
+    settings = target_settings(config.target_or_source())
+
+    def finisher(channel: ChannelConfig) -> FinishRun:
+        where = Where(channel, settings, config.conflicts, config.datacenter.name)
+        say = partial(log.info, "channel %s: catch-up: %s", channel.name)
+        return partial(finish_interrupted, where, out=say)
+
+    return finisher
 
 
 def build_heartbeat(config: DrcConfig) -> HeartbeatWriter | None:

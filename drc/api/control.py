@@ -11,7 +11,7 @@
 Reading needs a token like every /v1 path; acting needs an admin token (``[api] admin_tokens``)
 when tokens are configured, and the audit row names that token's name, never the token. The
 actions are carried out by :class:`drc.api.deps.ChannelDesk` (the node), which answers what it
-did or raises :class:`drc.apply.control.ControlError` with the status to answer.
+did or raises :class:`drc.core.control.ControlError` with the status to answer.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from drc.api import wire
 from drc.api.deps import ApiDeps, ChannelDesk, Deps, admin_caller, require_token
 from drc.api.errors import ApiError
-from drc.apply.control import ControlError
+from drc.core.control import ControlError
 from drc.core.errors import MalformedScnError, shown
 from drc.core.scn import SCN
 

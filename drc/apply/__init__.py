@@ -1,6 +1,11 @@
 """Apply: write a remote datacenter's change stream into the local database, exactly once.
 
     channel.py     the loop: subscribe, filter, group, write, checkpoint (start here)
+    handover.py    the catch-up lease each target transaction reads; an interrupted run finished
+    ddl.py         replicated DDL, each statement run exactly once (ddl_journal.py)
+    actions.py     an operator's pause, skip, rewind, reload, in the channel's thread
+    lease.py       the channel's lease, taken by bulk catch-up and snapshots (a catch-up's run:
+                   catchup_journal.py)
     stages.py      the filter chain (loop suppression, tables, mapping, idempotency, conflicts)
     group.py       many source transactions -> one target transaction, and its bounds
     engine.py      the decisions: row changes + the target's rows -> writes, conflict log

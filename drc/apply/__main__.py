@@ -21,7 +21,7 @@ from drc.apply.lww_guard import build_guard
 from drc.apply.service import build_channels, run_channels
 from drc.config import load_config
 from drc.core.errors import DrcError
-from drc.runtime import freeze_startup_heap
+from drc.runtime import catchup_finisher, freeze_startup_heap
 
 STOP_GRACE_S = 60.0
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per pull otherwise
     try:
         config = load_config(args.config)
-        channels = build_channels(config, args.channel)
+        channels = build_channels(config, args.channel, finish=catchup_finisher(config))
         guard = None if args.channel else build_guard(config)  # drc.apply.lww_guard
         if guard is not None:
             channels.append(guard)

@@ -13,21 +13,19 @@ continue it), ``disconnected`` (the remote is unreachable: it keeps retrying).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from drc.core.control import ControlError
+from drc.core.errors import FatalError
+from drc.core.events import Transaction
 from drc.core.scn import SCN
+from drc.core.statements import for_log
 
 RUNNING, PAUSED, STOPPED, DISCONNECTED = "running", "paused", "stopped", "disconnected"
 REQUEST_TIMEOUT_S = 60.0
-
-
-class ControlError(Exception):
-    """A control request that cannot be carried out: ``status`` is the HTTP status to answer."""
-
-    def __init__(self, message: str, status: int = 409) -> None:
-        super().__init__(message)
-        self.status = status
+STOPPAGE_KEYS_SHOWN = 10
 
 
 @dataclass
@@ -72,6 +70,29 @@ class Stoppage:
     tables: dict[str, int]  # "db.table" -> row changes
     keys: list[str]  # the first few primary keys, for the operator to recognise
     ddl: list[str]
+
+    @classmethod
+    def at(cls, scn: SCN | None, exc: BaseException, txns: Sequence[Transaction]) -> Stoppage:
+        """Stopped by ``exc`` at ``scn``, whose fragments are ``txns``."""
+        tables: dict[str, int] = {}
+        keys: list[str] = []
+        ddl: list[str] = []
+        for txn in txns:
+            for change in txn.changes:
+                name = f"{change.schema}.{change.table}"
+                tables[name] = tables.get(name, 0) + 1
+                if len(keys) < STOPPAGE_KEYS_SHOWN:
+                    image = change.after if change.after is not None else change.before
+                    keys.append(f"{name} {dict(list((image or {}).items())[:3])}")
+            ddl.extend(for_log(d.statement) for d in txn.ddl)
+        return cls(scn, str(exc), tables, keys, ddl)
+
+    @classmethod
+    def of(cls, exc: FatalError) -> Stoppage:
+        """Where ``exc`` stopped the channel: the transaction it names, or none."""
+        if isinstance(exc.stoppage, Stoppage):
+            return exc.stoppage
+        return cls(None, str(exc), {}, [], [])
 
     def as_dict(self) -> dict[str, Any]:
         scn = None if self.scn is None else str(self.scn)
@@ -133,10 +154,11 @@ class ChannelControl:
         with self._lock:
             return self._requests.pop(0) if self._requests else None
 
-    def wait(self, stop: threading.Event, timeout: float) -> None:
-        """Sleep until something is asked (or ``timeout``); ``stop`` is polled by the caller."""
+    def wait(self, stopping: Callable[[], bool], timeout: float) -> None:
+        """Sleep until something is asked (or ``timeout``); ``stopping`` is polled by the
+        caller."""
         with self._wake:
-            if not self._requests and not stop.is_set():
+            if not self._requests and not stopping():
                 self._wake.wait(timeout)
 
     def is_replay(self, scn: SCN) -> bool:

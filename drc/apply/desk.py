@@ -17,9 +17,10 @@ from typing import Any
 
 from drc.apply import audit
 from drc.apply.channel import ApplyChannel
-from drc.apply.control import ControlError, Request
+from drc.apply.control import Request
 from drc.apply.target import Target
 from drc.client.errors import ApiRequestError, PositionTooOldError
+from drc.core.control import ControlError
 from drc.core.errors import DrcError
 from drc.core.scn import SCN
 

@@ -6,7 +6,7 @@
     |   |                           whole target transaction, at most ChannelConfig.retries times
     |   +-- TargetUnavailableError  the target is down or dropped the connection (2003/2006/2013..)
     |       +-- TargetReadOnlyError the target refuses writes (read_only, 1290/1836)
-    |       +-- CatchupRunningError a bulk catch-up holds the channel (drc.catchup.lease)
+    |       +-- CatchupRunningError a bulk catch-up holds the channel (drc.apply.lease)
     |       +-- CatchupUnfinishedError  an interrupted catch-up run applied part of its range
     |                               beyond the checkpoint: wait for `drc catchup` to finish it
     |                               all: wait and retry without limit, nothing is lost
@@ -46,12 +46,12 @@ class TargetUnavailableError(RetriableError):
 
 
 class CatchupRunningError(TargetUnavailableError):
-    """A live bulk catch-up holds the channel's lease (drc.catchup.lease): wait for it."""
+    """A live bulk catch-up holds the channel's lease (drc.apply.lease): wait for it."""
 
 
 class CatchupUnfinishedError(TargetUnavailableError):
-    """An interrupted bulk catch-up run (drc.catchup.journal) applied part of its range beyond
-    the channel's checkpoint: streaming from the checkpoint would apply it twice (keyless
+    """An interrupted bulk catch-up run (drc.apply.catchup_journal) applied part of its range
+    beyond the channel's checkpoint: streaming from the checkpoint would apply it twice (keyless
     tables' rows duplicated), so the channel first finishes the run (or waits while it cannot)."""
 
 

@@ -1,25 +1,31 @@
 """The apply part of the composition root: channels built from a config and wired together.
 
-``build_channel`` is the one place a channel's parts are made from its config: the target
+``build_parts`` is the one place a channel's parts are made from its config: the target
 session, the subscriber to the remote stream, the filter chain, the conflict engine and its
-tables, and the decision engine (drc.apply.channel.ChannelParts). drc.runtime and drc.node
-call it for every ``[[channels]]`` entry, and for the lww guard.
+tables, the decision engine, and the channel's collaborators: its catch-up handover, DDL and
+operator actions (drc.apply.channel.ChannelParts). drc.node and ``python -m drc.apply`` build
+every ``[[channels]]`` entry through ``build_channels``, with what only the composition root
+may give a channel (drc.runtime.catchup_finisher); the lww guard is built here too.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from drc.apply.actions import OperatorActions
 from drc.apply.channel import ApplyChannel, ChannelParts, SubscriberLike
 from drc.apply.conflict_target import ConflictTarget
 from drc.apply.conflicts import ConflictEngine, Policies, Ranks
+from drc.apply.ddl import DdlApplier
 from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
+from drc.apply.handover import CatchupHandover, FinishRun
 from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.stages import (
     KeepApplicableDdl,
@@ -83,31 +89,12 @@ def build_channel(
     **options: Any,
 ) -> ApplyChannel:
     """A channel writing into ``target`` (TargetSettings, or anything :func:`target_settings`
-    takes). ``options``: those of :func:`build_parts` (``conflicts``: the config's [conflicts],
-    ``datacenter``, and ``subscriber_factory`` / ``connect`` replacing the pull API client and
-    pymysql.connect in tests), and the channel's ``clock``, ``wall_clock`` and ``sleep``."""
+    takes). ``options``: those of :func:`build_parts`, and the channel's ``clock`` (its
+    collaborators' too), ``wall_clock`` and ``sleep``."""
     timing = {name: options.pop(name) for name in _TIMING if name in options}
-    built = kind(channel, build_parts(channel, target, **options), **timing)
-    if "connect" not in options:  # a real target: an interrupted catch-up run is finished
-        settings = target_settings(target)
-        conflicts, datacenter = options.get("conflicts"), options.get("datacenter", "")
-        built.finish_catchup = partial(_finish_catchup, channel, settings, conflicts, datacenter)
-    return built
-
-
-def _finish_catchup(
-    channel: ChannelConfig,
-    settings: TargetSettings,
-    conflicts: ConflictsConfig | None,
-    datacenter: str,
-    stopped: Callable[[], bool],
-) -> object:
-    """The channel's interrupted catch-up run finished in this process (drc.catchup.driver
-    imports this module: imported when needed)."""
-    from drc.catchup.driver import Where, finish_interrupted
-
-    say = partial(log.info, "channel %s: catch-up: %s", channel.name)
-    return finish_interrupted(Where(channel, settings, conflicts, datacenter), stopped, say)
+    if "clock" in timing:
+        options["clock"] = timing["clock"]
+    return kind(channel, build_parts(channel, target, **options), **timing)
 
 
 def build_parts(
@@ -118,9 +105,20 @@ def build_parts(
     datacenter: str = "",
     subscriber_factory: SubscriberFactory | None = None,
     connect: Callable[..., Any] | None = None,
+    finish: FinishRun | None = None,
+    lease_owner: str = "",
+    hold_on_error: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ChannelParts:
     """A channel's parts (see :func:`build_channel`); bulk catch-up executors build the same
-    target session, filter chain and decisions from the same config."""
+    target session, filter chain and decisions from the same config.
+
+    ``conflicts``: the config's [conflicts]; ``subscriber_factory`` and ``connect`` replace the
+    pull API client and pymysql.connect in tests; ``finish``: how the channel finishes an
+    interrupted catch-up run itself (the composition root's, drc.runtime; None: it waits for
+    ``drc catchup``); ``lease_owner``: a catch-up driver's, whose own channel writes only under
+    its lease; ``hold_on_error``: a rejected change leaves the channel stopped, waiting for an
+    operator (drc.apply.actions)."""
     settings = target_settings(target)
     session = TargetSession(settings) if connect is None else TargetSession(settings, connect)
     names = NameMap(channel.map_tables, channel.map_columns)
@@ -133,6 +131,11 @@ def build_parts(
         engine=ApplyEngine(
             session, channel.no_primary_key, None if handling is None else handling.engine
         ),
+        handover=CatchupHandover(
+            session, channel.name, owner=lease_owner, finish=finish, clock=clock
+        ),
+        ddl=DdlApplier(session, channel.name, channel.definer, handling),
+        actions=OperatorActions(channel.name, hold_on_error=hold_on_error),
         conflicts=handling,
         rejoin=partial(_rejoined, tombstones=handling is not None, factory=subscriber_factory),
     )
@@ -155,7 +158,7 @@ def channel_filters(
     channel: ChannelConfig, tombstones: bool, subscriber_factory: SubscriberFactory | None = None
 ) -> tuple[list[Stage], Callable[[SCN], SubscriberLike]]:
     """The filter chain and the subscription of ``channel`` (also what a config reload gives a
-    running channel: drc.apply.channel.ApplyChannel.reconfigure)."""
+    running channel: a reload, drc.apply.actions)."""
     filters: list[Stage] = [
         SkipDrcOriginated(),
         KeepTables(channel.table_filter(), tombstones=tombstones),
@@ -195,9 +198,17 @@ def _subscription(channel: ChannelConfig, tombstones: bool) -> ChannelConfig:
     return channel.model_copy(update={"tables": tables})
 
 
-def build_channels(config: DrcConfig, names: Sequence[str] = ()) -> list[ApplyChannel]:
+def build_channels(
+    config: DrcConfig,
+    names: Sequence[str] = (),
+    *,
+    finish: Callable[[ChannelConfig], FinishRun] | None = None,
+    hold_on_error: bool = False,
+) -> list[ApplyChannel]:
     """One ApplyChannel per ``[[channels]]`` entry (or only those named), writing into
-    ``[target]``, or into the ``[source]`` database when there is no [target]."""
+    ``[target]``, or into the ``[source]`` database when there is no [target]. ``finish``:
+    how a channel finishes its interrupted catch-up run (drc.runtime.finishing);
+    ``hold_on_error``: see :func:`build_parts` (channels an operator controls: drc run)."""
     unknown = set(names) - {c.name for c in config.channels}
     if unknown:
         known = ", ".join(c.name for c in config.channels) or "none"
@@ -205,8 +216,13 @@ def build_channels(config: DrcConfig, names: Sequence[str] = ()) -> list[ApplyCh
     target = target_settings(config.target_or_source())
     return [
         build_channel(
-            channel, target, conflicts=config.conflicts, datacenter=config.datacenter.name
-        )
+            channel,
+            target,
+            conflicts=config.conflicts,
+            datacenter=config.datacenter.name,
+            finish=None if finish is None else finish(channel),
+            hold_on_error=hold_on_error,
+        )  # fmt: skip
         for channel in config.channels
         if not names or channel.name in names
     ]
@@ -246,12 +262,11 @@ def build_desk(
     channels: Sequence[ApplyChannel],
     report: Callable[[ApplyChannel], dict[str, Any]],
 ) -> ChannelsDesk:
-    """Channel control for ``channels`` (drc.apply.desk): they then wait, stopped, for an
-    operator's skip, resume or rewind instead of ending on a change the target rejects."""
+    """Channel control for ``channels`` (drc.apply.desk), built with ``hold_on_error`` so
+    they wait, stopped, for an operator's skip, resume or rewind instead of ending on a change
+    the target rejects."""
     settings = target_settings(config.target_or_source())
     by_name = {c.name: c for c in config.channels}
-    for channel in channels:
-        channel.hold_on_error = True
 
     def ask(channel: ApplyChannel, question: Callable[[str, Any, Any], Any]) -> Any:
         wanted = by_name[channel.name]

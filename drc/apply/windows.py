@@ -14,7 +14,7 @@ filter stage that applies their windows (drc.core.windows explains the windows).
     +-----------------+--------------+---------------------------------------------------+
 
 A row is written by the snapshot's last transaction, with the channel's checkpoint and the
-release of the channel's lease (drc.catchup.lease), so a channel sees the table joined exactly
+release of the channel's lease (drc.apply.lease), so a channel sees the table joined exactly
 when it may apply its changes. A joined table stays in the channel's selection even when the
 config's ``tables`` do not name it (the snapshot said to add it there too).
 """

@@ -8,7 +8,7 @@ streaming channel goes on running: it waits while the catch-up holds the lease a
 the checkpoint the catch-up wrote (drc.apply.channel), so nothing else is needed to resume.
 
 An interrupted catch-up run is not this module's: the streaming channel finishes it itself
-once its lease expired (drc.apply.channel, drc.catchup.driver.finish_interrupted). One
+once its lease expired (drc.apply.handover, drc.catchup.driver.finish_interrupted). One
 catch-up per channel at a time; its state (``idle``,
 ``running``, ``failed (exit N)``) and the backlog last measured are in the channel's entry of
 ``/v1/status`` (``drc status``). A
@@ -98,7 +98,7 @@ class AutoCatchup:
             if applied is None:
                 continue  # not started yet
             if getattr(channel, "catchup_unfinished", None) is not None:
-                continue  # the channel is finishing an interrupted run (drc.apply.channel)
+                continue  # the channel is finishing an interrupted run (drc.apply.handover)
             if applied == state.ended_at:
                 continue  # (paused) not yet streaming from the checkpoint the catch-up wrote
             size = self._backlog(channel.channel, applied)

@@ -1,9 +1,9 @@
 """The catch-up driver: a channel's backlog replayed in bulk on Spark, then handed to streaming.
 
-take the lease      drc.catchup.lease (renewed in a thread); streaming channels wait
+take the lease      drc.apply.lease (renewed in a thread); streaming channels wait
 read the checkpoint through the channel itself (ApplyChannel.open), after the lease: exact
 choose the range    (checkpoint, --to], --to defaulting to the remote's last committed SCN;
-                    an unfinished run of this channel keeps its range (drc.catchup.journal)
+                    an unfinished run of this channel keeps its range (drc.apply.catchup_journal)
 list segments       GET /v1/segments; gone from the replicator: stop, nothing written
 pass 1 (executors)  copy the segments, find the DDL and the tables changed
 steps               drc.core.reduce.plan_steps: spans of row changes, DDL between them
@@ -30,14 +30,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from drc.apply import checkpoint, windows
+from drc.apply import catchup_journal as journal
+from drc.apply import checkpoint, lease, windows
 from drc.apply.channel import ApplyChannel
 from drc.apply.errors import MissingTableError
 from drc.apply.plan import TargetTable
 from drc.apply.retry import Stopped
 from drc.apply.service import build_channel, target_settings
 from drc.apply.sink import TargetSession, TargetSettings
-from drc.catchup import executor, journal, lease, runners
+from drc.catchup import executor, runners
 from drc.catchup.executor import Job, PartitionResult
 from drc.client import PositionTooOldError, SegmentInfo, SegmentList
 from drc.client.fragments import merge
@@ -111,7 +112,7 @@ def finish_interrupted(
 ) -> Summary | None:
     """Finish the channel's interrupted run in this process (no Spark), to the end it recorded,
     and write the checkpoint there: a streaming channel that found the run's lease expired
-    calls it (drc.apply.channel) before it streams on. None when no run was left to finish
+    calls it (drc.apply.handover) before it streams on. None when no run was left to finish
     (another catch-up finished it meanwhile): nothing is written."""
     return catch_up(where, Plan(master=None, resume_only=True, stopped=stopped), out)
 
@@ -148,9 +149,9 @@ def catch_up(where: Where, plan: Plan, out: Callable[[str], None]) -> Summary | 
     streaming: ApplyChannel | None = None
     try:
         streaming = build_channel(
-            channel, settings, conflicts=where.conflicts, datacenter=where.datacenter
-        )
-        streaming.lease_owner = held.owner
+            channel, settings, conflicts=where.conflicts, datacenter=where.datacenter,
+            lease_owner=held.owner,
+        )  # fmt: skip
         job, summary = _run(where, streaming, held, plan, out, renewer)
         if summary is None:  # nothing to finish: the lease given back untouched
             renewer.stop()

@@ -19,9 +19,9 @@ together); each batch is one target transaction::
 
     probe          the rows of tables with a conflict policy, read and locked (FOR UPDATE)
     lease          the channel's lease row, shared lock: still this run's, or stop
-                   (drc.catchup.lease; a streaming channel may have taken over)
+                   (drc.apply.lease; a streaming channel may have taken over)
     done?          drc.catchup_done for (span, partition, batch): committed by an earlier run
-                   of this catch-up, skip it (drc.catchup.journal)
+                   of this catch-up, skip it (drc.apply.catchup_journal)
     decide         drc.apply.engine, exactly as streaming decides
     write          the writes (pipelined, skip_replication session), conflict log, tombstones,
                    the batch's done row, COMMIT
@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drc.apply import catchup_journal as journal
+from drc.apply import lease
 from drc.apply.conflicts import Observed
 from drc.apply.engine import ApplyEngine, KnownTables
 from drc.apply.plan import Effects, TargetTable
@@ -53,7 +55,6 @@ from drc.apply.retry import RetryPolicy, call_with_retries
 from drc.apply.service import build_parts
 from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, SkipDrcOriginated
-from drc.catchup import journal, lease
 from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
 from drc.config import ChannelConfig, ConflictsConfig
@@ -81,7 +82,7 @@ class Job:
     target: TargetSettings
     conflicts: ConflictsConfig | None
     datacenter: str
-    owner: str  # the lease owner (drc.catchup.lease.new_owner)
+    owner: str  # the lease owner (drc.apply.lease.new_owner)
     url: str  # the remote replicator's API
     epoch: str  # of the listing: a rebuilt buffer is refused, never mixed in
     token: str | None = field(default=None, repr=False)

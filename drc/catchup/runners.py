@@ -5,7 +5,7 @@ verify's).
 
 Both run the same executor functions (drc.catchup.executor) on the same slices, partitions
 and batches, so either finishes what the other began: a batch committed by one is skipped by
-the other (drc.catchup.journal).
+the other (drc.apply.catchup_journal).
 """
 
 from __future__ import annotations

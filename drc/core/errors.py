@@ -48,7 +48,13 @@ class RetriableError(DrcError):
 
 
 class FatalError(DrcError):
-    """A failure retrying cannot fix: bad input, corrupt data or a misconfiguration."""
+    """A failure retrying cannot fix: bad input, corrupt data or a misconfiguration.
+
+    ``stoppage``: an apply channel stopped by it names the transaction it stopped at here
+    (drc.apply.control.Stoppage), for the operator to skip or fix; None until then, and
+    wherever else it is raised."""
+
+    stoppage: object = None
 
 
 class MalformedScnError(FatalError, ValueError):

@@ -1,7 +1,7 @@
 """The snapshot driver: copy the origin's tables into this target while writes go on, then join
 them to the channel (docs/snapshot.md).
 
-take the lease      drc.catchup.lease, as bulk catch-up does: the streaming channel waits at
+take the lease      drc.apply.lease, as bulk catch-up does: the streaming channel waits at
                     its checkpoint C (so C is before every chunk's read)
 the stream          the origin replicator's change_id and server_id (/v1/status), and the
                     origin database must be the server it reads (drc.snapshot.origin)
@@ -25,13 +25,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.apply import checkpoint, windows
+from drc.apply import checkpoint, lease, windows
 from drc.apply.service import build_parts, target_settings
 from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.sql import Statement, quote
 from drc.apply.stages import NameMap
 from drc.bulk.planner import list_tables, plan_table
-from drc.catchup import lease
 from drc.client.status import fetch_status
 from drc.config import ChannelConfig, DrcConfig
 from drc.core.scn import SCN

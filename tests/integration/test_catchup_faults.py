@@ -29,6 +29,7 @@ from drc.catchup.executor import cache_dir
 from drc.cli.main import cli
 from drc.config import load_config
 from drc.node import Node
+from drc.runtime import catchup_finisher
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from tests.integration.capture import master_position
 from tests.integration.test_apply_support import (
@@ -190,7 +191,8 @@ def test_after_a_killed_catchup_streaming_finishes_its_run_then_streams_nothing_
         assert query(dc2, "SELECT COUNT(*) FROM drc.catchup_run") == [(1,)]
         left = dead_run_cache(dc2, "resume")
         config = load_config(path)
-        channel = build_channel(config.channels[0], config.target_or_source())
+        finish = catchup_finisher(config)(config.channels[0])  # as drc run hands it over
+        channel = build_channel(config.channels[0], config.target_or_source(), finish=finish)
         with Running(channel) as running:
             workload(dc1, schema, seed=10, txns=50, ddl_at=None)  # streamed after the run
             wait_end(dc2, schema, mark_end(dc1, schema), running, timeout=300)

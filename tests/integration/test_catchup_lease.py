@@ -10,7 +10,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.catchup.lease import (
+from drc.apply.lease import (
     LeaseHeldError,
     LeaseLostError,
     Renewer,

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
-from drc.apply.control import ControlError
+from drc.core.control import ControlError
 
 
 class _Buffer:

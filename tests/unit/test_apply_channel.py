@@ -13,7 +13,7 @@ import pymysql
 import pytest
 
 from drc.apply import ApplyChannel, TargetSettings, build_channel
-from drc.apply.control import Request
+from drc.apply.control import Request, Stoppage
 from drc.apply.errors import (
     ApplyError,
     CheckpointMismatchError,
@@ -40,7 +40,15 @@ SETTINGS = TargetSettings("127.0.0.1", 3306, "apply", "secret")
 
 
 class Harness:
-    def __init__(self, target: FakeTarget, batches: list[Batch], **config: Any) -> None:
+    def __init__(
+        self,
+        target: FakeTarget,
+        batches: list[Batch],
+        *,
+        finish: Callable[[Callable[[], bool]], object] | None = None,
+        hold_on_error: bool = False,
+        **config: Any,
+    ) -> None:
         self.target = target
         self.stop = threading.Event()
         self.subscriber = FakeSubscriber(batches, self.stop)
@@ -56,6 +64,8 @@ class Harness:
             clock=lambda: self.now,
             wall_clock=lambda: 1_700_000_100.0,
             sleep=self.slept.append,
+            finish=finish,
+            hold_on_error=hold_on_error,
         )
 
     def _subscribe(self, channel: ChannelConfig, after: SCN) -> FakeSubscriber:
@@ -184,9 +194,9 @@ def test_a_read_only_target_is_waited_for_and_nothing_is_lost() -> None:
     assert len(fake.writes()) == 1 and fake.checkpoints["from-dc1"][0] == "1:11:1:20"
 
 
-def interrupted(fake: FakeTarget, finished: Callable[[], bool]) -> Harness:
+def interrupted(fake: FakeTarget, finished: Callable[[], bool], **options: Any) -> Harness:
     """A channel whose catch-up run (up to SCN 20) was interrupted, its lease expired, until
-    ``finished()``; the stream holds SCNs 10, 20 and 30."""
+    ``finished()``; the stream holds SCNs 10, 20 and 30. ``options``: the Harness's."""
     killed_run = (str(scn(20)), 3, 5, "host:7:abc", dt.datetime(2026, 1, 1))
 
     def catchup() -> tuple[Any, ...]:
@@ -195,7 +205,7 @@ def interrupted(fake: FakeTarget, finished: Callable[[], bool]) -> Harness:
         return ("", 0, "t1", None, None, None, None, None)  # finished: a new taken_at
 
     fake.catchup = catchup
-    return Harness(fake, [batch(1, *(txn(n, ins("t", id=n)) for n in (10, 20, 30)))])
+    return Harness(fake, [batch(1, *(txn(n, ins("t", id=n)) for n in (10, 20, 30)))], **options)
 
 
 def finish_run(fake: FakeTarget) -> None:
@@ -230,7 +240,6 @@ def test_a_channel_waits_for_an_interrupted_catchup_run_then_streams_after_its_e
 def test_a_channel_finishes_an_interrupted_catchup_run_itself_then_streams_after_its_end() -> None:
     fake = target()
     finished: list[bool] = []
-    harness = interrupted(fake, lambda: bool(finished))
 
     def finish(stopped: Any) -> None:
         assert not stopped(), "asked whether the channel is stopping"
@@ -239,7 +248,7 @@ def test_a_channel_finishes_an_interrupted_catchup_run_itself_then_streams_after
         finished.append(True)
         finish_run(fake)
 
-    harness.channel.finish_catchup = finish
+    harness = interrupted(fake, lambda: bool(finished), finish=finish)
     channel = harness.run()
     assert finished == [True] and channel.stats.waits == 0, "finished, not waited for"
     assert_streamed_after_the_run(fake, channel)
@@ -249,7 +258,6 @@ def test_a_failed_finish_of_an_interrupted_run_is_shown_and_tried_again_later() 
     fake = target()
     tries: list[float] = []
     shown: list[str] = []
-    harness = interrupted(fake, lambda: len(tries) >= 2)
 
     def finish(_stopped: Any) -> None:
         tries.append(harness.now)
@@ -262,7 +270,7 @@ def test_a_failed_finish_of_an_interrupted_run_is_shown_and_tried_again_later() 
         harness.now += delay
         shown.append(harness.channel.report()["error"])
 
-    harness.channel.finish_catchup = finish
+    harness = interrupted(fake, lambda: len(tries) >= 2, finish=finish)
     harness.channel._sleep = sleep
     channel = harness.run()
     assert tries[1] - tries[0] >= 30.0, "not hammered: tried again after FINISH_RETRY_S"
@@ -474,8 +482,9 @@ def test_a_table_without_primary_key_is_refused_and_the_stop_names_its_transacti
         Harness(fake, [batch(1, txn(10, ins("t", id=1)), txn(20, n))]).run()
     # The group is retried one transaction at a time: the one before lands, the stop is exact.
     assert [m[1] for m in fake.marks()] == ["1:11:1:10"]
-    assert str(stopped.value.stoppage.scn) == "1:11:1:20"  # type: ignore[attr-defined]
-    assert stopped.value.stoppage.tables == {"db.n": 1}  # type: ignore[attr-defined]
+    stoppage = stopped.value.stoppage
+    assert isinstance(stoppage, Stoppage)
+    assert str(stoppage.scn) == "1:11:1:20" and stoppage.tables == {"db.n": 1}
 
 
 def test_a_table_without_primary_key_is_matched_whole_row_when_configured() -> None:
@@ -495,9 +504,9 @@ def test_idempotent_fixes_are_counted() -> None:
 
 def test_after_a_skip_the_status_keeps_the_stop_only_as_last_stop() -> None:
     fake = target()
-    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)), txn(20, ins("n", a=1)))])
+    batches = [batch(1, txn(10, ins("t", id=1)), txn(20, ins("n", a=1)))]
+    harness = Harness(fake, batches, hold_on_error=True)
     channel = harness.channel
-    channel.hold_on_error = True
     thread = threading.Thread(target=harness.run, daemon=True)
     thread.start()
     for _ in range(500):

@@ -72,7 +72,7 @@ class FakeTarget:
     rollbacks: int = 0
     down: bool = False
     journal: dict[tuple[str, str, int], str] = field(default_factory=dict)  # -> state
-    # The channel's catch-up lease and run (drc.catchup.journal.channel_state); None: no row.
+    # The channel's catch-up lease and run (drc.apply.catchup_journal.channel_state); None: no row.
     catchup: Callable[[], tuple[Any, ...] | None] = lambda: None
     # drc.channel_audit: the details of the channel's rewinds, newest first.
     rewinds: list[str] = field(default_factory=list)

@@ -8,8 +8,8 @@ import datetime as dt
 from types import SimpleNamespace
 from typing import Any
 
+from drc.apply.catchup_journal import Run
 from drc.catchup.auto import AutoCatchup
-from drc.catchup.journal import Run
 from drc.config import ChannelConfig
 from drc.core.scn import SCN
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from drc.catchup.lease import (
+from drc.apply.lease import (
     Lease,
     LeaseLostError,
     Renewer,

@@ -8,7 +8,7 @@
     | partitions  | INT         | how many partitions its spans were cut into                |
     | batch_      | INT         | net changes per batch (a re-run cuts the same batches);    |
     |   changes   |             |                                                            |
-    | owner       | VARCHAR(128)| the lease owner that started it (drc.catchup.lease)        |
+    | owner       | VARCHAR(128)| the lease owner that started it (drc.apply.lease)          |
     | started_at  | DATETIME(6) | UTC                                                        |
     +-------------+-------------+------------------------------------------------------------+
 
@@ -26,11 +26,11 @@ A batch's row is inserted in the same target transaction as its writes, so after
 target holds both or neither, and a re-run skips exactly the batches that committed (keyless
 tables' inserts are not idempotent: this is what keeps them exactly once). The run's final
 transaction writes the channel checkpoint at the range end, deletes both kinds of rows and
-releases the lease (drc.catchup.lease), so streaming continues from exactly there.
+releases the lease (drc.apply.lease), so streaming continues from exactly there.
 
 While a ``catchup_run`` row exists the target holds part of its range beyond the channel
 checkpoint: the streaming channel reads it with the lease (:func:`channel_state`) and applies
-nothing of its own until the run is finished (drc.apply.channel, CatchupUnfinishedError):
+nothing of its own until the run is finished (drc.apply.handover, CatchupUnfinishedError):
 once the lease expired it finishes the run itself (drc.catchup.driver.finish_interrupted).
 """
 
@@ -39,8 +39,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from drc.apply import lease
 from drc.apply.sql import Statement, ident
-from drc.catchup import lease
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
 
@@ -97,7 +97,7 @@ def parse_run(channel: str, row: Sequence[object]) -> Run | None:
 
 def channel_state(channel: str) -> Statement:
     """The streaming channel's check inside its apply transaction: the lease as
-    drc.catchup.lease.state_statement reads it (owner, held now, taken_at, with its shared
+    drc.apply.lease.state_statement reads it (owner, held now, taken_at, with its shared
     lock), then the unfinished run's :func:`select_run` columns (NULLs: none). No lease row
     means no catch-up ever took the channel, so no run either."""
     columns = ", ".join(f"r.{ident(c)}" for c in _COLUMNS)
