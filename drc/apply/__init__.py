@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from drc.apply.sink import TargetSettings
     from drc.apply.stats import ApplyStats
 
-# Loaded on first use: a process that needs only drc.apply.sql (a Spark worker of drc verify)
+# Loaded on first use: a process that needs only drc.mysql.sql (a Spark worker of drc verify)
 # does not pay for the channel's imports (HTTP client, conflict handling).
 _HOMES = {
     "ApplyChannel": "drc.apply.channel",

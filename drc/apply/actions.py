@@ -25,12 +25,12 @@ from drc.apply import audit
 from drc.apply.control import PAUSED, RUNNING, STOPPED, ChannelControl, Request, Stoppage
 from drc.apply.group import Group
 from drc.apply.retry import Stopped
-from drc.apply.sql import Statement
 from drc.apply.stages import Stage
 from drc.config import ChannelConfig
 from drc.core.control import ControlError
 from drc.core.errors import FatalError
 from drc.core.scn import SCN
+from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from drc.apply.sql import Statement, ident
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
+from drc.mysql.sql import Statement, ident
 
 AUDIT_TABLE = "channel_audit"
 _TABLE = f"{ident(CHECKPOINT_SCHEMA)}.{ident(AUDIT_TABLE)}"

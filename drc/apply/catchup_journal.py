@@ -40,9 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from drc.apply import lease
-from drc.apply.sql import Statement, ident
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
+from drc.mysql.sql import Statement, ident
 
 _RUN = f"{ident(CHECKPOINT_SCHEMA)}.{ident('catchup_run')}"
 _LEASE = f"{ident(CHECKPOINT_SCHEMA)}.{ident(lease.TABLE)}"

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from drc.apply import audit, ddl_journal
-from drc.apply.sql import Statement, ident, quote
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
 from drc.core.scn import SCN
+from drc.mysql.sql import Statement, ident, quote
 
 TABLE = f"{quote(CHECKPOINT_SCHEMA)}.{quote(CHECKPOINT_TABLE)}"
 COLUMNS: Mapping[str, str] = {

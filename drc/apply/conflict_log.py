@@ -1,6 +1,6 @@
 """The conflict log: one row in ``drc.conflicts`` per conflict an apply channel detected.
 
-Pure: SQL text and bound values (drc.apply.sql.Statement) out, rows read through any object
+Pure: SQL text and bound values (drc.mysql.sql.Statement) out, rows read through any object
 with ``query(statement, what)`` (drc.apply.sink.TargetSession has it). The channel runs
 :func:`insert` inside the target transaction that applies the resolution, so a conflict is
 logged exactly when its resolution commits (a rolled-back group logs nothing).
@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from drc.apply.errors import ApplyError, MissingTableError
-from drc.apply.sql import Statement, adapt, ident, quote
 from drc.core.errors import UnsupportedValueError
 from drc.core.jsonwire import JsonWireError, value_from_json, value_to_json
 from drc.core.markers import CHECKPOINT_SCHEMA
+from drc.mysql.sql import Statement, adapt, ident, quote
 
 SCHEMA = CHECKPOINT_SCHEMA  # the same `drc` database as the checkpoint table
 TABLE = "conflicts"

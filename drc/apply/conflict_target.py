@@ -20,7 +20,7 @@ from typing import Any
 from drc.apply import conflict_log, tombstones
 from drc.apply.conflicts import ConflictEngine, Observed, Policies, Probe
 from drc.apply.errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
-from drc.apply.sql import Statement
+from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)
 

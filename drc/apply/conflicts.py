@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.apply import sql, tombstones
+from drc.apply import tombstones
 from drc.apply.conflict_log import ConflictEntry
 from drc.apply.conflict_rules import (
     ConflictContext,
@@ -70,6 +70,7 @@ from drc.apply.errors import ApplyError
 from drc.apply.plan import TargetTable, key_of
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
+from drc.mysql import sql
 
 __all__ = [  # the rules are re-exported: callers need one import for conflict handling
     "ConflictContext", "ConflictEngine", "Observed", "Policies", "Prepared", "Probe", "Ranks",
@@ -113,7 +114,7 @@ class Probe:
 
 def _row(table: TargetTable) -> str:
     """The SELECT list of a probed row: ``t.*``, or with FLOAT columns each column by name,
-    FLOATs read as doubles (drc.apply.sql.read_columns: the row's key and values are
+    FLOATs read as doubles (drc.mysql.sql.read_columns: the row's key and values are
     matched and written again)."""
     if not table.float_columns:
         return f"{sql.table_name(table.schema, table.table)}.*"
@@ -712,7 +713,7 @@ def _adapted(row: Row | None) -> dict[str, Any] | None:
 
 
 def _matched_key(table: TargetTable, row: Row) -> tuple[Any, ...] | None:
-    """The key of ``row`` as a lookup binds it (drc.apply.sql.row_values)."""
+    """The key of ``row`` as a lookup binds it (drc.mysql.sql.row_values)."""
     try:
         return sql.row_values(table.primary_key, key_of(table, row), table.float_columns)
     except KeyError:

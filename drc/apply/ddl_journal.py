@@ -48,11 +48,11 @@ import json
 import re
 from dataclasses import dataclass
 
-from drc.apply.sql import Statement, ident
 from drc.core import schema_objects
 from drc.core.ddl import ddl_tables, parse_table_name
 from drc.core.events import SchemaChange
 from drc.core.markers import CHECKPOINT_SCHEMA
+from drc.mysql.sql import Statement, ident
 
 TABLE = "ddl_journal"
 RETENTION_DAYS = 30

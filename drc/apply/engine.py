@@ -18,7 +18,7 @@ decoded with the schema at their SCN and already through the filter chain (targe
 name; a lookup asked to ``refresh`` reads the definition again (a column that seems missing
 may have been added since). ``observed``: one :class:`drc.apply.conflicts.Observed` per probe,
 in order; whether the target's row equals an incoming image is decided by the server
-(``<=>`` per column, FLOAT columns bound in single precision: drc.apply.sql.row_values), so
+(``<=>`` per column, FLOAT columns bound in single precision: drc.mysql.sql.row_values), so
 no value is compared across two type systems.
 
 Decisions, each documented where it is made:
@@ -56,9 +56,9 @@ from drc.apply.conflict_log import ConflictEntry
 from drc.apply.conflicts import ConflictEngine, Observed, Prepared, Probe, TombstoneWrite
 from drc.apply.errors import MissingColumnError, MissingTableError
 from drc.apply.plan import NoPrimaryKey, Planner, TargetTable, Write
-from drc.apply.sql import Statement
 from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
+from drc.mysql.sql import Statement
 
 Converging = Callable[[SCN, str, str], bool]
 

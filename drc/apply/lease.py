@@ -47,9 +47,9 @@ from typing import Any, Protocol
 
 import pymysql
 
-from drc.apply.sql import Statement, ident
 from drc.core.errors import FatalError, RetriableError
 from drc.core.markers import CHECKPOINT_SCHEMA
+from drc.mysql.sql import Statement, ident
 
 log = logging.getLogger(__name__)
 

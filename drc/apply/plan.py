@@ -44,9 +44,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from drc.apply import sql
 from drc.apply.errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
 from drc.core.events import Op, RowChange
+from drc.mysql import sql
 
 NoPrimaryKey = Literal["refuse", "match_whole_row"]
 MAX_ROWS_PER_STATEMENT = 1000
@@ -65,7 +65,7 @@ class TargetTable:
     table: str
     columns: tuple[str, ...]
     primary_key: tuple[str, ...]
-    float_columns: frozenset[str] = frozenset()  # lower-case names (drc.apply.sql.row_values)
+    float_columns: frozenset[str] = frozenset()  # lower-case names (drc.mysql.sql.row_values)
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Columns of ``names`` the table lacks (MySQL column names are case-insensitive)."""

@@ -46,7 +46,7 @@ earlier write.
 
 Values are rendered client-side by :meth:`TargetSession.text` with pymysql's escaping, which
 follows the server's NO_BACKSLASH_ESCAPES status flag (the session pins a sql_mode without it
-anyway); the only value DRC writes into SQL text by itself is drc.apply.sql.text_literal's.
+anyway); the only value DRC writes into SQL text by itself is drc.mysql.sql.text_literal's.
 
 Driver errors are translated here, once (:func:`translate`): lock conflicts, an unreachable or
 read-only target become the retriable errors of drc.apply.errors, a duplicate key becomes
@@ -71,7 +71,7 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT, COMMAND
 
-from drc.apply import checkpoint, plan, sql
+from drc.apply import checkpoint, plan
 from drc.apply.conflicts import Observed, Probe, ProbePlan
 from drc.apply.errors import (
     ApplyError,
@@ -85,6 +85,7 @@ from drc.apply.plan import DuplicateKey, Effects, TargetTable
 from drc.apply.retry import Kind, classify
 from drc.core.errors import DrcError
 from drc.core.events import SchemaChange
+from drc.mysql import sql
 from drc.tls import MysqlTls, tls_failure
 
 log = logging.getLogger(__name__)
@@ -537,7 +538,7 @@ class TargetSession:
         self, schema: str, table: str, key: Mapping[str, Any]
     ) -> Mapping[str, Any] | None:
         """The target's row for ``key`` as the open transaction sees it (conflict checks),
-        looked up and read as the conflict probes do (drc.apply.sql.row_values)."""
+        looked up and read as the conflict probes do (drc.mysql.sql.row_values)."""
         described = self.table(schema, table)
         floats = described.float_columns
         where = sql.by_keys(list(key), [list(key.values())], floats)

@@ -30,8 +30,8 @@ from typing import Any, Protocol
 from drc.apply.checkpoint import CheckpointRow
 from drc.apply.conflicts import Observed, Probe
 from drc.apply.plan import Effects, TargetTable, Write
-from drc.apply.sql import Statement
 from drc.core.events import SchemaChange
+from drc.mysql.sql import Statement
 
 
 class DdlRunner(Protocol):

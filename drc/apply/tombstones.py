@@ -43,9 +43,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.apply.sql import Statement, by_keys, ident, quote, table_name, text_literal
-from drc.apply.sql import upsert as upsert_rows
 from drc.core.markers import TOMBSTONE_PREFIX, is_tombstone_table
+from drc.mysql.sql import Statement, by_keys, ident, quote, table_name, text_literal
+from drc.mysql.sql import upsert as upsert_rows
 
 __all__ = ["is_tombstone_table"]
 

@@ -30,10 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 from drc.apply.sink import TargetSession
-from drc.apply.sql import Statement
 from drc.core import schema_objects
 from drc.core.errors import DrcError
 from drc.core.events import SchemaChange
+from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from drc.apply.sql import Statement, ident
 from drc.config import ChannelConfig
 from drc.core.events import Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
 from drc.core.windows import Window, Windows
+from drc.mysql.sql import Statement, ident
 
 TABLE = f"{ident(CHECKPOINT_SCHEMA)}.{ident('snapshot_tables')}"
 

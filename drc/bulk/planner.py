@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.apply import sql
 from drc.core.chunks import (
     INTEGER_TYPES,
     Chunk,
@@ -41,6 +40,7 @@ from drc.core.chunks import (
 )
 from drc.core.errors import FatalError
 from drc.core.tablefilter import TableFilter
+from drc.mysql import sql
 
 CHUNK_ROWS = 10_000
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys", "drc")

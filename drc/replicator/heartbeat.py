@@ -30,9 +30,9 @@ from typing import Any
 
 import pymysql
 
-from drc.apply.sql import quote
 from drc.core.heartbeat import COLUMN_BEAT_MS, COLUMN_DATACENTER
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE
+from drc.mysql.sql import quote
 
 log = logging.getLogger(__name__)
 

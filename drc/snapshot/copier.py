@@ -24,10 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from drc.apply.sink import TargetSession, TargetSettings
-from drc.apply.sql import Statement
 from drc.bulk.planner import chunk_where
 from drc.core.chunks import Chunk
 from drc.core.scn import SCN
+from drc.mysql.sql import Statement
 from drc.snapshot import journal, origin, rows
 from drc.snapshot.origin import Stream
 from drc.snapshot.rows import Column

@@ -31,11 +31,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from drc.apply.sql import Statement, ident
 from drc.core.chunks import Chunk
 from drc.core.codec import decode_value, encode_value
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
+from drc.mysql.sql import Statement, ident
 
 _RUN = f"{ident(CHECKPOINT_SCHEMA)}.{ident('snapshot_run')}"
 _CHUNK = f"{ident(CHECKPOINT_SCHEMA)}.{ident('snapshot_chunk')}"

@@ -22,9 +22,9 @@ import pymysql
 import pymysql.cursors
 
 from drc.apply.sink import TargetSettings
-from drc.apply.sql import SESSION_SQL_MODE, SESSION_TIME_ZONE, Statement, table_name
 from drc.core.errors import FatalError, RetriableError
 from drc.core.scn import SCN, split_binlog_name
+from drc.mysql.sql import SESSION_SQL_MODE, SESSION_TIME_ZONE, Statement, table_name
 from drc.snapshot import rows
 from drc.snapshot.rows import Column
 

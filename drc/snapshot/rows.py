@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from drc.apply.sql import ident, quote, table_name
+from drc.mysql.sql import ident, quote, table_name
 
 BINARY_TYPES = frozenset({
     "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",

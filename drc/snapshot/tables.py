@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drc.apply.sink import TargetSession
-from drc.apply.sql import Statement, quote, table_name
+from drc.mysql.sql import Statement, quote, table_name
 from drc.snapshot import origin
 
 

@@ -30,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.apply import sql
 from drc.bulk.planner import chunk_where, walk_boundaries
 from drc.core.chunks import Chunk, Stride, from_boundaries, merged, split_even, take_adjacent
 from drc.core.rowsum import (
@@ -41,6 +40,7 @@ from drc.core.rowsum import (
     row_hash,
     row_sums,
 )
+from drc.mysql import sql
 from drc.verify.sides import Endpoint, connect, query
 
 STRIDE_TARGET_S = 0.25  # a checksum query covers as many adjacent chunks as take about this
@@ -67,7 +67,7 @@ class TableSpec:
 
     @property
     def floats(self) -> frozenset[str]:
-        """The FLOAT columns: matched and read as drc.apply.sql.row_values and read_column."""
+        """The FLOAT columns: matched and read as drc.mysql.sql.row_values and read_column."""
         return sql.float_columns(self.columns, self.types)
 
     def quoted_key(self) -> list[str]:

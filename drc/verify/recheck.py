@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.apply import sql
 from drc.client import Subscriber
 from drc.core.rowsum import DIFFERENT, EXTRA, MISSING, Difference
 from drc.core.scn import SCN
 from drc.core.settle import BinlogPoint, Images, judge, reached, within
+from drc.mysql import sql
 from drc.verify.compare import TableSpec
 from drc.verify.sides import binlog_end, query
 

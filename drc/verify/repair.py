@@ -29,12 +29,13 @@ from typing import Any
 
 import pymysql
 
-from drc.apply import sql, tombstones
+from drc.apply import tombstones
 from drc.apply.conflict_rules import Ranks, Version
 from drc.config import ConflictsConfig
 from drc.core.rowsum import EXTRA, MISSING
 from drc.core.settle import Images
 from drc.core.tablefilter import TableFilter
+from drc.mysql import sql
 from drc.verify.compare import TableSpec
 from drc.verify.sides import json_row, query
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pymysql
 
-from drc.apply import sql
 from drc.core.errors import FatalError
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
 from drc.core.scn import SCN
 from drc.core.settle import BinlogPoint, binlog_point
+from drc.mysql import sql
 from drc.tls import MysqlTls
 
 

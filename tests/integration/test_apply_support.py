@@ -21,9 +21,9 @@ from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.server import ApiServer
 from drc.apply import ApplyChannel, TargetSettings
-from drc.apply.sql import quote
 from drc.config import ChannelConfig
 from drc.core.tablefilter import TableFilter
+from drc.mysql.sql import quote
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.capture import Capture, capturing, master_position

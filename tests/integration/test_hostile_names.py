@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 from drc.apply import build_channel, checkpoint, conflict_log, tombstones
-from drc.apply.sql import quote
 from drc.cli.main import cli
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.mysql.sql import quote
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.test_apply_support import (
     Running,

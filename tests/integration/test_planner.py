@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from drc.apply import sql
 from drc.bulk.planner import chunk_where, list_tables, plan_table
 from drc.core.tablefilter import TableFilter
+from drc.mysql import sql
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect, fresh_database
 

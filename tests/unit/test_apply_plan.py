@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from drc.apply import plan, sql
+from drc.apply import plan
 from drc.apply.errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
 from drc.apply.plan import Delete, DuplicateKey, Insert, Planner, TargetTable, Update, Upsert
 from drc.core.events import Op, RowChange
+from drc.mysql import sql
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))
 U = TargetTable("db", "u", ("id", "v"), ("id",))

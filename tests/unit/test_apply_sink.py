@@ -10,7 +10,7 @@ import pymysql
 import pytest
 from pymysql.constants import SERVER_STATUS
 
-from drc.apply import checkpoint, plan, sink, sql
+from drc.apply import checkpoint, plan, sink
 from drc.apply.errors import (
     ApplyError,
     LockConflictError,
@@ -21,6 +21,7 @@ from drc.apply.plan import DuplicateKey, TargetTable
 from drc.apply.sink import TargetSession, TargetSettings, translate
 from drc.core.events import Op, RowChange
 from drc.core.scn import SCN
+from drc.mysql import sql
 from tests.unit.test_apply_fakes import FakeTarget
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))

@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from drc.apply import sql
 from drc.core.values import Bit, ZeroDate
+from drc.mysql import sql
 
 
 def test_identifiers_are_backtick_quoted_with_backticks_doubled() -> None:

@@ -1,4 +1,4 @@
-"""One rule for matching a stored row (drc.apply.sql.row_values), used by every lookup.
+"""One rule for matching a stored row (drc.mysql.sql.row_values), used by every lookup.
 
 A FLOAT column holds a single; the captured value is the shortest decimal naming it (0.1 for
 0.1f), whose double is another number, so every lookup binds a FLOAT value as the double of its
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from drc.apply import sql, tombstones
+from drc.apply import tombstones
 from drc.apply.conflicts import (
     ConflictEngine,
     Policies,
@@ -30,6 +30,7 @@ from drc.apply.plan import Delete, Planner, TargetTable, Update
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.values import shortest_single, single_precision
+from drc.mysql import sql
 from drc.verify import recheck, repair
 from drc.verify.compare import TableSpec
 
