@@ -74,7 +74,7 @@ from drc.apply.errors import CatchupUnfinishedError, CheckpointMismatchError
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
 from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
-from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries
+from drc.apply.retry import RetryPolicy, Stopped, call_with_retries
 from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.stats import ApplyStats
 from drc.apply.target import Target
@@ -85,6 +85,7 @@ from drc.core.errors import DrcError, FatalError
 from drc.core.events import Transaction
 from drc.core.heartbeat import source_time_ms
 from drc.core.scn import SCN
+from drc.mysql.errors import Kind
 from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ from typing import Any
 
 from drc.apply import conflict_log, tombstones
 from drc.apply.conflicts import ConflictEngine, Observed, Policies, Probe
-from drc.apply.errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
+from drc.apply.errors import NoPrimaryKeyError, TargetSchemaError
+from drc.mysql.errors import ApplyError
 from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)

@@ -47,14 +47,11 @@ from typing import Any, Literal
 from drc.apply.errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
 from drc.core.events import Op, RowChange
 from drc.mysql import sql
+from drc.mysql.errors import DuplicateKey
 
 NoPrimaryKey = Literal["refuse", "match_whole_row"]
 MAX_ROWS_PER_STATEMENT = 1000
 MAX_BYTES_PER_STATEMENT = 4 << 20  # well under max_allowed_packet (16 MB by default)
-
-
-class DuplicateKey(Exception):
-    """The statement hit a duplicate key (1062); raised by the executor given to :func:`run`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,52 +9,24 @@
     read-only 1290, 1836                        likewise: a demoted or frozen target waits
     anything else                               fatal: the channel stops (checkpoint unmoved)
 
-The sleep and stop check are injected, so tests drive the loop with a fake clock. Stopped
-(the channel was asked to stop while waiting to retry; nothing was committed) is
-drc.core.retry's.
+Which code is which kind is drc.mysql.errors' (``classify``). The sleep and stop check are
+injected, so tests drive the loop with a fake clock. Stopped (the channel was asked to stop
+while waiting to retry; nothing was committed) is drc.core.retry's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import TypeVar
 
-from drc.apply.errors import (
-    LockConflictError,
-    RetriesExhaustedError,
-    TargetReadOnlyError,
-    TargetUnavailableError,
-)
+from drc.apply.errors import RetriesExhaustedError
 from drc.core.retry import Backoff, GaveUp, Policy, Retrying, Stopped, retry
+from drc.mysql.errors import Kind, LockConflictError, TargetReadOnlyError, TargetUnavailableError
 
-__all__ = ["Kind", "RetryPolicy", "Stopped", "call_with_retries", "classify"]
+__all__ = ["RetryPolicy", "Stopped", "call_with_retries"]
 
 T = TypeVar("T")
-
-
-class Kind(Enum):
-    LOCK_CONFLICT = "lock conflict"
-    UNAVAILABLE = "unavailable"
-    READ_ONLY = "read-only"
-    FATAL = "fatal"
-
-
-LOCK_CONFLICT_CODES = frozenset({1213, 1205})
-UNAVAILABLE_CODES = frozenset({0, 1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055})
-READ_ONLY_CODES = frozenset({1290, 1836})
-
-
-def classify(code: int | None) -> Kind:
-    """What a server or client error code means for the channel (0: a closed connection)."""
-    if code in LOCK_CONFLICT_CODES:
-        return Kind.LOCK_CONFLICT
-    if code in READ_ONLY_CODES:
-        return Kind.READ_ONLY
-    if code in UNAVAILABLE_CODES:
-        return Kind.UNAVAILABLE
-    return Kind.FATAL
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,10 +48,10 @@ Values are rendered client-side by :meth:`TargetSession.text` with pymysql's esc
 follows the server's NO_BACKSLASH_ESCAPES status flag (the session pins a sql_mode without it
 anyway); the only value DRC writes into SQL text by itself is drc.mysql.sql.text_literal's.
 
-Driver errors are translated here, once (:func:`translate`): lock conflicts, an unreachable or
-read-only target become the retriable errors of drc.apply.errors, a duplicate key becomes
-plan.DuplicateKey (the idempotent writes handle it), anything else a fatal ApplyError naming the
-table. A connection that failed is dropped and reopened on next use.
+Driver errors are translated here, once (drc.mysql.errors.translate): lock conflicts, an
+unreachable or read-only target become retriable errors, a duplicate key becomes DuplicateKey
+(the idempotent writes handle it), anything else a fatal ApplyError naming the table.
+A connection that failed is dropped and reopened on next use.
 
 DDL runs on a fresh connection of its own (same session settings), so each statement starts
 with exactly the default database the source used (``USE`` it, or none).
@@ -73,19 +73,18 @@ from pymysql.constants import CLIENT, COMMAND
 
 from drc.apply import checkpoint, plan
 from drc.apply.conflicts import Observed, Probe, ProbePlan
-from drc.apply.errors import (
-    ApplyError,
-    LockConflictError,
-    MissingTableError,
-    TargetReadOnlyError,
-    TargetTlsError,
-    TargetUnavailableError,
-)
-from drc.apply.plan import DuplicateKey, Effects, TargetTable
-from drc.apply.retry import Kind, classify
+from drc.apply.errors import MissingTableError
+from drc.apply.plan import Effects, TargetTable
 from drc.core.errors import DrcError
 from drc.core.events import SchemaChange
 from drc.mysql import sql
+from drc.mysql.errors import (
+    ApplyError,
+    DuplicateKey,
+    TargetTlsError,
+    TargetUnavailableError,
+    translate,
+)
 from drc.tls import MysqlTls, tls_failure
 
 log = logging.getLogger(__name__)
@@ -111,24 +110,6 @@ class TargetSettings:
 
     def __repr__(self) -> str:  # never print the password
         return f"TargetSettings({self.user}@{self.host}:{self.port})"
-
-
-def translate(exc: BaseException, what: str) -> BaseException:
-    """The DRC error for a driver error met while doing ``what``."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-    text = exc.args[1] if len(exc.args) > 1 else str(exc)
-    if code == 1062:
-        return DuplicateKey(f"{what}: {text}")
-    if isinstance(exc, OSError | EOFError) and not isinstance(exc, pymysql.MySQLError):
-        return TargetUnavailableError(f"target connection failed while {what}: {exc}")
-    kind = classify(code)
-    if kind is Kind.LOCK_CONFLICT:
-        return LockConflictError(f"target aborted {what}: ({code}) {text}", code or 0)
-    if kind is Kind.READ_ONLY:
-        return TargetReadOnlyError(f"target is read-only, refused {what}: ({code}) {text}")
-    if kind is Kind.UNAVAILABLE:
-        return TargetUnavailableError(f"target unavailable while {what}: ({code}) {text}")
-    return ApplyError(f"target rejected {what}: ({code}) {text}", code)
 
 
 _DRIVER_ERRORS = (pymysql.MySQLError, OSError, EOFError)

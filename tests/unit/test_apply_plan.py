@@ -6,9 +6,10 @@ import pytest
 
 from drc.apply import plan
 from drc.apply.errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
-from drc.apply.plan import Delete, DuplicateKey, Insert, Planner, TargetTable, Update, Upsert
+from drc.apply.plan import Delete, Insert, Planner, TargetTable, Update, Upsert
 from drc.core.events import Op, RowChange
 from drc.mysql import sql
+from drc.mysql.errors import DuplicateKey
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))
 U = TargetTable("db", "u", ("id", "v"), ("id",))

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from drc.apply.errors import (
+from drc.apply.errors import RetriesExhaustedError
+from drc.apply.group import IDLE_CHECKPOINT_BYTES, Group, GroupLimits, worth_saving
+from drc.apply.retry import RetryPolicy, Stopped, call_with_retries
+from drc.mysql.errors import (
+    Kind,
     LockConflictError,
-    RetriesExhaustedError,
     TargetReadOnlyError,
     TargetUnavailableError,
+    classify,
 )
-from drc.apply.group import IDLE_CHECKPOINT_BYTES, Group, GroupLimits, worth_saving
-from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries, classify
 from tests.unit.test_apply_fakes import ins, scn, txn
 
 

@@ -11,17 +11,19 @@ import pytest
 from pymysql.constants import SERVER_STATUS
 
 from drc.apply import checkpoint, plan, sink
-from drc.apply.errors import (
-    ApplyError,
-    LockConflictError,
-    TargetReadOnlyError,
-    TargetUnavailableError,
-)
-from drc.apply.plan import DuplicateKey, TargetTable
-from drc.apply.sink import TargetSession, TargetSettings, translate
+from drc.apply.plan import TargetTable
+from drc.apply.sink import TargetSession, TargetSettings
 from drc.core.events import Op, RowChange
 from drc.core.scn import SCN
 from drc.mysql import sql
+from drc.mysql.errors import (
+    ApplyError,
+    DuplicateKey,
+    LockConflictError,
+    TargetReadOnlyError,
+    TargetUnavailableError,
+    translate,
+)
 from tests.unit.test_apply_fakes import FakeTarget
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from drc.apply import conflict_log as log
 from drc.apply.conflict_log import ConflictEntry, StoredConflict
-from drc.apply.errors import ApplyError, MissingTableError
+from drc.apply.errors import MissingTableError
 from drc.core.errors import UnsupportedValueError
 from drc.core.values import Bit, ZeroDate
+from drc.mysql.errors import ApplyError
 from drc.mysql.sql import Statement
 
 UTC = dt.UTC

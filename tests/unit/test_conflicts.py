@@ -39,7 +39,6 @@ from drc.apply.conflicts import (
     stamp_key,
 )
 from drc.apply.engine import Decision
-from drc.apply.errors import ApplyError
 from drc.apply.plan import TargetTable
 from drc.apply.stages import NameMap
 from drc.config import ConflictsConfig, ConflictTableConfig
@@ -47,6 +46,7 @@ from drc.core.errors import ConfigError, FatalError
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.values import ZeroDate
+from drc.mysql.errors import ApplyError
 
 UTC = dt.UTC
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0)  # naive UTC, as DATETIME(6) columns decode
