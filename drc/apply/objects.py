@@ -30,6 +30,7 @@ from typing import Protocol
 from drc.core import schema_objects
 from drc.core.events import SchemaChange
 from drc.core.statements import for_log
+from drc.mysql import sql
 from drc.mysql.errors import ApplyError
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,8 @@ def _with_target_definer(
             "channel %s: definer %r@%r of %s %s.%s is not an account on the target; "
             "using %s", channel, user, host, found.kind, found.schema, found.name, definer,
         )  # fmt: skip
-        return schema_objects.with_definer(statement, found, definer)
+        quoted = sql.account(*schema_objects.split_account(definer))
+        return schema_objects.with_definer(statement, found, quoted)
     raise ApplyError(
         f"channel {channel}: the definer {user!r}@{host!r} of {found.kind} "
         f"{found.schema}.{found.name} is not an account on the target ({for_log(statement)}): "

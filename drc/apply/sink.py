@@ -46,7 +46,7 @@ earlier write.
 
 Values are rendered client-side by :meth:`TargetSession.text` with pymysql's escaping, which
 follows the server's NO_BACKSLASH_ESCAPES status flag (the session pins a sql_mode without it
-anyway); the only value DRC writes into SQL text by itself is drc.mysql.sql.text_literal's.
+anyway); drc.mysql.sql.literal is the one function that writes a value into SQL text.
 
 Driver errors are translated here, once (drc.mysql.errors.translate): lock conflicts, an
 unreachable or read-only target become retriable errors, a duplicate key becomes DuplicateKey
@@ -59,13 +59,11 @@ with exactly the default database the source used (``USE`` it, or none).
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
 from typing import Any
 
 import pymysql
@@ -228,7 +226,7 @@ class TargetSession:
         """The statement with its values as literals, rendered exactly as pymysql would (with
         fast paths for types whose literal has no quote or backslash to escape)."""
         escape = self._conn.escape
-        return statement.sql % tuple(_literal(v, escape) for v in statement.params)
+        return statement.sql % tuple(sql.literal(v, escape) for v in statement.params)
 
     def batch(self) -> WriteBatch:
         self.open()  # a read sent ahead (send_read) rides with the batch's first chunk
@@ -653,22 +651,6 @@ class DdlSession:
             if change.schema:
                 _use(cur, change.schema)
             cur.execute(change.statement)  # no parameters: the text runs as written
-
-
-def _literal(value: Any, escape: Callable[[Any], str]) -> str:
-    """pymysql's literal of ``value``. Strings and bytes always go to ``escape``
-    (Connection.escape, which follows the server's NO_BACKSLASH_ESCAPES flag); the fast paths
-    are for values whose text has no quote or backslash in it."""
-    kind = type(value)
-    if kind is int:
-        return str(value)
-    if value is None:
-        return "NULL"
-    if kind is Decimal:
-        return format(value, "f") if value.is_finite() else escape(value)
-    if kind is dt.datetime and value.tzinfo is None:
-        return "'" + value.isoformat(" ") + "'"  # digits, '-', ':', '.', ' ' only
-    return escape(value)
 
 
 class WriteBatch:

@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from drc.core.markers import TOMBSTONE_PREFIX, is_tombstone_table
-from drc.mysql.sql import Statement, by_keys, ident, quote, table_name, text_literal
+from drc.mysql.sql import Statement, by_keys, ident, quote, table_name
+from drc.mysql.sql import literal as text_literal
 from drc.mysql.sql import upsert as upsert_rows
 
 __all__ = ["is_tombstone_table"]

@@ -151,23 +151,19 @@ def disable_event_on_replica(statement: str) -> str:
     return statement[:position] + "DISABLE ON SLAVE " + statement[position:]
 
 
-def with_definer(statement: str, found: SchemaObject, account: str) -> str:
-    """The statement with its DEFINER clause naming ``account`` ("user@host") instead."""
+def with_definer(statement: str, found: SchemaObject, definer: str) -> str:
+    """The statement with its DEFINER clause naming ``definer`` instead: an account as SQL
+    text (drc.mysql.sql.account quotes one)."""
     if found.definer_span is None:
         return statement
     start, end = found.definer_span
-    return statement[:start] + "DEFINER=" + quote_account(account) + statement[end:]
+    return statement[:start] + "DEFINER=" + definer + statement[end:]
 
 
 def split_account(account: str) -> tuple[str, str]:
     """``"user@host"`` -> (user, host); the host defaults to ``%``."""
     user, _, host = account.rpartition("@") if "@" in account else (account, "", "%")
     return user.strip("`'\""), (host or "%").strip("`'\"")
-
-
-def quote_account(account: str) -> str:
-    user, host = split_account(account)
-    return "`" + user.replace("`", "``") + "`@`" + host.replace("`", "``") + "`"
 
 
 def kept_by(found: SchemaObject, tables: TableFilter) -> bool:

@@ -1,14 +1,18 @@
-"""SQL text for the target, and the values bound to it. Pure: strings and tuples out, no I/O.
+"""SQL text for a server, and the values bound to it. Pure: strings and tuples out, no I/O.
 
 Rules every statement here keeps:
 
 - Identifiers are quoted with backticks, a backtick inside a name doubled (```a``b```). The
   session's sql_mode is pinned without ANSI_QUOTES (:data:`SESSION_SQL_MODE`), so backticks are
-  always identifier quotes.
-- Values are never inlined: every value is a ``%s`` placeholder and travels in ``params``.
-  The text is therefore a pymysql format string, so a ``%`` inside a name is doubled too.
-  Where no placeholder can go (a trigger body is stored as text), a value is written by
-  :func:`text_literal`, the one function that puts a value into SQL text.
+  always identifier quotes. An account (``user@host``) is two of them (:func:`account`).
+- Values are bound: every value is a ``%s`` placeholder and travels in ``params``. The text is
+  therefore a pymysql format string, so a ``%`` inside a name is doubled too.
+- :func:`literal` is the one function that writes a value into SQL text. It runs where a
+  placeholder cannot go: the sink's pipelined statements are sent as text (drc.mysql.session
+  renders their params with the session's escaping), and a trigger body is stored as text
+  (written without a session: text as hex digits, which read the same under any sql_mode).
+  The rows a snapshot copies are rendered by the origin server itself (drc.snapshot.rows), never
+  by Python.
 - Values are adapted (:func:`adapt`, which is drc.core.values.bound) from DRC's value types
   to what pymysql binds exactly (an aware datetime becomes naive UTC: the session's time_zone
   is UTC).
@@ -41,8 +45,10 @@ conflict probes' local row).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -67,15 +73,36 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def text_literal(text: str) -> str:
-    """``text`` as a string expression inside SQL text: ``_utf8mb4 X'6869'``.
+def account(user: str, host: str) -> str:
+    """An account as SQL names it where no placeholder can go (``DEFINER=``): ```u`@`h```."""
+    return quote(user) + "@" + quote(host)
 
-    Only hex digits stand between the quotes, so no quote, backslash or ``;`` in ``text`` can end
-    the literal early, whatever the sql_mode (NO_BACKSLASH_ESCAPES or not) of the session that
-    runs it or of a trigger that stores it. Allowed wherever an expression is, not where the
-    grammar wants a plain string (``COMMENT '...'``): DRC writes no untrusted text there.
-    """
-    return "_utf8mb4 X'" + text.encode("utf-8").hex() + "'"
+
+def literal(value: Any, escape: Callable[[Any], str] | None = None) -> str:
+    """``value`` as a literal in SQL text: the one function that writes a value there.
+
+    ``escape``: the session's (pymysql's Connection.escape, which quotes and escapes as the
+    server's NO_BACKSLASH_ESCAPES flag says, bytes as ``_binary'...'``), so the text is what
+    pymysql itself would send; ints, NULL, finite decimals and naive datetimes take fast paths
+    whose text has no quote or backslash to escape. Without a session (text stored for later,
+    e.g. a trigger body), a string is ``_utf8mb4 X'6869'``: only hex digits stand between the
+    quotes, so no quote, backslash or ``;`` in it can end the literal early, whatever the
+    sql_mode of the session that runs it. Allowed wherever an expression is, not where the
+    grammar wants a plain string (``COMMENT '...'``): DRC writes no untrusted text there."""
+    kind = type(value)
+    if kind is int:
+        return str(value)
+    if value is None:
+        return "NULL"
+    if kind is Decimal and value.is_finite():
+        return format(value, "f")
+    if kind is dt.datetime and value.tzinfo is None:
+        return "'" + value.isoformat(" ") + "'"  # digits, '-', ':', '.', ' ' only
+    if escape is not None:
+        return escape(value)
+    if kind is str:
+        return "_utf8mb4 X'" + value.encode("utf-8").hex() + "'"
+    raise TypeError(f"no literal for a {kind.__name__} without a session to escape it")
 
 
 # Statement texts depend only on names and counts, and a channel writes the same few shapes

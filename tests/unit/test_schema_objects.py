@@ -87,7 +87,7 @@ def test_trigger_with_follows_and_single_statement_body() -> None:
 def test_definer_is_rewritten_in_place() -> None:
     found = so.parse(TRIGGER, "d1")
     assert found is not None
-    assert so.with_definer(TRIGGER, found, "drc_objects@%").startswith(
+    assert so.with_definer(TRIGGER, found, "`drc_objects`@`%`").startswith(
         "CREATE DEFINER=`drc_objects`@`%` TRIGGER trg AFTER"
     )
 
