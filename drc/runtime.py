@@ -24,7 +24,7 @@ from drc.api.query import ServerLimits
 from drc.api.server import ApiServer, ApiServerError
 from drc.apply.handover import FinishRun
 from drc.apply.service import target_settings
-from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.sink import TargetSession
 from drc.apply.trigger_guard import LocalTriggerGuard
 from drc.catchup.driver import Where, finish_interrupted
 from drc.client.peers import Peer, PeerStatus
@@ -32,6 +32,7 @@ from drc.config import ChannelConfig, DrcConfig
 from drc.core.errors import ConfigError, RetriableError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
+from drc.mysql.driver import TargetSettings
 from drc.replicator.assembler import FragmentLimits
 from drc.replicator.backfill import BinlogBackfill
 from drc.replicator.fencing import FencedMetaStore, GroupBuffer

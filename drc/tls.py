@@ -68,13 +68,18 @@ class MysqlTls:
             return {"ssl_disabled": True}
         if self.mode == "preferred":
             return {}  # pymysql's own default: TLS when offered, unverified, else plaintext
+        return {"ssl": self.context()}  # an SSLContext makes pymysql require TLS
+
+    def context(self) -> ssl.SSLContext:
+        """The SSLContext of a TLS connection in this mode ("preferred": the one used when the
+        server offers TLS, certificate not checked, as pymysql's own)."""
         verify = self.mode in VERIFY_MODES
         context = _context(self.ca if verify else None, self._names(), verify)
         context.check_hostname = self.mode == "verify_identity"
         if not verify:
             context.verify_mode = ssl.CERT_NONE
         _load_client_cert(context, self.cert, self.key, self._names())
-        return {"ssl": context}  # an SSLContext makes pymysql require TLS
+        return context
 
     def _names(self) -> tuple[str, str, str]:
         return (f"{self.section}.tls_ca", f"{self.section}.tls_cert", f"{self.section}.tls_key")

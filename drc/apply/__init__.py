@@ -10,53 +10,12 @@
     group.py       many source transactions -> one target transaction, and its bounds
     engine.py      the decisions: row changes + the target's rows -> writes, conflict log
     plan.py        row changes -> idempotent, grouped writes
-    sql.py         SQL text and bound values (pure)
     checkpoint.py  the drc.checkpoint row
     retry.py       which errors are retried, and how
     target.py      the Target protocol: what apply needs from the database it writes into
-    sink.py        the pymysql adapter (the only module here that talks to the target)
+    sink.py        TargetSession: the target as a drc.mysql session, writes pipelined
     service.py     build_channel(s)(config): the composition root's apply part
     lww_guard.py   lww triggers and tombstones on the datacenter a table is created on
 
 ``python -m drc.apply --config FILE`` runs the channels of a config on their own.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from drc.apply.channel import ApplyChannel
-    from drc.apply.service import build_channel, build_channels, default_subscriber, run_channels
-    from drc.apply.sink import TargetSettings
-    from drc.apply.stats import ApplyStats
-
-# Loaded on first use: a process that needs only drc.mysql.sql (a Spark worker of drc verify)
-# does not pay for the channel's imports (HTTP client, conflict handling).
-_HOMES = {
-    "ApplyChannel": "drc.apply.channel",
-    "ApplyStats": "drc.apply.stats",
-    "TargetSettings": "drc.apply.sink",
-    "build_channel": "drc.apply.service",
-    "build_channels": "drc.apply.service",
-    "default_subscriber": "drc.apply.service",
-    "run_channels": "drc.apply.service",
-}
-
-__all__ = [
-    "ApplyChannel",
-    "ApplyStats",
-    "TargetSettings",
-    "build_channel",
-    "build_channels",
-    "default_subscriber",
-    "run_channels",
-]
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'drc.apply' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)

@@ -26,7 +26,7 @@ from drc.apply.ddl import DdlApplier
 from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
 from drc.apply.handover import CatchupHandover, FinishRun
-from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.sink import TargetSession
 from drc.apply.stages import (
     KeepApplicableDdl,
     KeepTables,
@@ -40,6 +40,7 @@ from drc.client.status import fetch_position, fetch_status
 from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE, TOMBSTONE_PREFIX
 from drc.core.scn import SCN
+from drc.mysql.driver import TargetSettings
 
 log = logging.getLogger(__name__)
 

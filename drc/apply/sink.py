@@ -1,23 +1,10 @@
-"""The target adapter: one apply connection to the local MariaDB, and what runs through it.
+"""The apply sink: a channel's writes into its target, pipelined, and the Target calls on top.
 
-Only this module of drc.apply imports pymysql. Every session is set up the same way::
-
-    connect: charset utf8mb4, autocommit off, CLIENT.FOUND_ROWS (affected rows = matched rows,
-             which the idempotent writes of drc.apply.plan rely on), _binary'' for bytes
-    SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION',
-                time_zone = '+00:00', skip_replication = 1, @drc_apply = 1
-
-``skip_replication = 1`` makes MariaDB flag every event this session writes, DDL included, so
-the local replicator recognises it as DRC-originated even where no checkpoint row rides along.
-``@drc_apply = 1`` tells DRC's tombstone triggers (drc.apply.tombstones) that the channel records
-its deletes itself.
-
-One statement per command, never a multi-statement: the connection is opened without
-CLIENT.MULTI_STATEMENTS, so a ``;`` that got into a statement's text is a syntax error, never
-a second statement. Speed comes from pipelining instead: several COM_QUERY packets are sent
-back to back without reading, then every reply is read in order (the server runs one command
-at a time, in the order received). Round trips (the target executing is the apply's main wait,
-so Python work overlaps it)::
+TargetSession is a drc.mysql.session.Session (the connection, its session settings, statements,
+pipelining, DDL sessions, error translation) plus what apply asks of its target
+(drc.apply.target.Target): table definitions, conflict probes, one transaction of writes with
+its checkpoint row. Round trips (the target executing is the apply's main wait, so Python work
+overlaps it)::
 
     WriteBatch chunk k     SAVEPOINT, w1, w2, ...   sent, replies left unread ("in flight")
     render chunk k+1       while the server executes chunk k
@@ -37,196 +24,51 @@ dropped, never reused), a failed write is undone by the chunk's ROLLBACK TO SAVE
 deadlock or lock wait timeout anywhere in the chunk fails the whole attempt: the server rolled
 back the transaction (deadlock), the statements after it ran in a new one, and the channel's
 retry (:meth:`TargetSession.recover`) rolls that back too. Only small OK and error packets come
-back for writes, so a chunk of megabytes cannot stall on full socket buffers; SELECTs, whose
-answers may be large, are pipelined in at most :data:`SELECT_BYTES_PER_ROUND_TRIP` of text.
+back for writes, so a chunk of megabytes cannot stall on full socket buffers.
 
-Every other use of the connection settles the chunk in flight first (:meth:`_ready`), so
-statements still reach the server in the order they were issued and every read sees every
-earlier write.
-
-Values are rendered client-side by :meth:`TargetSession.text` with pymysql's escaping, which
-follows the server's NO_BACKSLASH_ESCAPES status flag (the session pins a sql_mode without it
-anyway); drc.mysql.sql.literal is the one function that writes a value into SQL text.
-
-Driver errors are translated here, once (drc.mysql.errors.translate): lock conflicts, an
-unreachable or read-only target become retriable errors, a duplicate key becomes DuplicateKey
-(the idempotent writes handle it), anything else a fatal ApplyError naming the table.
-A connection that failed is dropped and reopened on next use.
-
-DDL runs on a fresh connection of its own (same session settings), so each statement starts
-with exactly the default database the source used (``USE`` it, or none).
+Every other use of the connection settles the chunks in flight first (Session.ready calls
+:meth:`TargetSession.settle`), so statements still reach the server in the order they were
+issued and every read sees every earlier write. A duplicate key becomes DuplicateKey, which the
+idempotent writes of drc.apply.plan handle; a missing table MissingTableError.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
-
-import pymysql
-from pymysql.constants import CLIENT, COMMAND
 
 from drc.apply import checkpoint, plan
 from drc.apply.conflicts import Observed, Probe, ProbePlan
 from drc.apply.errors import MissingTableError
 from drc.apply.plan import Effects, TargetTable
-from drc.core.errors import DrcError
-from drc.core.events import SchemaChange
 from drc.mysql import sql
-from drc.mysql.errors import (
-    ApplyError,
-    DuplicateKey,
-    TargetTlsError,
-    TargetUnavailableError,
-    translate,
-)
-from drc.tls import MysqlTls, tls_failure
+from drc.mysql.driver import TargetSettings, open_link
+from drc.mysql.errors import ApplyError, DuplicateKey, translate
+from drc.mysql.session import Session, failed
 
 log = logging.getLogger(__name__)
 
-DDL_LOCK_WAIT_S = 60  # a DDL waiting on a metadata lock fails (1205) and is retried, not hung
-SELECTS_PER_ROUND_TRIP = 200
 # Chunks of writes sent and not read yet: two keep the server busy while the apply reads one.
 CHUNKS_IN_FLIGHT = 2
 _SAVEPOINTS = ("drc_batch", "drc_batch_b")  # chunks in flight at once never share a name
-# Pipelined SELECT text per round trip (characters): the server may block writing a large answer
-# before it reads the next command, so every command must fit in the socket buffers meanwhile.
-SELECT_BYTES_PER_ROUND_TRIP = 64 << 10
 
 
-@dataclass(frozen=True)
-class TargetSettings:
-    host: str
-    port: int
-    user: str
-    password: str = field(repr=False)
-    connect_timeout_s: float = 10.0
-    tls: MysqlTls = MysqlTls(section="target")
+class TargetSession(Session):
+    """A channel's connection to its target (opened lazily, reopened after a failure)."""
 
-    def __repr__(self) -> str:  # never print the password
-        return f"TargetSettings({self.user}@{self.host}:{self.port})"
-
-
-_DRIVER_ERRORS = (pymysql.MySQLError, OSError, EOFError)
-
-
-def _tls_refused(settings: TargetSettings, exc: BaseException) -> TargetTlsError | None:
-    refused = tls_failure(exc)
-    if refused is None:
-        return None
-    section = settings.tls.section
-    return TargetTlsError(
-        f"connecting to {settings!r} over TLS ({section}.tls = {settings.tls.mode!r}) was "
-        f"refused: {refused}; check the {section}.tls keys against the server's certificate"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ColumnInfo:
-    data_type: str  # e.g. "datetime"
-    definition: str  # COLUMN_TYPE with character set and collation: "varchar(20) CHARACTER .."
-    datetime_precision: int | None
-
-
-class TargetSession:
-    """The channel's connection to the target (opened lazily, reopened after a failure)."""
-
-    def __init__(
-        self, settings: TargetSettings, connect: Callable[..., Any] = pymysql.connect
-    ) -> None:
-        self.settings = settings
-        self._connect = connect
-        self._conn: Any = None
-        self._cursor: Any = None
+    def __init__(self, settings: TargetSettings, connect: Callable[..., Any] = open_link) -> None:
+        super().__init__(settings, connect)
         self._inflight: deque[_InFlight] = deque()  # sent, replies not read yet; oldest first
-        self._reply_seq: deque[int] = deque()  # the packet number each unread reply starts at
         self._tables: dict[tuple[str, str], TargetTable] = {}
 
-    # ------------------------------------------------------------------ connection
-
-    def open(self) -> None:
-        if self._conn is None:
-            conn = self._new_connection("connecting to the target")
-            self._conn, self._cursor = conn, conn.cursor()
-
-    def _ready(self) -> None:
-        """Open, with nothing in flight: the connection is free for the next statement, and
-        every earlier statement is done and its reply checked."""
-        self.open()
-        if self._inflight:
-            self.settle()
-
     def close(self) -> None:
-        conn, self._conn, self._cursor = self._conn, None, None
         self._inflight.clear()
-        self._reply_seq.clear()
-        if conn is not None:
-            try:
-                conn.close()
-            except _DRIVER_ERRORS:
-                pass  # already gone
+        super().close()
 
-    def _new_connection(self, what: str) -> Any:
-        s = self.settings
-        tls = s.tls.pymysql_options()  # reads the TLS files: a ConfigError, not a retry
-        with _translated(what):
-            try:
-                conn = self._connect(
-                    host=s.host, port=s.port, user=s.user, password=s.password,
-                    charset="utf8mb4", autocommit=False, client_flag=CLIENT.FOUND_ROWS,
-                    binary_prefix=True, connect_timeout=s.connect_timeout_s, **tls,
-                )  # fmt: skip
-            except _DRIVER_ERRORS as exc:
-                refused = _tls_refused(s, exc)
-                if refused is None:
-                    raise
-                raise refused from exc
-            try:
-                with conn.cursor() as cur:
-                    cur.execute(
-                        "SET SESSION sql_mode = %s, time_zone = %s, skip_replication = 1, "
-                        "@drc_apply = 1",
-                        (sql.SESSION_SQL_MODE, sql.SESSION_TIME_ZONE),
-                    )
-            except BaseException:
-                conn.close()
-                raise
-        return conn
-
-    def recover(self, exc: BaseException) -> None:
-        """After a failed attempt: roll back, or drop a connection that may be broken."""
-        busy = bool(self._inflight)  # replies unread: the protocol is mid-exchange
-        if isinstance(exc, TargetUnavailableError) or self._conn is None or busy:
-            self.close()
-            return
-        try:
-            self._conn.rollback()
-        except _DRIVER_ERRORS:
-            self.close()
-
-    # ------------------------------------------------------------------ statements
-
-    def execute(self, statement: sql.Statement, what: str = "a statement") -> int:
-        """Run one statement in the open transaction; returns matched/affected rows."""
-        self._ready()
-        return self._execute_text(self.text(statement), what)
-
-    def execute_sql(self, text: str, what: str) -> int:
-        """Run SQL text that holds its values as literals already (rows a snapshot's origin
-        rendered: drc.snapshot.rows), in the open transaction."""
-        return self._execute_text(text, what)
-
-    def executor(self, what: str) -> Callable[[sql.Statement], int]:
-        return lambda statement: self.execute(statement, what)
-
-    def text(self, statement: sql.Statement) -> str:
-        """The statement with its values as literals, rendered exactly as pymysql would (with
-        fast paths for types whose literal has no quote or backslash to escape)."""
-        escape = self._conn.escape
-        return statement.sql % tuple(sql.literal(v, escape) for v in statement.params)
+    # ------------------------------------------------------------------ writes
 
     def batch(self) -> WriteBatch:
         self.open()  # a read sent ahead (send_read) rides with the batch's first chunk
@@ -259,7 +101,7 @@ class TargetSession:
             self.execute(statement, "recording conflicts and tombstones")
         self.write_checkpoint(row)
         if before_commit is not None:
-            self._ready()  # every reply read and checked: batch.effects is complete
+            self.ready()  # every reply read and checked: batch.effects is complete
             before_commit()
         self.commit()  # reads every reply first, so batch.effects is complete
         return batch.effects
@@ -285,7 +127,7 @@ class TargetSession:
         savepoint = _SAVEPOINTS[1] if newest == _SAVEPOINTS[0] else _SAVEPOINTS[0]
         texts = [f"SAVEPOINT {savepoint}", *(self.text(w.statement()) for w in writes)]
         self._make_room()
-        self._send(texts, f"a write to {writes[0].table.name}")
+        self.send(texts, f"a write to {writes[0].table.name}")
         self._inflight.append(_InFlight(tuple(writes), into, lead=lead, savepoint=savepoint))
 
     def _make_room(self) -> None:
@@ -303,8 +145,8 @@ class TargetSession:
         """Send a read and return without waiting for it: the next chunk of writes and the
         checkpoint write are sent behind it, and ``on_rows`` gets its rows when their replies
         are read, so the read costs no round trip of its own. Nothing may be in flight."""
-        self._ready()
-        self._send([self.text(statement)], "a read sent ahead of the writes")
+        self.ready()
+        self.send([self.text(statement)], "a read sent ahead of the writes")
         self._inflight.append(_InFlight((), Effects(), lead=on_rows))
 
     def _lead_alone(self) -> Callable[[list[Any]], None] | None:
@@ -333,29 +175,29 @@ class TargetSession:
         sent again as it was."""
         inflight = self._inflight.popleft()
         writes, what = inflight.writes, inflight.what
-        replies = self._receive(inflight.count, what)
+        replies = self.receive(inflight.count, what)
         if inflight.lead is not None:
             read, replies = replies[0], replies[1:]
-            if _failed(read):
+            if failed(read):
                 raise translate(read, "a read sent ahead of the writes")
             inflight.lead(list(read.rows or ()))
         errors = _fallback_errors(replies, what, bool(writes))
-        if inflight.checkpoint is not None and _failed(replies[-1]):
+        if inflight.checkpoint is not None and failed(replies[-1]):
             raise errors[-1]  # the checkpoint write: nothing to fall back to
         done = zip(writes, replies[1 : 1 + len(writes)], strict=True)
-        settled = [None if _failed(r) else plan.settled(w, r.affected_rows) for w, r in done]
+        settled = [None if failed(r) else plan.settled(w, r.affected_rows) for w, r in done]
         if any(e is None for e in settled):
             later = list(self._inflight)
             self._inflight.clear()
             for chunk in later:  # undone by the rollback below whatever they did
                 _fallback_errors(
-                    self._receive(chunk.count, chunk.what), chunk.what, bool(chunk.writes)
+                    self.receive(chunk.count, chunk.what), chunk.what, bool(chunk.writes)
                 )
             rollback = f"ROLLBACK TO SAVEPOINT {inflight.savepoint}"
             self.execute(sql.Statement(rollback, ()), "rolling back")
             settled = [plan.run(w, self.executor(f"a write to {w.table.name}")) for w in writes]
             if inflight.checkpoint is not None:
-                self._execute_text(inflight.checkpoint, "writing the checkpoint")
+                self.execute_sql(inflight.checkpoint, "writing the checkpoint")
             for chunk in later:
                 self._resend(chunk)
         for effects in settled:
@@ -367,115 +209,8 @@ class TargetSession:
         texts = [f"SAVEPOINT {chunk.savepoint}", *(self.text(w.statement()) for w in chunk.writes)]
         if chunk.checkpoint is not None:
             texts.append(chunk.checkpoint)
-        self._send(texts, chunk.what)
+        self.send(texts, chunk.what)
         self._inflight.append(chunk)
-
-    def _send(self, texts: Sequence[str], what: str) -> None:
-        """COM_QUERY packets back to back, replies left unread. pymysql has no public split
-        of execute() into send and read, so this uses the two halves Connection.query() itself
-        calls. pymysql expects the reply to the command it sent last, so the packet number each
-        reply starts at (1, or more after a command of 16 MB or more) is kept for
-        :meth:`_receive`. A failed send leaves the protocol mid-exchange: the connection is
-        dropped."""
-        conn = self._conn
-        try:
-            for text in texts:
-                conn._execute_command(COMMAND.COM_QUERY, text)
-                self._reply_seq.append(conn._next_seq_id)
-        except _DRIVER_ERRORS as exc:
-            self.close()
-            raise translate(exc, what) from exc
-        except BaseException:
-            self.close()
-            raise
-
-    def _receive(self, count: int, what: str) -> list[Any]:
-        """The next ``count`` replies, in order: a result (affected_rows, rows, description)
-        or the server's error for that statement, kept in its place while the rest are still
-        read. A broken connection (nothing more can be read), or anything else that stops the
-        reading half-way, drops the connection."""
-        conn, replies = self._conn, []
-        try:
-            for _ in range(count):
-                conn._next_seq_id = self._reply_seq.popleft()
-                try:
-                    replies.append(_read_reply(conn))
-                except pymysql.MySQLError as exc:
-                    if not conn.open:
-                        raise
-                    replies.append(exc)  # the server's error: the connection is fine
-        except _DRIVER_ERRORS as exc:
-            self.close()
-            raise translate(exc, what) from exc
-        except BaseException:
-            self.close()
-            raise
-        return replies
-
-    def query(self, statement: sql.Statement, what: str) -> list[tuple[Any, ...]]:
-        self._ready()
-        with _translated(what):
-            self._cursor.execute(statement.sql, statement.params)
-            return list(self._cursor.fetchall())
-
-    def select_many(
-        self, statements: Sequence[sql.Statement], what: str
-    ) -> list[tuple[list[str], list[tuple[Any, ...]]]]:
-        """Run SELECTs in few round trips (pipelined); each one's column names and rows, in
-        order. A failed one is raised once every reply of its round trip was read."""
-        self._ready()
-        results: list[tuple[list[str], list[tuple[Any, ...]]]] = []
-        for texts in _select_rounds([self.text(s) for s in statements]):
-            self._send(texts, what)
-            for reply in self._receive(len(texts), what):
-                if _failed(reply):
-                    raise translate(reply, what) from reply
-                names = [d[0] for d in reply.description or ()]
-                results.append((names, list(reply.rows or ())))
-        return results
-
-    def columns(self, schema: str, table: str) -> dict[str, ColumnInfo]:
-        """The table's columns in order, as information_schema describes them."""
-        rows = self.query(sql.Statement(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME, "
-            "DATETIME_PRECISION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND "
-            "TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-            (schema, table)), f"reading the columns of {schema}.{table}")  # fmt: skip
-        out = {}
-        for name, data_type, column_type, charset, collation, precision in rows:
-            definition = column_type
-            if charset:
-                definition += f" CHARACTER SET {charset} COLLATE {collation}"
-            out[name] = ColumnInfo(data_type, definition, precision)
-        return out
-
-    def base_tables(self) -> list[tuple[str, str]]:
-        """Every application table on the target (system schemas and drc left out)."""
-        rows = self.query(sql.Statement(
-            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = "
-            "'BASE TABLE' AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', "
-            "'performance_schema', 'sys', 'drc')", ()), "listing the tables")  # fmt: skip
-        return [(r[0], r[1]) for r in rows]
-
-    def run_setup(self, statements: Sequence[str], what: str) -> None:
-        """Schema statements of DRC's own (drc.* tables, triggers), committed."""
-        self._ready()
-        with _translated(what):
-            for statement in statements:
-                self._cursor.execute(statement)
-            self._conn.commit()
-
-    def commit(self) -> None:
-        """Commit, once every reply in flight (the checkpoint write's too) was read and
-        checked: COMMIT is never pipelined behind a statement that might have failed."""
-        self._ready()
-        with _translated("committing"):
-            self._conn.commit()
-
-    def _execute_text(self, text: str, what: str) -> int:
-        self._ready()
-        with _translated(what):
-            return int(self._cursor.execute(text))
 
     # ------------------------------------------------------------------ tables
 
@@ -526,27 +261,21 @@ class TargetSession:
             f"SELECT {listed} FROM {sql.table_name(schema, table)} WHERE {where.sql}",
             where.params,
         )
-        self._ready()
-        with _translated(f"reading a row of {schema}.{table}"):
-            self._cursor.execute(statement.sql, statement.params)
-            row = self._cursor.fetchone()
-            names = [d[0] for d in self._cursor.description]
-        if row is None:
+        names, rows = self.read(statement, f"reading a row of {schema}.{table}")
+        if not rows:
             return None
-        return dict(zip(names, sql.read_values(names, row, floats), strict=True))
+        return dict(zip(names, sql.read_values(names, rows[0], floats), strict=True))
 
-    # ------------------------------------------------------------------ checkpoint and DDL
+    # ------------------------------------------------------------------ checkpoint
 
     def ensure_checkpoint_table(self) -> None:
-        self._ready()
-        with _translated("creating the checkpoint table"):
-            for statement in checkpoint.create_statements():
-                self._cursor.execute(statement)
-            existing = self.table("drc", "checkpoint").columns
-            for statement in checkpoint.add_missing_columns(set(existing)):
-                log.info("upgrading the checkpoint table: %s", statement)
-                self._cursor.execute(statement)
-            self._conn.commit()
+        what = "creating the checkpoint table"
+        self.run_setup(checkpoint.create_statements(), what)
+        existing = self.table("drc", "checkpoint").columns
+        missing = checkpoint.add_missing_columns(set(existing))
+        for statement in missing:
+            log.info("upgrading the checkpoint table: %s", statement)
+        self.run_setup(missing, what)
         self.forget_tables()
 
     def read_checkpoint(self, channel: str) -> checkpoint.CheckpointRow | None:
@@ -560,97 +289,10 @@ class TargetSession:
         self.open()
         text = self.text(checkpoint.upsert(row))
         if not self._inflight or self._inflight[-1].checkpoint is not None:
-            self._ready()
+            self.ready()
             self._inflight.append(_InFlight((), Effects()))
-        self._send([text], "writing the checkpoint")
+        self.send([text], "writing the checkpoint")
         self._inflight[-1] = replace(self._inflight[-1], checkpoint=text)
-
-    @contextmanager
-    def ddl_session(self, what: str) -> Iterator[DdlSession]:
-        """A connection of its own for one replicated DDL (same session settings; each
-        statement starts with exactly the default database the source used)."""
-        conn = self._new_connection(what)
-        try:
-            with _translated(what), conn.cursor() as cur:
-                cur.execute("SET SESSION lock_wait_timeout = %s", (DDL_LOCK_WAIT_S,))
-            yield DdlSession(conn, what)
-        finally:
-            try:
-                conn.close()
-            except _DRIVER_ERRORS:
-                pass
-
-
-# kind -> (existence query, SHOW CREATE statement, column of the definition in its answer)
-_SHOW: dict[str, tuple[str, str, int]] = {
-    "database": ("SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
-                 "SHOW CREATE DATABASE", 1),
-    "table": ("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
-              "AND TABLE_NAME = %s", "SHOW CREATE TABLE", 1),
-    "function": ("SELECT 1 FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s "
-                 "AND ROUTINE_NAME = %s AND ROUTINE_TYPE = 'FUNCTION'", "SHOW CREATE FUNCTION", 2),
-    "procedure": ("SELECT 1 FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s "
-                  "AND ROUTINE_NAME = %s AND ROUTINE_TYPE = 'PROCEDURE'",
-                  "SHOW CREATE PROCEDURE", 2),
-    "trigger": ("SELECT 1 FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s "
-                "AND TRIGGER_NAME = %s", "SHOW CREATE TRIGGER", 2),
-    "event": ("SELECT 1 FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s "
-              "AND EVENT_NAME = %s", "SHOW CREATE EVENT", 3),
-}  # fmt: skip
-
-
-class DdlSession:
-    """One replicated DDL statement's connection: its advisory lock, the definitions of the
-    objects it names (drc.apply.ddl_journal), and the statement itself."""
-
-    def __init__(self, conn: Any, what: str) -> None:
-        self._conn, self._what = conn, what
-
-    def try_lock(self, name: str, wait_s: float) -> bool:
-        """GET_LOCK: held until this connection closes (or its server thread ends)."""
-        with _translated(self._what), self._conn.cursor() as cur:
-            cur.execute("SELECT GET_LOCK(%s, %s)", (name, wait_s))
-            row = cur.fetchone()
-        return bool(row and row[0] == 1)
-
-    def definition(self, kind: str, db: str, name: str | None) -> str | None:
-        """SHOW CREATE text of a table (views included), database, routine, trigger or event,
-        or None when there is no such object."""
-        exists, show, column = _SHOW[kind]
-        with _translated(self._what), self._conn.cursor() as cur:
-            cur.execute(exists, (db,) if name is None else (db, name))
-            if cur.fetchone() is None:
-                return None
-            target = sql.quote(db) if name is None else f"{sql.quote(db)}.{sql.quote(name)}"
-            cur.execute(f"{show} {target}")
-            row = cur.fetchone()
-        return None if row is None or row[column] is None else str(row[column])
-
-    def account_exists(self, user: str, host: str) -> bool:
-        """Whether the target has the account (a definer must exist to be used)."""
-        try:
-            with self._conn.cursor() as cur:
-                cur.execute("SELECT 1 FROM mysql.user WHERE User = %s AND Host = %s", (user, host))
-                return cur.fetchone() is not None
-        except pymysql.MySQLError as exc:
-            if exc.args and exc.args[0] in (1142, 1044):  # no SELECT on mysql.user
-                raise ApplyError(
-                    f"cannot check whether the definer {user!r}@{host!r} of {self._what} exists "
-                    "on the target: grant the apply user SELECT ON mysql.user",
-                    exc.args[0],
-                ) from exc
-            raise translate(exc, self._what) from exc
-
-    def run(self, change: SchemaChange, timestamp: int = 0) -> None:
-        """Run the statement as the source did: its default database, its text as written, and
-        (like native replication) the source's statement time as NOW(), so an event's STARTS
-        or a column's DEFAULT CURRENT_TIMESTAMP gets the source's value."""
-        with _translated(self._what), self._conn.cursor() as cur:
-            if timestamp > 0:
-                cur.execute("SET SESSION timestamp = %s", (timestamp,))
-            if change.schema:
-                _use(cur, change.schema)
-            cur.execute(change.statement)  # no parameters: the text runs as written
 
 
 class WriteBatch:
@@ -706,41 +348,12 @@ class _InFlight:
         return f"a write to {self.writes[0].table.name}" if self.writes else "the checkpoint"
 
 
-@dataclass(frozen=True, slots=True)
-class _Ok:
-    """An OK reply (every write's): all the sink reads of it."""
-
-    affected_rows: int
-    rows: tuple[()] = ()
-
-
-def _read_reply(conn: Any) -> Any:
-    """The next reply: an OK packet, peeked at in the read buffer, is read here with the
-    packet's own readers (pymysql's MySQLResult and OKPacketWrapper around them were a quarter
-    of a grouped apply's Python time); any other reply (a result set, an error) by pymysql."""
-    head = conn._rfile.peek(5)
-    if len(head) < 5 or head[4] != 0 or head[:3] == b"\xff\xff\xff":
-        conn._read_query_result()
-        return conn._result
-    conn._result = None
-    packet = conn._read_packet()
-    packet.advance(1)
-    affected = packet.read_length_encoded_integer()
-    packet.read_length_encoded_integer()  # the insert id, unused
-    conn.server_status = packet.read_uint16()
-    return _Ok(affected)
-
-
-def _failed(reply: Any) -> bool:
-    return isinstance(reply, BaseException)
-
-
 def _fallback_errors(replies: Sequence[Any], what: str, savepoint: bool) -> list[BaseException]:
     """The errors among a chunk's replies, each translated, once none of them rules out the
     fallback: a retriable one (the transaction may be gone) or a failed SAVEPOINT is raised."""
     errors: list[BaseException] = []
     for i, reply in enumerate(replies):
-        if _failed(reply):
+        if failed(reply):
             error = translate(reply, what)
             if not isinstance(error, DuplicateKey | ApplyError) or (i == 0 and savepoint):
                 raise error
@@ -748,39 +361,6 @@ def _fallback_errors(replies: Sequence[Any], what: str, savepoint: bool) -> list
     return errors
 
 
-def _select_rounds(texts: list[str]) -> Iterator[list[str]]:
-    """The texts in runs of at most SELECTS_PER_ROUND_TRIP and SELECT_BYTES_PER_ROUND_TRIP."""
-    run: list[str] = []
-    size = 0
-    for text in texts:
-        full = len(run) >= SELECTS_PER_ROUND_TRIP or size + len(text) > SELECT_BYTES_PER_ROUND_TRIP
-        if run and full:
-            yield run
-            run, size = [], 0
-        run.append(text)
-        size += len(text)
-    if run:
-        yield run
-
-
 def _size(write: plan.Write) -> int:
     rows = len(write.rows) if isinstance(write, plan.Upsert) else 1
     return 64 * rows * len(getattr(write, "columns", ())) + 64
-
-
-def _use(cursor: Any, schema: str) -> None:
-    try:
-        cursor.execute(f"USE {sql.quote(schema)}")
-    except pymysql.MySQLError as exc:
-        if not exc.args or exc.args[0] != 1049:  # unknown database: run without a default one
-            raise
-
-
-@contextmanager
-def _translated(what: str) -> Iterator[None]:
-    try:
-        yield
-    except DrcError:
-        raise
-    except _DRIVER_ERRORS as exc:
-        raise translate(exc, what) from exc

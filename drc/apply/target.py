@@ -1,7 +1,7 @@
 """What apply needs from the database it writes into: the Target protocol.
 
-drc.apply.sink.TargetSession (pymysql) implements it; unit tests drive the channel through it
-with a scripted connection. A channel talks to its target only through these calls::
+drc.apply.sink.TargetSession (a drc.mysql session) implements it; unit tests drive the channel
+through it with a scripted connection. A channel talks to its target only through these calls::
 
     definitions    table(schema, table, refresh) -> TargetTable; forget_tables() after DDL
     one group      probe(probes) -> Observed per probe: rows read and locked (FOR UPDATE)
@@ -17,8 +17,8 @@ with a scripted connection. A channel talks to its target only through these cal
     failures       recover(exc) after a failed attempt (roll back, or drop the connection);
                    close()
 
-Every call raises DRC errors (drc.apply.errors), never a driver's: retriable ones make the
-channel wait and try the whole attempt again.
+Every call raises DRC errors (drc.mysql.errors, drc.apply.errors), never a driver's: retriable
+ones make the channel wait and try the whole attempt again.
 """
 
 from __future__ import annotations

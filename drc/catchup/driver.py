@@ -37,7 +37,7 @@ from drc.apply.errors import MissingTableError
 from drc.apply.plan import TargetTable
 from drc.apply.retry import Stopped
 from drc.apply.service import build_channel, target_settings
-from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.sink import TargetSession
 from drc.catchup import executor, runners
 from drc.catchup.executor import Job, PartitionResult
 from drc.client import PositionTooOldError, SegmentInfo, SegmentList
@@ -48,6 +48,7 @@ from drc.core.events import Transaction
 from drc.core.reduce import DdlStep, Span, plan_steps
 from drc.core.scn import SCN
 from drc.core.windows import Windows
+from drc.mysql.driver import TargetSettings
 
 log = logging.getLogger(__name__)
 

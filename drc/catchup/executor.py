@@ -53,7 +53,7 @@ from drc.apply.engine import ApplyEngine, KnownTables
 from drc.apply.plan import Effects, TargetTable
 from drc.apply.retry import RetryPolicy, call_with_retries
 from drc.apply.service import build_parts
-from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.sink import TargetSession
 from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, SkipDrcOriginated
 from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
@@ -70,6 +70,7 @@ from drc.core.reduce import SCN_, Entry, Nets, Span
 from drc.core.scn import SCN
 from drc.eventbuffer.export import read_segment_file
 from drc.eventbuffer.reader import Record
+from drc.mysql.driver import TargetSettings
 
 BATCH_CHANGES = 2000
 

@@ -23,10 +23,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.sink import TargetSession
 from drc.bulk.planner import chunk_where
 from drc.core.chunks import Chunk
 from drc.core.scn import SCN
+from drc.mysql.driver import TargetSettings
 from drc.mysql.sql import Statement
 from drc.snapshot import journal, origin, rows
 from drc.snapshot.origin import Stream

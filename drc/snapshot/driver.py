@@ -27,7 +27,7 @@ from typing import Any
 
 from drc.apply import checkpoint, lease, windows
 from drc.apply.service import build_parts, target_settings
-from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.sink import TargetSession
 from drc.apply.stages import NameMap
 from drc.bulk.planner import list_tables, plan_table
 from drc.client.status import fetch_status
@@ -35,6 +35,7 @@ from drc.config import ChannelConfig, DrcConfig
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter, TableFilterError
 from drc.core.windows import Window
+from drc.mysql.driver import TargetSettings
 from drc.mysql.sql import Statement, quote
 from drc.snapshot import copier, journal, origin, rows, tables
 from drc.snapshot.journal import Recorded, Run

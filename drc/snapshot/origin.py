@@ -18,12 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
-import pymysql.cursors
-
-from drc.apply.sink import TargetSettings
 from drc.core.errors import FatalError, RetriableError
 from drc.core.scn import SCN, split_binlog_name
+from drc.mysql import driver
+from drc.mysql.driver import TargetSettings
 from drc.mysql.sql import SESSION_SQL_MODE, SESSION_TIME_ZONE, Statement, table_name
 from drc.snapshot import rows
 from drc.snapshot.rows import Column
@@ -53,17 +51,13 @@ class Stream:
 def connect(settings: TargetSettings, what: str = "connecting to the origin") -> Any:
     """An autocommit session on the origin, UTC, its rendering limits raised."""
     try:
-        conn = pymysql.connect(
-            host=settings.host, port=settings.port, user=settings.user,
-            password=settings.password, charset="utf8mb4", autocommit=True,
-            connect_timeout=settings.connect_timeout_s, **settings.tls.pymysql_options(),
-        )  # fmt: skip
+        conn = driver.connect(settings)
         with conn.cursor() as cur:
             cur.execute(
                 "SET SESSION sql_mode = %s, time_zone = %s, group_concat_max_len = %s",
                 (SESSION_SQL_MODE, SESSION_TIME_ZONE, GROUP_CONCAT_MAX),
             )
-    except (pymysql.MySQLError, OSError) as exc:
+    except (driver.DriverError, OSError) as exc:
         raise OriginUnavailableError(
             f"the origin database {settings.host}:{settings.port} failed while {what}: {exc}"
         ) from exc
@@ -75,7 +69,7 @@ def query(conn: Any, statement: Statement, what: str) -> list[tuple[Any, ...]]:
         with conn.cursor() as cur:
             cur.execute(statement.sql, statement.params or None)
             return [tuple(r) for r in cur.fetchall()]
-    except (pymysql.MySQLError, OSError) as exc:
+    except (driver.DriverError, OSError) as exc:
         raise OriginUnavailableError(f"the origin database failed while {what}: {exc}") from exc
 
 
@@ -150,7 +144,7 @@ def _snapshot(conn: Any, what: str) -> Iterator[tuple[Any, str, int]]:
                 yield (cur, *_position(status))
             finally:
                 cur.execute("COMMIT")
-    except (pymysql.MySQLError, OSError) as exc:
+    except (driver.DriverError, OSError) as exc:
         raise OriginUnavailableError(f"the origin database failed while {what}: {exc}") from exc
 
 
@@ -171,7 +165,7 @@ def _streamed(
     """The chunk's tuples read one per row (same transaction), joined into pieces."""
     piece: list[str] = []
     size = 0
-    with conn.cursor(pymysql.cursors.SSCursor) as cur:
+    with driver.streaming_cursor(conn) as cur:
         cur.execute(rows.rows_select(schema, table, cols, where.sql), where.params)
         for (value,) in cur:
             if piece and size + len(value) + 1 > max_bytes:

@@ -7,7 +7,7 @@ import random
 from decimal import Decimal
 from pathlib import Path
 
-from drc.apply import build_channel
+from drc.apply.service import build_channel
 from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.capture import read_all

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from drc.apply import build_channel
+from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import (

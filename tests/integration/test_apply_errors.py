@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from drc.apply import build_channel
 from drc.apply.errors import MissingColumnError, NoPrimaryKeyError
+from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.test_apply_support import (
     Proxy,

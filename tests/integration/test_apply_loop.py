@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drc.apply import build_channel
+from drc.apply.service import build_channel
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo

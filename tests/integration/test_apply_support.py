@@ -20,9 +20,10 @@ from typing import Any
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.server import ApiServer
-from drc.apply import ApplyChannel, TargetSettings
+from drc.apply.channel import ApplyChannel
 from drc.config import ChannelConfig
 from drc.core.tablefilter import TableFilter
+from drc.mysql.driver import TargetSettings
 from drc.mysql.sql import quote
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo

@@ -19,7 +19,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.apply import build_channel
+from drc.apply.service import build_channel
 from drc.core.sqltokens import tokens
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect

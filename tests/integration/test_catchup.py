@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from drc.apply import build_channel
+from drc.apply.service import build_channel
 from drc.catchup.driver import CatchupError, run_catchup
 from drc.config import load_config
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo

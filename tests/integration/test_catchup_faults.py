@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from drc.apply import build_channel
+from drc.apply.service import build_channel
 from drc.catchup import auto
 from drc.catchup.executor import cache_dir
 from drc.cli.main import cli

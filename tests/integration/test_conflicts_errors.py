@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drc.apply import build_channel
 from drc.apply.conflicts import ResolverError
 from drc.apply.errors import TargetSchemaError
+from drc.apply.service import build_channel
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.test_apply_support import (

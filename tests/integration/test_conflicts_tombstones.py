@@ -11,7 +11,8 @@ import datetime as dt
 import time
 from pathlib import Path
 
-from drc.apply import build_channel, tombstones
+from drc.apply import tombstones
+from drc.apply.service import build_channel
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect

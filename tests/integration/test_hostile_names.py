@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from drc.apply import build_channel, checkpoint, conflict_log, tombstones
+from drc.apply import checkpoint, conflict_log, tombstones
+from drc.apply.service import build_channel
 from drc.cli.main import cli
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.mysql.sql import quote

@@ -21,7 +21,7 @@ from typing import Any, Self
 
 import pytest
 
-from drc.apply import build_channel
+from drc.apply.service import build_channel
 from drc.config import DrcConfig, load_config
 from drc.core.errors import ConfigError
 from drc.sandbox.demo import write_configs

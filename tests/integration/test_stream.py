@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from drc.api import streamwire, wire
-from drc.apply import build_channel
+from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 from tests.integration.test_apply_crash import _checkpoint_scns

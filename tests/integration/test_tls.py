@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.server import ApiServer
-from drc.apply import TargetSettings, build_channel
+from drc.apply.service import build_channel
 from drc.apply.sink import TargetSession
 from drc.cli.main import cli
 from drc.client import ApiTlsError, Subscriber
@@ -32,6 +32,7 @@ from drc.core.errors import SourceConfigError
 from drc.core.tablefilter import TableFilter
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
+from drc.mysql.driver import TargetSettings
 from drc.mysql.errors import TargetTlsError
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import BinlogStream, SourceSettings, inspect_source

@@ -12,13 +12,15 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.apply import ApplyChannel, TargetSettings, build_channel
+from drc.apply.channel import ApplyChannel
 from drc.apply.control import Request, Stoppage
 from drc.apply.errors import CheckpointMismatchError, NoPrimaryKeyError, RetriesExhaustedError
+from drc.apply.service import build_channel
 from drc.client import Batch
 from drc.config import ChannelConfig
 from drc.core.events import SchemaChange
 from drc.core.scn import SCN
+from drc.mysql.driver import TargetSettings
 from drc.mysql.errors import ApplyError
 from tests.unit.test_apply_fakes import (
     FakeSubscriber,

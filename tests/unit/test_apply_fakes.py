@@ -108,11 +108,11 @@ class FakeTarget:
 
 @dataclass
 class FakeResult:
-    """What pymysql's Connection._read_query_result leaves in ``_result``."""
+    """A reply as drc.mysql.protocol.Wire reads it (Reply)."""
 
     affected_rows: int
     rows: tuple[tuple[Any, ...], ...]
-    description: tuple[tuple[str], ...]
+    names: tuple[str, ...]
 
 
 LOST = frozenset({0, 2006, 2013})  # after these the client can read nothing more
@@ -120,8 +120,8 @@ LOST = frozenset({0, 2006, 2013})  # after these the client can read nothing mor
 
 class FakeConnection:
     """Runs one statement per command, like a server without multi-statements. Commands can
-    be pipelined (``_execute_command`` without reading, then ``_read_query_result`` per reply);
-    a statement after a failed one still runs, and a deadlock rolls the transaction back."""
+    be pipelined (drc.mysql.driver.Link's ``send``, then ``receive`` per reply); a statement
+    after a failed one still runs, and a deadlock rolls the transaction back."""
 
     def __init__(self, target: FakeTarget) -> None:
         self.target = target
@@ -133,8 +133,6 @@ class FakeConnection:
         self.replies: list[FakeResult | BaseException] = []  # the server's replies, unread
         self.sent: list[str] = []  # every command, in order
         self.events: list[str] = []  # "send X" (no wait), "read", "run X" (a round trip)
-        self._result: FakeResult | None = None
-        self._next_seq_id = 0  # pymysql's packet number: a reply is read expecting 1
 
     @property
     def open(self) -> bool:
@@ -148,54 +146,27 @@ class FakeConnection:
         if self.unread:
             raise pymysql.err.InterfaceError(0, "commands out of sync: an answer is unread")
 
-    # pymysql's two halves of Connection.query(), which the sink uses to pipeline
-    def _execute_command(self, command: int, text: str) -> None:
+    # drc.mysql.driver.Link's pipeline: commands sent back to back, replies read in order
+    def send(self, texts: list[str]) -> None:
         if self.closed:
             raise pymysql.err.InterfaceError(0, "")
-        self._next_seq_id = 1
-        self.sent.append(text)
-        self.events.append("send " + text.split(" ")[0])
-        self.unread.append(text)
-        self.replies.append(self._reply(text))  # the server runs commands as they arrive
+        for text in texts:
+            self.sent.append(text)
+            self.events.append("send " + text.split(" ")[0])
+            self.unread.append(text)
+            self.replies.append(self._reply(text))  # the server runs commands as they arrive
 
-    def _read_query_result(self) -> int:
+    def receive(self) -> FakeResult | BaseException:
+        """The next reply, or the server's error for that statement; a lost connection's
+        error is raised (nothing more can be read)."""
         assert self.unread, "nothing was sent"
-        if self._next_seq_id != 1:  # what pymysql says when the replies got out of step
-            self.closed = True
-            raise pymysql.err.InternalError(f"Packet sequence number wrong - got 1 expected "
-                                            f"{self._next_seq_id}")  # fmt: skip
-        self._next_seq_id = 2
         self.events.append("read")
         self.unread.pop(0)
         reply = self.replies.pop(0)
-        if isinstance(reply, BaseException):
-            if reply.args and reply.args[0] in LOST:
-                self.closed = True
+        if isinstance(reply, BaseException) and reply.args and reply.args[0] in LOST:
+            self.closed = True
             raise reply
-        self._result = reply
-        return reply.affected_rows
-
-    @property
-    def _rfile(self) -> FakeConnection:
-        return self  # peek() below: what the sink looks at before reading a reply
-
-    def peek(self, _size: int) -> bytes:
-        """The next reply's packet header and first byte, as a server's: an OK packet for a
-        statement without a result set (read with _read_packet), anything else otherwise."""
-        reply = self.replies[0] if self.replies else None
-        selects = bool(self.unread) and self.unread[0].startswith("SELECT")
-        if isinstance(reply, FakeResult) and not selects:
-            return b"\x07\x00\x00\x01\x00"
-        return b"\x01\x00\x00\x01\x01"
-
-    def _read_packet(self) -> pymysql.protocol.MysqlPacket:
-        """An OK reply as the server sends it: affected rows, insert id, status, warnings."""
-        self._read_query_result()
-        assert self._result is not None
-        affected = self._result.affected_rows
-        assert affected < 251, "one-byte length-encoded integers only"
-        data = bytes([0, affected, 0]) + (2).to_bytes(2, "little") + b"\x00\x00"
-        return pymysql.protocol.MysqlPacket(data, "utf8")
+        return reply
 
     def _reply(self, text: str) -> FakeResult | BaseException:
         cursor = FakeCursor(self)
@@ -203,7 +174,7 @@ class FakeConnection:
             affected = cursor._one(text)
         except pymysql.MySQLError as exc:
             return exc
-        return FakeResult(affected, tuple(cursor.rows), tuple(cursor.description))
+        return FakeResult(affected, tuple(cursor.rows), tuple(d[0] for d in cursor.description))
 
     def run(self, text: str, cursor: FakeCursor) -> int:
         self.in_sync()

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from drc.apply import ApplyChannel, build_channels, run_channels
 from drc.apply.__main__ import main
+from drc.apply.channel import ApplyChannel
+from drc.apply.service import build_channels, run_channels
 from drc.config import DrcConfig, load_config
 
 BASE = """

@@ -10,12 +10,14 @@ import pymysql
 import pytest
 from pymysql.constants import SERVER_STATUS
 
-from drc.apply import checkpoint, plan, sink
+from drc.apply import checkpoint, plan
 from drc.apply.plan import TargetTable
-from drc.apply.sink import TargetSession, TargetSettings
+from drc.apply.sink import TargetSession
 from drc.core.events import Op, RowChange
 from drc.core.scn import SCN
+from drc.mysql import session as session_module
 from drc.mysql import sql
+from drc.mysql.driver import TargetSettings
 from drc.mysql.errors import (
     ApplyError,
     DuplicateKey,
@@ -370,9 +372,10 @@ def test_selects_are_pipelined_and_a_failed_one_is_raised_after_every_reply_is_r
 
 
 def test_select_rounds_are_bounded_by_count_and_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sink, "SELECTS_PER_ROUND_TRIP", 3)
-    monkeypatch.setattr(sink, "SELECT_BYTES_PER_ROUND_TRIP", 10)
-    rounds = list(sink._select_rounds(["aaaa", "bbbb", "c", "dddddddddddd", "e", "f", "g", "h"]))
+    monkeypatch.setattr(session_module, "SELECTS_PER_ROUND_TRIP", 3)
+    monkeypatch.setattr(session_module, "SELECT_BYTES_PER_ROUND_TRIP", 10)
+    texts = ["aaaa", "bbbb", "c", "dddddddddddd", "e", "f", "g", "h"]
+    rounds = list(session_module.select_rounds(texts))
     assert rounds == [["aaaa", "bbbb", "c"], ["dddddddddddd"], ["e", "f", "g"], ["h"]]
 
 
@@ -396,39 +399,3 @@ def test_a_failed_attempt_with_a_chunk_in_flight_drops_the_connection() -> None:
     assert first.closed and fake.rollbacks == 0  # a rollback now would be out of sync
     session.run_batch(writes(upd(3, "c")))
     assert fake.connects == 2
-
-
-class _OkOnTheWire:
-    """A connection whose next reply is one OK packet: (payload) as a server sends it."""
-
-    def __init__(self, payload: bytes) -> None:
-        self.payload = payload
-        self.server_status = 0
-        self._result = object()
-        self._rfile = self
-
-    def peek(self, _size: int) -> bytes:
-        return len(self.payload).to_bytes(3, "little") + b"\x01" + self.payload[:1]
-
-    def _read_packet(self) -> pymysql.protocol.MysqlPacket:
-        return pymysql.protocol.MysqlPacket(self.payload, "utf8")
-
-
-@pytest.mark.parametrize(
-    ("affected", "insert_id"),
-    [
-        (b"\x05", b"\x00"),
-        (b"\xfc\x2c\x01", b"\xfd\x70\x11\x01"),
-        (b"\xfd\x40\x42\x0f", b"\xfe" + bytes(8)),
-    ],
-)
-def test_an_ok_reply_is_read_without_pymysql_result_objects(
-    affected: bytes, insert_id: bytes
-) -> None:
-    conn = _OkOnTheWire(b"\x00" + affected + insert_id + b"\x03\x00" + b"\x00\x00")
-    reply = sink._read_reply(conn)
-    expected = pymysql.protocol.MysqlPacket(b"\x00" + affected, "utf8")
-    expected.advance(1)
-    assert reply.affected_rows == expected.read_length_encoded_integer()
-    assert reply.affected_rows in (5, 300, 1_000_000) and reply.rows == ()
-    assert conn.server_status == 3 and conn._result is None  # as pymysql leaves them
