@@ -45,10 +45,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import pymysql
-
 from drc.core.errors import FatalError, RetriableError
 from drc.core.markers import CHECKPOINT_SCHEMA
+from drc.mysql import driver
 from drc.mysql.sql import Statement, ident
 
 log = logging.getLogger(__name__)
@@ -295,12 +294,8 @@ def _closed(conn: Any) -> None:
 
 def session(settings: Any) -> Any:
     """An autocommit apply-like session for the lease (skip_replication: never captured);
-    ``settings``: drc.apply.sink.TargetSettings."""
-    conn = pymysql.connect(
-        host=settings.host, port=settings.port, user=settings.user, password=settings.password,
-        charset="utf8mb4", autocommit=True, connect_timeout=settings.connect_timeout_s,
-        **settings.tls.pymysql_options(),
-    )  # fmt: skip
+    ``settings``: drc.mysql.driver.TargetSettings."""
+    conn = driver.connect(settings)
     with conn.cursor() as cur:
         cur.execute("SET SESSION skip_replication = 1, time_zone = '+00:00'")
     return conn

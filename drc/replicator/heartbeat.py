@@ -28,10 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
-
 from drc.core.heartbeat import COLUMN_BEAT_MS, COLUMN_DATACENTER
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE
+from drc.mysql import driver
 from drc.mysql.sql import quote
 
 log = logging.getLogger(__name__)
@@ -103,7 +102,7 @@ class HeartbeatWriter:
                 conn = self._open()
             with conn.cursor() as cur:
                 cur.execute(BEAT, (self.datacenter, beat_ms))
-        except (pymysql.MySQLError, OSError, EOFError) as exc:
+        except driver.DRIVER_ERRORS as exc:
             self._close()
             self.stats.failures += 1
             self.stats.last_error = f"{type(exc).__name__}: {exc}"
@@ -134,11 +133,11 @@ class HeartbeatWriter:
         if conn is not None:
             try:
                 conn.close()
-            except (pymysql.MySQLError, OSError, EOFError):
+            except driver.DRIVER_ERRORS:
                 pass  # already gone
 
 
-class NoWritableServer(pymysql.err.OperationalError):
+class NoWritableServer(driver.OperationalError):
     """None of the listed servers is reachable and writable."""
 
 
@@ -147,12 +146,12 @@ def writable_server(servers: list[Any], timeout_s: float = 5.0) -> Any:
     for settings in servers:
         try:
             conn = connector(settings, timeout_s)()
-        except (pymysql.MySQLError, OSError):
+        except (driver.DriverError, OSError):
             continue
         try:
             if not is_read_only(conn):
                 return settings
-        except (pymysql.MySQLError, OSError):
+        except (driver.DriverError, OSError):
             pass
         finally:
             conn.close()
@@ -173,13 +172,5 @@ def is_read_only(conn: Any) -> bool:
 
 
 def connector(settings: Any, timeout_s: float = 5.0) -> Callable[[], Any]:
-    """Opens an autocommit session as ``settings`` (a drc.apply.sink.TargetSettings)."""
-
-    def connect() -> Any:
-        return pymysql.connect(
-            host=settings.host, port=settings.port, user=settings.user,
-            password=settings.password, charset="utf8mb4", autocommit=True,
-            connect_timeout=timeout_s, **settings.tls.pymysql_options(),
-        )  # fmt: skip
-
-    return connect
+    """Opens an autocommit session as ``settings`` (a drc.mysql.driver.TargetSettings)."""
+    return lambda: driver.connect(settings, timeout_s=timeout_s)

@@ -27,15 +27,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
-
 from drc.apply import tombstones
 from drc.apply.conflict_rules import Ranks, Version
 from drc.config import ConflictsConfig
 from drc.core.rowsum import EXTRA, MISSING
 from drc.core.settle import Images
 from drc.core.tablefilter import TableFilter
-from drc.mysql import sql
+from drc.mysql import driver, sql
 from drc.verify.compare import TableSpec
 from drc.verify.sides import json_row, query
 
@@ -119,7 +117,7 @@ def tombstone_of(
         rows = query(conn, f"SELECT {sql.ident(tombstones.COL_DELETED_AT)}, "
                      f"{sql.ident(tombstones.COL_ORIGIN)} FROM {companion} WHERE {where.sql}",
                      where.params)  # fmt: skip
-    except pymysql.err.ProgrammingError:  # no such companion (or another key): no tombstone
+    except driver.ProgrammingError:  # no such companion (or another key): no tombstone
         return None
     return Version(rows[0][0], str(rows[0][1])) if rows else None
 
@@ -221,7 +219,7 @@ def _copy_tombstone(
     try:
         with conn.cursor() as cur:
             cur.execute(statement.sql, statement.params)
-    except pymysql.err.ProgrammingError as exc:  # no companion table on this side
+    except driver.ProgrammingError as exc:  # no companion table on this side
         log.info("tombstone of %s %s not copied: %s", ".".join(table), key, exc)
 
 

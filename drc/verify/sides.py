@@ -13,13 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pymysql
-
 from drc.core.errors import FatalError
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
 from drc.core.scn import SCN
 from drc.core.settle import BinlogPoint, binlog_point
-from drc.mysql import sql
+from drc.mysql import driver, sql
 from drc.tls import MysqlTls
 
 
@@ -30,7 +28,7 @@ class VerifyError(FatalError):
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     """How to reach one server (what a Spark task unpickles: it imports none of the apply
-    code that drc.apply.sink.TargetSettings would bring)."""
+    code that drc.apply.sink would bring)."""
 
     host: str
     port: int
@@ -41,7 +39,7 @@ class Endpoint:
 
     @classmethod
     def of(cls, settings: Any) -> Endpoint:
-        """From a drc.apply.sink.TargetSettings."""
+        """From a drc.mysql.driver.TargetSettings."""
         return cls(settings.host, settings.port, settings.user, settings.password,
                    settings.connect_timeout_s, settings.tls)  # fmt: skip
 
@@ -60,12 +58,8 @@ class Column:
 def connect(settings: Endpoint, *, writes: bool = False) -> Any:
     """An autocommit session on ``settings``' server (``writes``: a repair session)."""
     try:
-        conn = pymysql.connect(
-            host=settings.host, port=settings.port, user=settings.user,
-            password=settings.password, charset="utf8mb4", autocommit=True, binary_prefix=True,
-            connect_timeout=settings.connect_timeout_s, **settings.tls.pymysql_options(),
-        )  # fmt: skip
-    except pymysql.MySQLError as exc:
+        conn = driver.connect(settings, binary_prefix=True)
+    except driver.DriverError as exc:
         raise VerifyError(f"cannot connect to {settings!r}: {exc}") from exc
     with conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = %s, time_zone = %s",
@@ -112,7 +106,7 @@ def checkpoint_of(conn: Any, channel: str) -> SCN | None:
     """The channel's checkpoint SCN on this server (None: no row, or no drc schema yet)."""
     try:
         rows = query(conn, f"SELECT scn FROM {_CHECKPOINTS} WHERE channel = %s", (channel,))
-    except pymysql.err.ProgrammingError:
+    except driver.ProgrammingError:
         return None
     return SCN.parse(str(rows[0][0])) if rows and rows[0][0] else None
 
@@ -122,7 +116,7 @@ def checkpoints_from(conn: Any, origin: str, leave_out: Sequence[str]) -> dict[s
     channels of a verified channel), by name."""
     try:
         rows = query(conn, f"SELECT channel, scn FROM {_CHECKPOINTS} WHERE origin = %s", (origin,))
-    except pymysql.err.ProgrammingError:
+    except driver.ProgrammingError:
         return {}
     return {str(c): SCN.parse(str(s)) for c, s in rows if s and str(c) not in leave_out}
 
