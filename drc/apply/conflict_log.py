@@ -47,6 +47,7 @@ from drc.apply.errors import MissingTableError
 from drc.core.errors import UnsupportedValueError
 from drc.core.jsonwire import JsonWireError, value_from_json, value_to_json
 from drc.core.markers import CHECKPOINT_SCHEMA
+from drc.core.values import normalized, utc_aware
 from drc.mysql.errors import ApplyError
 from drc.mysql.sql import Statement, adapt, ident, quote
 
@@ -222,7 +223,7 @@ def row_to_json(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
     document = {}
     for name, value in row.items():
         try:
-            document[name] = value_to_json(_normalize(value))
+            document[name] = value_to_json(normalized(value))
         except JsonWireError as exc:
             raise UnsupportedValueError(f"conflict log: column {name!r}: {exc}") from exc
     return document
@@ -233,20 +234,6 @@ def decode_row(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     return {name: value_from_json(value) for name, value in json.loads(text).items()}
-
-
-def _normalize(value: Any) -> Any:
-    """pymysql's forms of a value as the stream's types (drc.core.values), for value_to_json."""
-    if isinstance(value, set):
-        return frozenset(value)
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, dt.time):  # TIME is a timedelta in DRC (it may exceed 24 h)
-        return dt.timedelta(
-            hours=value.hour, minutes=value.minute, seconds=value.second,
-            microseconds=value.microsecond,
-        )  # fmt: skip
-    return value
 
 
 # ---------------------------------------------------------------- reads
@@ -323,15 +310,11 @@ def _query(session: QuerySession, statement: Statement, what: str) -> list[tuple
 def _stored(row: tuple[Any, ...]) -> StoredConflict:
     v = dict(zip(_COLUMNS, row, strict=True))
     return StoredConflict(
-        id=int(v["id"]), detected_at=_utc(v["detected_at"]), channel=v["channel"], scn=v["scn"],
-        origin=v["origin"], datacenter=v["datacenter"], schema=v["schema_name"],
+        id=int(v["id"]), detected_at=utc_aware(v["detected_at"]), channel=v["channel"],
+        scn=v["scn"], origin=v["origin"], datacenter=v["datacenter"], schema=v["schema_name"],
         table=v["table_name"], key=decode_row(v["primary_key"]) or {}, kind=v["kind"],
         policy=v["policy"], decision=v["decision"], reason=v["reason"],
         local_row=decode_row(v["local_row"]), incoming_before=decode_row(v["incoming_before"]),
         incoming_after=decode_row(v["incoming_after"]), result_row=decode_row(v["result_row"]),
-        origin_time=None if v["origin_time"] is None else _utc(v["origin_time"]),
+        origin_time=None if v["origin_time"] is None else utc_aware(v["origin_time"]),
     )  # fmt: skip
-
-
-def _utc(value: dt.datetime) -> dt.datetime:
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)

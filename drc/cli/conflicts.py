@@ -22,7 +22,7 @@ from drc.cli.schema import TableNameType
 from drc.config import load_config
 from drc.core.errors import DrcError
 from drc.core.jsonwire import value_to_json
-from drc.core.values import Bit, ZeroDate, same_value
+from drc.core.values import Bit, ZeroDate, same_value, utc_aware
 
 if TYPE_CHECKING:  # drc.apply loads pymysql and httpx: imported where a command needs it
     from drc.apply.conflict_log import ConflictCount, StoredConflict
@@ -51,7 +51,7 @@ def parse_since(text: str, now: dt.datetime) -> dt.datetime:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(f"{text!r} is not {SINCE_FORMS}") from None
-    return when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when.astimezone(dt.UTC)
+    return utc_aware(when)
 
 
 class SinceType(click.ParamType):

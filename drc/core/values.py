@@ -111,13 +111,34 @@ class Bit:
 
 
 # ---------------------------------------------------------------------------- normalising
-# The one place DRC's values are put into another form: bound for the target (apply), compared
-# with what a driver read back (conflict log, pre-fetched rows), or ordered as instants (lww).
+# The one place DRC's values are put into another form: read back from a driver (conflict log,
+# pre-fetched rows), bound for the target (apply), compared, or ordered as instants (lww).
+
+
+def normalized(value: Any) -> Any:
+    """A value as a driver (pymysql) read it, in DRC's value types: a SET's ``set`` as a
+    frozenset, bytearray/memoryview as bytes, a ``datetime.time`` as the timedelta TIME is
+    (it may exceed 24 h); anything else as it is."""
+    if isinstance(value, set):
+        return frozenset(value)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, dt.time):
+        return dt.timedelta(
+            hours=value.hour, minutes=value.minute, seconds=value.second,
+            microseconds=value.microsecond,
+        )  # fmt: skip
+    return value
 
 
 def utc_naive(value: dt.datetime) -> dt.datetime:
     """An aware datetime as naive UTC (DRC's target sessions run in UTC); naive ones as they are."""
     return value if value.tzinfo is None else value.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+def utc_aware(value: dt.datetime) -> dt.datetime:
+    """A datetime as an aware one in UTC; a naive one is taken to be UTC already."""
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
 def bound(value: Any) -> Any:
@@ -191,15 +212,13 @@ def _names(decimal: Decimal, single: float) -> bool:
 
 
 def _comparable(value: Any) -> Any:
-    """One form for the stream's and pymysql's versions of a value."""
+    """One form for the stream's and pymysql's versions of a value (:func:`normalized`, then
+    what a driver cannot tell apart: an instant, BIT's bytes, a zero date's text)."""
+    value = normalized(value)
     if isinstance(value, dt.datetime):
         return utc_naive(value)
     if isinstance(value, Bit):  # pymysql reads BIT as big-endian bytes
         return value.value.to_bytes((value.width + 7) // 8, "big")
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, set | frozenset):
-        return frozenset(value)
     if isinstance(value, ZeroDate):
         return value.text
     return value
