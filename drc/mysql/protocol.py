@@ -74,9 +74,10 @@ class Reply:
 
 def command(text: str, encoding: str = "utf-8") -> tuple[bytes, int]:
     """The packets of one COM_QUERY, and how many there are (the reply's first seq)."""
-    payload = bytes((COM_QUERY,)) + text.encode(encoding)
-    if len(payload) < MAX_PAYLOAD:
-        return len(payload).to_bytes(3, "little") + b"\x00" + payload, 1
+    data = text.encode(encoding)
+    if len(data) + 1 < MAX_PAYLOAD:
+        return (len(data) + 1).to_bytes(3, "little") + b"\x00\x03" + data, 1
+    payload = bytes((COM_QUERY,)) + data
     packets = []
     for seq, start in enumerate(range(0, len(payload) + 1, MAX_PAYLOAD)):
         piece = payload[start : start + MAX_PAYLOAD]
