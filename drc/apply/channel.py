@@ -70,7 +70,6 @@ from drc.apply.conflicts import Observed
 from drc.apply.control import Stoppage
 from drc.apply.ddl import DdlApplier
 from drc.apply.engine import ApplyEngine
-from drc.apply.errors import CatchupUnfinishedError, CheckpointMismatchError
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
 from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
@@ -86,6 +85,7 @@ from drc.core.errors import DrcError, FatalError
 from drc.core.events import Transaction
 from drc.core.heartbeat import source_time_ms
 from drc.core.scn import SCN
+from drc.core.target_errors import CatchupUnfinishedError, CheckpointMismatchError
 
 log = logging.getLogger(__name__)
 

@@ -43,11 +43,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from drc.apply.errors import ApplyError, MissingTableError
 from drc.apply.sql import Statement, adapt, ident, quote
 from drc.core.errors import UnsupportedValueError
 from drc.core.jsonwire import JsonWireError, value_from_json, value_to_json
 from drc.core.markers import CHECKPOINT_SCHEMA
+from drc.core.target_errors import ApplyError, MissingTableError
 
 SCHEMA = CHECKPOINT_SCHEMA  # the same `drc` database as the checkpoint table
 TABLE = "conflicts"

@@ -15,10 +15,10 @@ from decimal import Decimal
 from typing import Any
 
 from drc.apply import tombstones
-from drc.apply.errors import ApplyError
 from drc.core.errors import ConfigError
 from drc.core.scn import SCN
 from drc.core.tablefilter import TablePattern
+from drc.core.target_errors import ApplyError
 from drc.core.values import utc_naive
 
 Row = Mapping[str, Any]

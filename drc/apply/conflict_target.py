@@ -19,8 +19,8 @@ from typing import Any
 
 from drc.apply import conflict_log, tombstones
 from drc.apply.conflicts import ConflictEngine, Observed, Policies, Probe
-from drc.apply.errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
 from drc.apply.sql import Statement
+from drc.core.target_errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
 
 log = logging.getLogger(__name__)
 

@@ -66,10 +66,10 @@ from drc.apply.conflict_rules import (
     load_resolver,
     stamp_key,
 )
-from drc.apply.errors import ApplyError
-from drc.apply.plan import TargetTable, key_of
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
+from drc.core.target_errors import ApplyError
+from drc.core.target_table import TargetTable, key_of
 
 __all__ = [  # the rules are re-exported: callers need one import for conflict handling
     "ConflictContext", "ConflictEngine", "Observed", "Policies", "Prepared", "Probe", "Ranks",

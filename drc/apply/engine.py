@@ -54,11 +54,12 @@ from typing import Any, Protocol
 from drc.apply import conflict_log, tombstones
 from drc.apply.conflict_log import ConflictEntry
 from drc.apply.conflicts import ConflictEngine, Observed, Prepared, Probe, TombstoneWrite
-from drc.apply.errors import MissingColumnError, MissingTableError
-from drc.apply.plan import NoPrimaryKey, Planner, TargetTable, Write
+from drc.apply.plan import NoPrimaryKey, Planner, Write
 from drc.apply.sql import Statement
 from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
+from drc.core.target_errors import MissingColumnError, MissingTableError
+from drc.core.target_table import TargetTable
 
 Converging = Callable[[SCN, str, str], bool]
 

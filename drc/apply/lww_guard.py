@@ -37,14 +37,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from drc.apply.channel import ApplyChannel, ChannelParts
-from drc.apply.errors import MissingTableError
 from drc.apply.group import Group
-from drc.apply.plan import key_of
 from drc.apply.service import build_channel, target_settings
 from drc.apply.stages import Chain
 from drc.apply.tombstones import COL_SCHEMA, COL_TABLE, is_tombstone_table
 from drc.config import ApiConfig, ChannelConfig, DrcConfig
 from drc.core.events import Op, RowChange, Transaction
+from drc.core.target_errors import MissingTableError
+from drc.core.target_table import key_of
 
 log = logging.getLogger(__name__)
 

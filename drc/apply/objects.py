@@ -27,10 +27,10 @@ import dataclasses
 import logging
 from typing import Protocol
 
-from drc.apply.errors import ApplyError
 from drc.core import schema_objects
 from drc.core.events import SchemaChange
 from drc.core.statements import for_log
+from drc.core.target_errors import ApplyError
 
 log = logging.getLogger(__name__)
 

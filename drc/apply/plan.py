@@ -40,13 +40,14 @@ stream order: a run only ever merges neighbours, so nothing moves across any oth
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from drc.apply import sql
-from drc.apply.errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
 from drc.core.events import Op, RowChange
+from drc.core.target_errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
+from drc.core.target_table import TargetTable, key_of
 
 NoPrimaryKey = Literal["refuse", "match_whole_row"]
 MAX_ROWS_PER_STATEMENT = 1000
@@ -55,26 +56,6 @@ MAX_BYTES_PER_STATEMENT = 4 << 20  # well under max_allowed_packet (16 MB by def
 
 class DuplicateKey(Exception):
     """The statement hit a duplicate key (1062); raised by the executor given to :func:`run`."""
-
-
-@dataclass(frozen=True, slots=True)
-class TargetTable:
-    """A target table as information_schema describes it (names in the target's spelling)."""
-
-    schema: str
-    table: str
-    columns: tuple[str, ...]
-    primary_key: tuple[str, ...]
-    float_columns: frozenset[str] = frozenset()  # lower-case names (drc.apply.sql.row_values)
-
-    def missing(self, names: Sequence[str]) -> list[str]:
-        """Columns of ``names`` the table lacks (MySQL column names are case-insensitive)."""
-        have = {c.lower() for c in self.columns}
-        return [n for n in names if n.lower() not in have]
-
-    @property
-    def name(self) -> str:
-        return f"{self.schema}.{self.table}"
 
 
 @dataclass
@@ -347,14 +328,6 @@ def _missing_column(change: RowChange, table: TargetTable) -> None:
             + ", which the source writes: add it to the target table, or map it with "
             "map_columns; nothing after the last checkpoint was applied"
         )
-
-
-def key_of(table: TargetTable, image: Mapping[str, Any]) -> tuple[Any, ...]:
-    try:
-        return tuple(image[k] for k in table.primary_key)
-    except KeyError:  # the source spells a key column with another case
-        folded = {name.lower(): value for name, value in image.items()}
-        return tuple(folded[k.lower()] for k in table.primary_key)
 
 
 def _size(row: tuple[Any, ...]) -> int:

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
-from drc.apply.errors import (
+from drc.core.retry import Backoff, GaveUp, Policy, Retrying, Stopped, retry
+from drc.core.target_errors import (
     LockConflictError,
     RetriesExhaustedError,
     TargetReadOnlyError,
     TargetUnavailableError,
 )
-from drc.core.retry import Backoff, GaveUp, Policy, Retrying, Stopped, retry
 
 __all__ = ["Kind", "RetryPolicy", "Stopped", "call_with_retries", "classify"]
 

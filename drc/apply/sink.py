@@ -73,7 +73,11 @@ from pymysql.constants import CLIENT, COMMAND
 
 from drc.apply import checkpoint, plan, sql
 from drc.apply.conflicts import Observed, Probe, ProbePlan
-from drc.apply.errors import (
+from drc.apply.plan import DuplicateKey, Effects
+from drc.apply.retry import Kind, classify
+from drc.core.errors import DrcError
+from drc.core.events import SchemaChange
+from drc.core.target_errors import (
     ApplyError,
     LockConflictError,
     MissingTableError,
@@ -81,10 +85,7 @@ from drc.apply.errors import (
     TargetTlsError,
     TargetUnavailableError,
 )
-from drc.apply.plan import DuplicateKey, Effects, TargetTable
-from drc.apply.retry import Kind, classify
-from drc.core.errors import DrcError
-from drc.core.events import SchemaChange
+from drc.core.target_table import TargetTable
 from drc.tls import MysqlTls, tls_failure
 
 log = logging.getLogger(__name__)

@@ -29,9 +29,10 @@ from typing import Any, Protocol
 
 from drc.apply.checkpoint import CheckpointRow
 from drc.apply.conflicts import Observed, Probe
-from drc.apply.plan import Effects, TargetTable, Write
+from drc.apply.plan import Effects, Write
 from drc.apply.sql import Statement
 from drc.core.events import SchemaChange
+from drc.core.target_table import TargetTable
 
 
 class DdlRunner(Protocol):

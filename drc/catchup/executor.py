@@ -50,7 +50,7 @@ from drc.apply import catchup_journal as journal
 from drc.apply import lease
 from drc.apply.conflicts import Observed
 from drc.apply.engine import ApplyEngine, KnownTables
-from drc.apply.plan import Effects, TargetTable
+from drc.apply.plan import Effects
 from drc.apply.retry import RetryPolicy, call_with_retries
 from drc.apply.service import build_parts
 from drc.apply.sink import TargetSession, TargetSettings
@@ -68,6 +68,7 @@ from drc.core.codec import (
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.reduce import SCN_, Entry, Nets, Span
 from drc.core.scn import SCN
+from drc.core.target_table import TargetTable
 from drc.eventbuffer.export import read_segment_file
 from drc.eventbuffer.reader import Record
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from drc.apply import build_channel
-from drc.apply.errors import MissingColumnError, NoPrimaryKeyError
+from drc.core.target_errors import MissingColumnError, NoPrimaryKeyError
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.test_apply_support import (
     Proxy,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from drc.apply import build_channel
 from drc.apply.conflicts import ResolverError
-from drc.apply.errors import TargetSchemaError
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.core.target_errors import TargetSchemaError
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.test_apply_support import (
     Running,

@@ -25,12 +25,12 @@ from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.server import ApiServer
 from drc.apply import TargetSettings, build_channel
-from drc.apply.errors import TargetTlsError
 from drc.apply.sink import TargetSession
 from drc.cli.main import cli
 from drc.client import ApiTlsError, Subscriber
 from drc.core.errors import SourceConfigError
 from drc.core.tablefilter import TableFilter
+from drc.core.target_errors import TargetTlsError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.replicator import CaptureOptions, Replicator

@@ -14,16 +14,16 @@ import pytest
 
 from drc.apply import ApplyChannel, TargetSettings, build_channel
 from drc.apply.control import Request, Stoppage
-from drc.apply.errors import (
+from drc.client import Batch
+from drc.config import ChannelConfig
+from drc.core.events import SchemaChange
+from drc.core.scn import SCN
+from drc.core.target_errors import (
     ApplyError,
     CheckpointMismatchError,
     NoPrimaryKeyError,
     RetriesExhaustedError,
 )
-from drc.client import Batch
-from drc.config import ChannelConfig
-from drc.core.events import SchemaChange
-from drc.core.scn import SCN
 from tests.unit.test_apply_fakes import (
     FakeSubscriber,
     FakeTarget,

@@ -15,10 +15,11 @@ import pytest
 from drc.apply.conflict_rules import Policies, Ranks, TablePolicy, Version
 from drc.apply.conflicts import ConflictEngine, Observed, Probe
 from drc.apply.engine import ApplyEngine, Decision, KnownTables, Pending
-from drc.apply.errors import MissingColumnError, MissingTableError, NoPrimaryKeyError
-from drc.apply.plan import Delete, Insert, NoPrimaryKey, Planner, TargetTable, Update, Upsert, Write
+from drc.apply.plan import Delete, Insert, NoPrimaryKey, Planner, Update, Upsert, Write
 from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
+from drc.core.target_errors import MissingColumnError, MissingTableError, NoPrimaryKeyError
+from drc.core.target_table import TargetTable
 from tests.unit.test_conflicts import delete as dele
 from tests.unit.test_conflicts import insert as ins
 from tests.unit.test_conflicts import update as upd

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from drc.apply.errors import (
+from drc.apply.group import IDLE_CHECKPOINT_BYTES, Group, GroupLimits, worth_saving
+from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries, classify
+from drc.core.target_errors import (
     LockConflictError,
     RetriesExhaustedError,
     TargetReadOnlyError,
     TargetUnavailableError,
 )
-from drc.apply.group import IDLE_CHECKPOINT_BYTES, Group, GroupLimits, worth_saving
-from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries, classify
 from tests.unit.test_apply_fakes import ins, scn, txn
 
 

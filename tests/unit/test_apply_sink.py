@@ -11,16 +11,17 @@ import pytest
 from pymysql.constants import SERVER_STATUS
 
 from drc.apply import checkpoint, plan, sink, sql
-from drc.apply.errors import (
+from drc.apply.plan import DuplicateKey
+from drc.apply.sink import TargetSession, TargetSettings, translate
+from drc.core.events import Op, RowChange
+from drc.core.scn import SCN
+from drc.core.target_errors import (
     ApplyError,
     LockConflictError,
     TargetReadOnlyError,
     TargetUnavailableError,
 )
-from drc.apply.plan import DuplicateKey, TargetTable
-from drc.apply.sink import TargetSession, TargetSettings, translate
-from drc.core.events import Op, RowChange
-from drc.core.scn import SCN
+from drc.core.target_table import TargetTable
 from tests.unit.test_apply_fakes import FakeTarget
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))

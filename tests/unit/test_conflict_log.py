@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from drc.apply import conflict_log as log
 from drc.apply.conflict_log import ConflictEntry, StoredConflict
-from drc.apply.errors import ApplyError, MissingTableError
 from drc.apply.sql import Statement
 from drc.core.errors import UnsupportedValueError
+from drc.core.target_errors import ApplyError, MissingTableError
 from drc.core.values import Bit, ZeroDate
 
 UTC = dt.UTC

@@ -39,13 +39,13 @@ from drc.apply.conflicts import (
     stamp_key,
 )
 from drc.apply.engine import Decision
-from drc.apply.errors import ApplyError
-from drc.apply.plan import TargetTable
 from drc.apply.stages import NameMap
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.core.errors import ConfigError, FatalError
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
+from drc.core.target_errors import ApplyError
+from drc.core.target_table import TargetTable
 from drc.core.values import ZeroDate
 
 UTC = dt.UTC

@@ -26,9 +26,10 @@ from drc.apply.conflicts import (
     TablePolicy,
     observe,
 )
-from drc.apply.plan import Delete, Planner, TargetTable, Update
+from drc.apply.plan import Delete, Planner, Update
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
+from drc.core.target_table import TargetTable
 from drc.core.values import shortest_single, single_precision
 from drc.verify import recheck, repair
 from drc.verify.compare import TableSpec

@@ -9,12 +9,12 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.apply.errors import ApplyError
 from drc.apply.progress import ChannelProgress
 from drc.config import ChannelConfig
 from drc.core.events import Op, RowChange, SchemaChange
 from drc.core.heartbeat import lag_seconds, source_time_ms
 from drc.core.tablefilter import TableFilter
+from drc.core.target_errors import ApplyError
 from drc.replicator.heartbeat import BEAT, SETUP, HeartbeatWriter
 from drc.replicator.source_events import Begin, Commit, Rows
 from tests.unit.test_apply_channel import Harness, target

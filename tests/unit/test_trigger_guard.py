@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drc.apply import objects
-from drc.apply.errors import ApplyError
 from drc.apply.trigger_guard import LocalTriggerGuard
 from drc.config import DrcConfig
 from drc.core.events import SchemaChange
+from drc.core.target_errors import ApplyError
 from drc.runtime import guards_local_triggers
 
 TRIGGER = (

@@ -1,4 +1,7 @@
-"""What the apply side raises, inside DRC's one exception tree (drc.core.errors).
+"""What the target database's side raises, inside DRC's one exception tree (drc.core.errors).
+
+Apply channels, conflict handling (drc.conflicts), the target session and bulk catch-up all
+raise or catch these, so they sit in the core below every one of them.
 
     DrcError
     +-- RetriableError
