@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_apply import Served, checksums, copy_schema, drc_apply  # noqa: E402
 from bench.bench_replicator import _first_binlog, connect, native_replication, position  # noqa: E402
-from drc.apply import conflict_log, tombstones  # noqa: E402
+from drc.conflicts import log as conflict_log  # noqa: E402
+from drc.conflicts import tombstones  # noqa: E402
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE  # noqa: E402
 from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
 

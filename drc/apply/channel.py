@@ -65,8 +65,6 @@ from typing import Any, Protocol
 from drc.apply import audit, checkpoint, ddl_journal, plan, windows
 from drc.apply.actions import OperatorActions, Restart
 from drc.apply.catchup_journal import Run
-from drc.apply.conflict_target import ConflictTarget
-from drc.apply.conflicts import Observed
 from drc.apply.control import Stoppage
 from drc.apply.ddl import DdlApplier
 from drc.apply.engine import ApplyEngine
@@ -81,6 +79,8 @@ from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
+from drc.conflicts.engine import Observed
+from drc.conflicts.target import ConflictTarget
 from drc.core.errors import DrcError, FatalError
 from drc.core.events import Transaction
 from drc.core.heartbeat import source_time_ms

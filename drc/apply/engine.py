@@ -51,11 +51,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from drc.apply import conflict_log, tombstones
-from drc.apply.conflict_log import ConflictEntry
-from drc.apply.conflicts import ConflictEngine, Observed, Prepared, Probe, TombstoneWrite
 from drc.apply.plan import NoPrimaryKey, Planner, Write
 from drc.apply.sql import Statement
+from drc.conflicts import log as conflict_log
+from drc.conflicts import tombstones
+from drc.conflicts.engine import ConflictEngine, Observed, Prepared, Probe, TombstoneWrite
+from drc.conflicts.log import ConflictEntry
 from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.target_errors import MissingColumnError, MissingTableError

@@ -28,9 +28,9 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from drc.apply.checkpoint import CheckpointRow
-from drc.apply.conflicts import Observed, Probe
 from drc.apply.plan import Effects, Write
 from drc.apply.sql import Statement
+from drc.conflicts.engine import Observed, Probe
 from drc.core.events import SchemaChange
 from drc.core.target_table import TargetTable
 

@@ -48,7 +48,6 @@ from typing import Any
 
 from drc.apply import catchup_journal as journal
 from drc.apply import lease
-from drc.apply.conflicts import Observed
 from drc.apply.engine import ApplyEngine, KnownTables
 from drc.apply.plan import Effects
 from drc.apply.retry import RetryPolicy, call_with_retries
@@ -58,6 +57,7 @@ from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, Ski
 from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
 from drc.config import ChannelConfig, ConflictsConfig
+from drc.conflicts.engine import Observed
 from drc.core.codec import (
     decode_rows,
     decode_rows_packed,

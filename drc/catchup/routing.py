@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from drc.apply import tombstones
+from drc.conflicts import tombstones
 from drc.core.codec import encode_key
 from drc.core.events import Row, RowChange, Transaction
 from drc.core.markers import is_tombstone_table

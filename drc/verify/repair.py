@@ -29,9 +29,10 @@ from typing import Any
 
 import pymysql
 
-from drc.apply import sql, tombstones
-from drc.apply.conflict_rules import Ranks, Version
+from drc.apply import sql
 from drc.config import ConflictsConfig
+from drc.conflicts import tombstones
+from drc.conflicts.rules import Ranks, Version
 from drc.core.rowsum import EXTRA, MISSING
 from drc.core.settle import Images
 from drc.core.tablefilter import TableFilter

@@ -29,9 +29,9 @@ import pymysql
 import pytest
 from click.testing import CliRunner
 
-from drc.apply.conflict_log import decode_row
 from drc.cli.main import cli
 from drc.config import load_config
+from drc.conflicts.log import decode_row
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for

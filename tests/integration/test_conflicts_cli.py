@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from drc.apply.conflict_log import ConflictEntry, create_statements, get_conflict, insert
 from drc.apply.sink import TargetSession, TargetSettings
 from drc.apply.sql import Statement
 from drc.cli.main import cli
+from drc.conflicts.log import ConflictEntry, create_statements, get_conflict, insert
 from drc.core.jsonwire import value_from_json
 from drc.core.target_errors import MissingTableError
 from drc.sandbox.sandbox import ServerInfo

@@ -24,8 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
-from drc.apply import conflict_target, tombstones
 from drc.config import load_config
+from drc.conflicts import target as conflict_target
+from drc.conflicts import tombstones
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from drc.apply import build_channel
-from drc.apply.conflicts import ResolverError
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.conflicts.rules import ResolverError
 from drc.core.target_errors import TargetSchemaError
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.test_apply_support import (

@@ -11,8 +11,9 @@ import datetime as dt
 import time
 from pathlib import Path
 
-from drc.apply import build_channel, tombstones
+from drc.apply import build_channel
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.conflicts import tombstones
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
@@ -115,8 +116,8 @@ def _has_triggers(server: ServerInfo, key: str = "id") -> bool:
 
 def _log_entries(server: ServerInfo, ages_days: tuple[int, ...]) -> None:
     """Conflict log entries detected ``ages_days`` ago."""
-    from drc.apply import conflict_log
-    from drc.apply.conflict_log import ConflictEntry
+    from drc.conflicts import log as conflict_log
+    from drc.conflicts.log import ConflictEntry
 
     execute(server, *conflict_log.create_statements(), "DELETE FROM drc.conflicts")
     for age in ages_days:

@@ -18,10 +18,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from drc.apply import build_channel, checkpoint, conflict_log, tombstones
+from drc.apply import build_channel, checkpoint
 from drc.apply.sql import quote
 from drc.cli.main import cli
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.conflicts import log as conflict_log
+from drc.conflicts import tombstones
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.test_apply_support import (
     Running,

@@ -24,8 +24,8 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.apply import tombstones
 from drc.config import load_config
+from drc.conflicts import tombstones
 from drc.core.scn import SCN
 from drc.core.windows import Window
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo

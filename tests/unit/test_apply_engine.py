@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from drc.apply.conflict_rules import Policies, Ranks, TablePolicy, Version
-from drc.apply.conflicts import ConflictEngine, Observed, Probe
 from drc.apply.engine import ApplyEngine, Decision, KnownTables, Pending
 from drc.apply.plan import Delete, Insert, NoPrimaryKey, Planner, Update, Upsert, Write
+from drc.conflicts.engine import ConflictEngine, Observed, Probe
+from drc.conflicts.rules import Policies, Ranks, TablePolicy, Version
 from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.target_errors import MissingColumnError, MissingTableError, NoPrimaryKeyError

@@ -21,26 +21,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drc.apply import tombstones
-from drc.apply.conflict_rules import derived_delete_stamp
-from drc.apply.conflicts import (
-    ConflictContext,
-    ConflictEngine,
-    Policies,
-    Probe,
-    Ranks,
-    Resolution,
-    ResolverError,
-    TablePolicy,
-    TombstoneWrite,
-    Version,
-    load_resolver,
-    observe,
-    stamp_key,
-)
 from drc.apply.engine import Decision
 from drc.apply.stages import NameMap
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.conflicts import tombstones
+from drc.conflicts.engine import ConflictEngine, Probe, Resolution, TombstoneWrite, observe
+from drc.conflicts.rules import (
+    ConflictContext,
+    Policies,
+    Ranks,
+    ResolverError,
+    TablePolicy,
+    Version,
+    derived_delete_stamp,
+    load_resolver,
+    stamp_key,
+)
 from drc.core.errors import ConfigError, FatalError
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
@@ -1229,7 +1225,7 @@ def test_a_delete_concurrent_with_an_update_converges(
 def test_probes_of_one_table_are_read_in_one_locking_select_and_their_tombstones_in_another() -> (
     None
 ):
-    from drc.apply.conflicts import MAX_FLAGS, SLOT, Probe, ProbePlan
+    from drc.conflicts.engine import MAX_FLAGS, SLOT, Probe, ProbePlan
 
     t = target("db", "t")
     one = Probe(t, (1,), (row(1), row(1, v="b")), tombstone=True)

@@ -16,17 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from drc.apply import sql, tombstones
-from drc.apply.conflicts import (
-    ConflictEngine,
-    Policies,
-    Probe,
-    ProbePlan,
-    Ranks,
-    TablePolicy,
-    observe,
-)
+from drc.apply import sql
 from drc.apply.plan import Delete, Planner, Update
+from drc.conflicts import tombstones
+from drc.conflicts.engine import ConflictEngine, Probe, ProbePlan, observe
+from drc.conflicts.rules import Policies, Ranks, TablePolicy
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.target_table import TargetTable

@@ -17,9 +17,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from drc.apply import conflict_log, tombstones
-from drc.apply.conflicts import ConflictEngine, Observed, Policies, Probe
 from drc.apply.sql import Statement
+from drc.conflicts import log as conflict_log
+from drc.conflicts import tombstones
+from drc.conflicts.engine import ConflictEngine, Observed, Probe
+from drc.conflicts.rules import Policies
 from drc.core.target_errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
 
 log = logging.getLogger(__name__)

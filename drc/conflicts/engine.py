@@ -51,9 +51,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.apply import sql, tombstones
-from drc.apply.conflict_log import ConflictEntry
-from drc.apply.conflict_rules import (
+from drc.apply import sql
+from drc.conflicts import tombstones
+from drc.conflicts.log import ConflictEntry
+from drc.conflicts.rules import (
     ConflictContext,
     Policies,
     Ranks,

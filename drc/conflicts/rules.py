@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from drc.apply import tombstones
+from drc.conflicts import tombstones
 from drc.core.errors import ConfigError
 from drc.core.scn import SCN
 from drc.core.tablefilter import TablePattern
