@@ -79,7 +79,7 @@ from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
-from drc.conflicts.engine import Observed
+from drc.conflicts.probes import Observed
 from drc.conflicts.target import ConflictTarget
 from drc.core.errors import DrcError, FatalError
 from drc.core.events import Transaction

@@ -55,8 +55,9 @@ from drc.apply.plan import NoPrimaryKey, Planner, Write
 from drc.apply.sql import Statement
 from drc.conflicts import log as conflict_log
 from drc.conflicts import tombstones
-from drc.conflicts.engine import ConflictEngine, Observed, Prepared, Probe, TombstoneWrite
+from drc.conflicts.engine import ConflictEngine, Prepared, TombstoneWrite
 from drc.conflicts.log import ConflictEntry
+from drc.conflicts.probes import Observed, Probe
 from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.target_errors import MissingColumnError, MissingTableError

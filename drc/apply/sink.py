@@ -74,7 +74,7 @@ from pymysql.constants import CLIENT, COMMAND
 from drc.apply import checkpoint, plan, sql
 from drc.apply.plan import DuplicateKey, Effects
 from drc.apply.retry import Kind, classify
-from drc.conflicts.engine import Observed, Probe, ProbePlan
+from drc.conflicts.probes import Observed, Probe, ProbePlan
 from drc.core.errors import DrcError
 from drc.core.events import SchemaChange
 from drc.core.target_errors import (

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from drc.apply.checkpoint import CheckpointRow
 from drc.apply.plan import Effects, Write
 from drc.apply.sql import Statement
-from drc.conflicts.engine import Observed, Probe
+from drc.conflicts.probes import Observed, Probe
 from drc.core.events import SchemaChange
 from drc.core.target_table import TargetTable
 

@@ -57,7 +57,7 @@ from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, Ski
 from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
 from drc.config import ChannelConfig, ConflictsConfig
-from drc.conflicts.engine import Observed
+from drc.conflicts.probes import Observed
 from drc.core.codec import (
     decode_rows,
     decode_rows_packed,

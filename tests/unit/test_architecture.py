@@ -99,6 +99,7 @@ UPWARD = {
     ("drc.bulk.planner", "drc.apply.sql"),
     ("drc.conflicts.engine", "drc.apply.sql"),
     ("drc.conflicts.log", "drc.apply.sql"),
+    ("drc.conflicts.probes", "drc.apply.sql"),
     ("drc.conflicts.target", "drc.apply.sql"),
     ("drc.conflicts.tombstones", "drc.apply.sql"),
 }

@@ -25,7 +25,8 @@ from drc.apply.engine import Decision
 from drc.apply.stages import NameMap
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.conflicts import tombstones
-from drc.conflicts.engine import ConflictEngine, Probe, Resolution, TombstoneWrite, observe
+from drc.conflicts.engine import ConflictEngine, Resolution, TombstoneWrite
+from drc.conflicts.probes import Probe, observe
 from drc.conflicts.rules import (
     ConflictContext,
     Policies,
@@ -1225,7 +1226,7 @@ def test_a_delete_concurrent_with_an_update_converges(
 def test_probes_of_one_table_are_read_in_one_locking_select_and_their_tombstones_in_another() -> (
     None
 ):
-    from drc.conflicts.engine import MAX_FLAGS, SLOT, Probe, ProbePlan
+    from drc.conflicts.probes import MAX_FLAGS, SLOT, Probe, ProbePlan
 
     t = target("db", "t")
     one = Probe(t, (1,), (row(1), row(1, v="b")), tombstone=True)

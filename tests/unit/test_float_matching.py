@@ -19,7 +19,8 @@ import pytest
 from drc.apply import sql
 from drc.apply.plan import Delete, Planner, Update
 from drc.conflicts import tombstones
-from drc.conflicts.engine import ConflictEngine, Probe, ProbePlan, observe
+from drc.conflicts.engine import ConflictEngine
+from drc.conflicts.probes import Probe, ProbePlan, observe
 from drc.conflicts.rules import Policies, Ranks, TablePolicy
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
