@@ -2,7 +2,8 @@
 by the table's policy the same way on every side. Pure: decisions from rows already read.
 
 Detection, for every table with a policy (``[[conflicts.tables]]``). The target's row for the
-change's key is read with SELECT .. FOR UPDATE in the apply transaction; whether it equals an
+change's key is read with SELECT .. FOR UPDATE in the apply transaction (the probes
+:meth:`ConflictEngine.prepare` asks for: drc.conflicts.probes); whether it equals an
 incoming image is decided by the server (``<=>`` per column), so no value is ever compared
 across two Python type systems::
 
@@ -23,23 +24,15 @@ Columns are never merged: the winner's whole row is kept. A key-changing update 
 is handled as a delete of the old key and an insert of the new one. Within one target
 transaction later changes of a key are compared with the row the earlier ones left.
 
-Policies:
+Resolution is the table's policy, ``lww``, ``resolver``, ``overwrite`` or ``keep``
+(drc.conflicts.resolve says what each decides; drc.conflicts.rules holds the policies, versions
+and resolvers). The resolved changes, not the incoming ones, go on to the write planner
+(drc.apply.engine, drc.apply.plan).
 
-- ``lww``: the newer version wins. A row's version is ``(its timestamp column, datacenter
-  rank)``; a delete's is ``(when it was deleted, rank)``, taken from its tombstone
-  (drc.apply.tombstones: the origin's delete trigger writes it in the deleting transaction, so
-  it travels with the delete; a delete without one is dated by derived_delete_stamp). Equal
-  timestamps go to the datacenter listed first in ``conflicts.priority``; the target's row
-  counts as written by this datacenter, a tombstone by the datacenter it names. A delete is
-  never undone by an older update, and an older delete never removes a newer row.
-- ``resolver``: ``module:function(local, before, after, context)`` returns the row to keep (a
-  mapping with the same key) or None to delete it. An exception stops the channel; the change
-  is not skipped, it is decided again after a restart.
-- ``overwrite`` (incoming wins) and ``keep`` (local wins). Given to both sides they swap rows;
-  ``keep`` on one datacenter with ``overwrite`` on the other makes the first the authority.
-
-Every conflict becomes a :class:`drc.apply.conflict_log.ConflictEntry`, written in the same
-transaction as its resolution.
+Every conflict becomes a :class:`drc.conflicts.log.ConflictEntry`, written in the same
+transaction as its resolution, and every applied delete on a table with a timestamp column
+records its time as a :class:`TombstoneWrite` (when newer than the key's tombstone:
+drc.conflicts.tombstones).
 """
 
 from __future__ import annotations
@@ -51,15 +44,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.apply import sql
-from drc.conflicts import tombstones
+from drc.conflicts import resolve, tombstones
 from drc.conflicts.log import ConflictEntry
 from drc.conflicts.probes import Observed, Probe
 from drc.conflicts.rules import (
     ConflictContext,
     Policies,
     Ranks,
-    ResolverError,
     Row,
     TablePolicy,
     Version,
@@ -326,97 +317,41 @@ class ConflictEngine:
         out.changes.append(change)
         state.row, state.observed, state.version_dc = change.after, None, self.origin
 
-    def _resolve(self, item: _Item, state: _State, kind: str) -> tuple[str, str, Row | None]:
+    def _resolve(self, item: _Item, state: _State, kind: str) -> resolve.Choice:
         policy = item.policy
         assert policy is not None
-        if policy.name == "overwrite":
-            return "incoming", "policy overwrite: the incoming change always wins", None
-        if policy.name == "keep":
-            return "local", "policy keep: the local row always wins", None
+        if policy.name in ("overwrite", "keep"):
+            return resolve.fixed(policy.name)
         if policy.name == "lww":
-            return self._lww(item, state)
-        return self._call_resolver(item, state, kind)
-
-    def _lww(self, item: _Item, state: _State) -> tuple[str, str, Row | None]:
-        policy = item.policy
-        assert policy is not None and policy.column is not None
-        column = policy.column
-        incoming = self._incoming(item)
-        assert incoming is not None
-        local = self._local_version(state, column)
-        wins = self.ranks.newer(incoming, local)
-        what = "deleted at" if item.change.op is Op.DELETE else f"{column}"
-        mine = "local row"
-        if local is None:
-            return (
-                "incoming",
-                f"no local row or tombstone: the incoming {what} {_text(incoming.stamp)} wins",
-                None,
-            )
-        if state.row is None:
-            mine = f"local delete (by {local.datacenter})"
-            theirs = f"{mine} at {_text(local.stamp)}"
-        else:
-            theirs = f"{mine} {column} {_text(local.stamp)}"
-        if stamp_key(incoming.stamp) == stamp_key(local.stamp):
-            winner = incoming.datacenter if wins else local.datacenter
-            reason = (
-                f"equal timestamps {_text(incoming.stamp)}: {winner} comes first in "
-                f"conflicts.priority"
-            )
-        elif wins:
-            reason = f"incoming {what} {_text(incoming.stamp)} is newer than the {theirs}"
-        else:
-            reason = f"the {theirs} is newer than the incoming {what} {_text(incoming.stamp)}"
-        return ("incoming" if wins else "local"), reason, None
+            assert policy.column is not None
+            incoming = self._incoming(item)
+            assert incoming is not None
+            return resolve.lww(
+                incoming, self._local_version(state, policy.column), self.ranks,
+                column=policy.column, deleting=item.change.op is Op.DELETE,
+                row_present=state.row is not None,
+            )  # fmt: skip
+        table = item.table
+        assert table is not None
+        local = None if state.row is None else dict(state.row)
+        context = self._context(item, state, kind)
+        return resolve.by_resolver(policy, table, item.key, item.change, local, context)
 
     def _local_version(self, state: _State, column: str) -> Version | None:
         if state.row is None:
             return state.tombstone
         return Version(_get(state.row, column), state.version_dc)
 
-    def _call_resolver(self, item: _Item, state: _State, kind: str) -> tuple[str, str, Row | None]:
-        policy, change, table = item.policy, item.change, item.table
-        assert policy is not None and policy.resolver is not None and table is not None
+    def _context(self, item: _Item, state: _State, kind: str) -> ConflictContext:
+        """What a resolver is told about the conflict besides the rows."""
+        table = item.table
+        assert table is not None
         tombstone = state.tombstone if state.row is None else None
-        context = ConflictContext(
+        return ConflictContext(
             self.channel, self.origin, self.datacenter, item.txn.scn, _origin_time(item.txn),
             table.schema, table.table, kind, dict(zip(table.primary_key, item.key, strict=True)),
             None if tombstone is None else tombstone.stamp, item.delete_stamp,
         )  # fmt: skip
-        before, after = _adapted(change.before), _adapted(change.after)
-        local = None if state.row is None else dict(state.row)
-        try:
-            result = policy.resolver(local, before, after, context)
-        except Exception as exc:
-            raise ResolverError(
-                f"conflict resolver {policy.resolver_name} failed on {table.name} key "
-                f"{context.key} at SCN {item.txn.scn}: {type(exc).__name__}: {exc}. The channel "
-                "stopped without applying it; fix the resolver and restart"
-            ) from exc
-        name = policy.resolver_name
-        if result is None:
-            if local is None:
-                return "local", f"resolver {name} chose no row, and there is none", None
-            if change.op is Op.DELETE:
-                return "incoming", f"resolver {name} chose the incoming delete", None
-            return "delete", f"resolver {name} chose to delete the row", None
-        if not isinstance(result, Mapping):
-            raise ResolverError(
-                f"conflict resolver {name} returned {type(result).__name__} for {table.name} "
-                f"key {context.key}: it must return a row (a mapping) or None for a delete"
-            )
-        key = sql.row_values(table.primary_key, item.key, table.float_columns)
-        if _matched_key(table, result) != key:
-            raise ResolverError(
-                f"conflict resolver {name} returned a row with another primary key for "
-                f"{table.name} key {context.key}: it must keep the key"
-            )
-        if local is not None and dict(result) == local:
-            return "local", f"resolver {name} kept the local row", None
-        if after is not None and dict(result) == after:
-            return "incoming", f"resolver {name} chose the incoming row", None
-        return "custom", f"resolver {name} wrote its own row", result
 
     def _entry(
         self,
@@ -505,25 +440,7 @@ def _column(image: Row | None, column: str, change: RowChange) -> Any:
     )
 
 
-def _adapted(row: Row | None) -> dict[str, Any] | None:
-    return None if row is None else {k: sql.adapt(v) for k, v in row.items()}
-
-
-def _matched_key(table: TargetTable, row: Row) -> tuple[Any, ...] | None:
-    """The key of ``row`` as a lookup binds it (drc.apply.sql.row_values)."""
-    try:
-        return sql.row_values(table.primary_key, key_of(table, row), table.float_columns)
-    except KeyError:
-        return None
-
-
 def _origin_time(txn: Transaction) -> dt.datetime | None:
     if not txn.timestamp:
         return None
     return dt.datetime.fromtimestamp(txn.timestamp, dt.UTC).replace(tzinfo=None)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, dt.datetime):
-        return value.isoformat(" ", timespec="microseconds" if value.microsecond else "seconds")
-    return "NULL" if value is None else str(value)

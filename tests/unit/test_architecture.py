@@ -97,9 +97,9 @@ UPWARD = {
     # handling, beside apply, then imports them from there
     ("drc.replicator.heartbeat", "drc.apply.sql"),
     ("drc.bulk.planner", "drc.apply.sql"),
-    ("drc.conflicts.engine", "drc.apply.sql"),
     ("drc.conflicts.log", "drc.apply.sql"),
     ("drc.conflicts.probes", "drc.apply.sql"),
+    ("drc.conflicts.resolve", "drc.apply.sql"),
     ("drc.conflicts.target", "drc.apply.sql"),
     ("drc.conflicts.tombstones", "drc.apply.sql"),
 }
