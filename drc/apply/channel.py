@@ -20,7 +20,7 @@ the channel writes as DRC-originated, DDL included (DDL has no transaction for t
 row to ride in: Otter issue #32 looped forever on that); the checkpoint write flags it too, and
 both the API (skip_drc) and the chain (SkipDrcOriginated) drop flagged transactions.
 
-Conflicts ([conflicts] in the config, drc.apply.conflicts): before a group is written, the rows
+Conflicts ([conflicts] in the config, drc.conflicts): before a group is written, the rows
 it touches in tables with a policy are read and locked in the same target transaction; the
 engine decides each change, and the group's writes, the conflict log rows and tombstones
 commit together with the checkpoint.

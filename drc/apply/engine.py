@@ -16,14 +16,14 @@ Inputs. ``transactions``: source transactions (or fragments) in SCN order, their
 decoded with the schema at their SCN and already through the filter chain (target names).
 ``tables``: the target's table definitions (columns, primary key, FLOAT columns), looked up by
 name; a lookup asked to ``refresh`` reads the definition again (a column that seems missing
-may have been added since). ``observed``: one :class:`drc.apply.conflicts.Observed` per probe,
+may have been added since). ``observed``: one :class:`drc.conflicts.probes.Observed` per probe,
 in order; whether the target's row equals an incoming image is decided by the server
 (``<=>`` per column, FLOAT columns bound in single precision: drc.apply.sql.row_values), so
 no value is compared across two type systems.
 
 Decisions, each documented where it is made:
 
-    tables with a conflict policy   drc.apply.conflicts: insert-insert, update-update,
+    tables with a conflict policy   drc.conflicts: insert-insert, update-update,
                                     update-delete, delete-update, insert-delete conflicts,
                                     resolved by lww (timestamp column, ties by datacenter
                                     priority, deletes dated by tombstones), a resolver,

@@ -66,7 +66,7 @@ class Effects:
     duplicate_inserts: int = 0
     missing_updates: int = 0
     missing_deletes: int = 0
-    conflicts: int = 0  # resolved in the same transaction (drc.apply.conflicts)
+    conflicts: int = 0  # resolved in the same transaction (drc.conflicts)
 
     def add(self, other: Effects) -> None:
         self.rows += other.rows

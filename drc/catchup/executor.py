@@ -32,7 +32,7 @@ concurrent local write gets the same decisions and the same conflict log entries
 change, not one per key), and an insert later deleted in the range still meets the local row
 it conflicts with. Known difference: a key-changing update is split by the router (its old and
 new keys may go to two partitions), so the delete of its old key is dated like a delete
-without a tombstone (drc.apply.conflict_rules.derived_delete_stamp) where streaming dates it
+without a tombstone (drc.conflicts.rules.derived_delete_stamp) where streaming dates it
 by the new row's timestamp.
 """
 

@@ -1,8 +1,8 @@
 """The rules conflict resolution decides by: table policies, user resolvers and row versions.
 
-Pure. drc.apply.conflicts applies them to a group's changes; see its docstring for what each
-policy does. A version is ``(timestamp, datacenter)``: the newer timestamp wins, and equal ones
-go to the datacenter listed first in ``conflicts.priority``.
+Pure. drc.conflicts.engine applies them to a group's changes; drc.conflicts.resolve says what
+each policy does. A version is ``(timestamp, datacenter)``: the newer timestamp wins, and equal
+ones go to the datacenter listed first in ``conflicts.priority``.
 """
 
 from __future__ import annotations

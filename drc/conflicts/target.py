@@ -1,11 +1,12 @@
 """Conflict handling against the target: DRC's tables and triggers, the probes, the extra writes.
 
-The decisions are drc.apply.conflicts, through drc.apply.engine (pure); this module runs what
-they need through the channel's Target (drc.apply.sink.TargetSession):
+The edge of the package: the decisions are drc.conflicts.engine, through drc.apply.engine (both
+pure); this module runs what they need through the channel's Target (drc.apply.target, the
+pymysql one being drc.apply.sink.TargetSession):
 
-    setup      drc.conflicts; for every table with a timestamp column, its tombstone table and
-               triggers
-               (again after each DDL and every MAINTAIN_EVERY_S, for tables created since)
+    setup      the drc.conflicts table; for every table with a timestamp column, its tombstone
+               table and triggers (again after each DDL and every MAINTAIN_EVERY_S, for tables
+               created since)
     probe      the tables the probes name set up, then one locked read per key the group
                touches (SELECT .. FOR UPDATE, batched in a few round trips: Target.probe)
     maintain   purge tombstones and conflict log entries past their retention

@@ -31,7 +31,7 @@ update delayed longer than that can bring a deleted row back. Deletes that fire 
 (TRUNCATE, foreign-key cascades) leave no tombstone. A delete on a table the trigger is missing
 on (not made yet, or refused) is dated from the captured delete instead, the same way by its
 own datacenter's lww guard, which writes the tombstone there, and by every receiving channel
-(conflict_rules.derived_delete_stamp).
+(drc.conflicts.rules.derived_delete_stamp).
 
 Privileges: TRIGGER on the lww tables and CREATE/INSERT/DELETE on ``drc.*`` for the apply user.
 """
@@ -56,7 +56,8 @@ COL_DELETED_AT = "drc$deleted_at"
 COL_ORIGIN = "drc$origin"
 PURGE_BATCH = 5000
 # COMMENT takes only a plain string literal, so it names no table: a name there could end it
-# (issue #12). The table's own name and its drc$schema/drc$table columns say whose it is.
+# (issue #12). The table's own name and its drc$schema/drc$table columns say whose it is. It
+# still names this module by its first home: tables already made carry that text.
 COMMENT = "'DRC tombstones (drc.apply.tombstones)'"
 
 
