@@ -69,11 +69,15 @@ def _images(layout: RowLayout, op: Op, data: bytes, pos: int, end: int) -> tuple
     if update:
         present_after = data[pos : pos + width]
         pos += width
+    full = present == layout.full and present_after == layout.full  # the usual case
     images: list[Image] = []
     while pos < end:
-        row, pos = image(layout, present, data, pos)
+        row, pos = full_row(layout, data, pos) if full else partial_row(layout, present, data, pos)
         if update:
-            after, pos = image(layout, present_after, data, pos)
+            if full:
+                after, pos = full_row(layout, data, pos)
+            else:
+                after, pos = partial_row(layout, present_after, data, pos)
             images.append((row, after))
         elif op is Op.INSERT:
             images.append((None, row))
@@ -82,13 +86,6 @@ def _images(layout: RowLayout, op: Op, data: bytes, pos: int, end: int) -> tuple
     if pos != end:
         raise IndexError(f"the last row ends {pos - end} bytes past the event")
     return tuple(images)
-
-
-def image(layout: RowLayout, present: bytes, data: bytes, pos: int) -> tuple[Row, int]:
-    """One row image at ``pos`` and the position after it."""
-    if present == layout.full:
-        return full_row(layout, data, pos)
-    return partial_row(layout, present, data, pos)
 
 
 def full_row(layout: RowLayout, data: bytes, pos: int) -> tuple[Row, int]:
