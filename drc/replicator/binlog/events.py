@@ -28,6 +28,7 @@ transaction boundary never has them).
 from __future__ import annotations
 
 import struct
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,22 +81,26 @@ class TableMaps:
     metadata, charsets, names) costs more than decoding a small transaction's rows. Keyed by
     the whole body (table id, names, types, metadata), a hit can only ever be the parse of
     identical bytes, and an ALTER simply misses (the library's own ``freeze_schema`` keys by
-    table id, which a server reuses)."""
+    table id, which a server reuses). Shared by connections in several threads (capture and
+    a back-to-source read), hence the lock."""
 
     def __init__(self, limit: int = 4096) -> None:
         self._limit = limit
         self._entries: OrderedDict[bytes, TableEntry] = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, body: bytes) -> TableEntry | None:
-        entry = self._entries.get(body)
-        if entry is not None:
-            self._entries.move_to_end(body)
-        return entry
+        with self._lock:
+            entry = self._entries.get(body)
+            if entry is not None:
+                self._entries.move_to_end(body)
+            return entry
 
     def put(self, body: bytes, entry: TableEntry) -> None:
-        self._entries[body] = entry
-        if len(self._entries) > self._limit:
-            self._entries.popitem(last=False)
+        with self._lock:
+            self._entries[body] = entry
+            if len(self._entries) > self._limit:
+                self._entries.popitem(last=False)
 
 
 class EventDecoder:
