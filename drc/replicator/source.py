@@ -1,6 +1,8 @@
 """The binlog adapter: check the source, and read its binlog as DRC source events.
 
-Only this module talks to python-mysql-replication. It owns positions: every connection starts
+python-mysql-replication opens the replication connection and starts the dump; the packets are
+read and decoded in drc.replicator.binlog (the library still parses the rare TABLE_MAP, QUERY
+and FORMAT_DESCRIPTION events there). This module owns positions: every connection starts
 at a transaction boundary the caller gives (a position from the buffer), and the library's own
 reconnect-and-resume, which can resume mid-transaction and duplicate or drop events, is switched
 off so a dropped connection surfaces as SourceUnavailableError and the caller restarts cleanly.
@@ -34,7 +36,7 @@ from drc.core.errors import (
     SourceUnavailableError,
 )
 from drc.core.scn import split_binlog_name
-from drc.replicator.binlog.events import FOR_LIBRARY, EventDecoder, TableMaps
+from drc.replicator.binlog.events import FOR_LIBRARY, SKIP_REPLICATION, EventDecoder, TableMaps
 from drc.replicator.binlog.library import PARSED, LibraryParser
 from drc.replicator.binlog.wire import Tap
 from drc.replicator.source_events import (
@@ -57,9 +59,6 @@ _DECODED = (
 )  # fmt: skip
 TABLE_MAPS = TableMaps()  # shared by every connection: the same bytes, the same parse
 _ER_MASTER_FATAL_READING_BINLOG = 1236
-# Header flag MariaDB sets on every event of a session with skip_replication=1. Apply sessions set
-# it, so DDL (which has no transaction to carry the checkpoint write) is recognised as DRC's too.
-SKIP_REPLICATION_FLAG = 0x8000
 _TRANSACTION_CONTROL = {"BEGIN", "XA START", "SAVEPOINT"}
 
 
@@ -318,7 +317,7 @@ class BinlogStream:
         if word in _TRANSACTION_CONTROL or word.startswith(("SAVEPOINT", "ROLLBACK TO")):
             return None
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
-        marked = bool(event.packet.flags & SKIP_REPLICATION_FLAG)
+        marked = bool(event.packet.flags & SKIP_REPLICATION)
         return Statement(schema, sql, server_id, timestamp, *position, marked)
 
 

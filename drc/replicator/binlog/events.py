@@ -52,7 +52,9 @@ ROWS_V2: Final = frozenset({30, 31, 32})
 # Types decoded here from their body, with the least body they have.
 _WITH_BODY: Final = {XID: 8, MARIADB_GTID: 13, TABLE_MAP: 8, ROTATE: 8, **dict.fromkeys(ROWS, 8)}
 _PARSED_BY_LIBRARY = frozenset({QUERY, FORMAT_DESCRIPTION, MARIADB_GTID_LIST})
-_SKIP_REPLICATION = 0x8000
+# Header flag MariaDB sets on every event of a session with skip_replication=1. Apply sessions set
+# it, so DDL (which has no transaction to carry the checkpoint write) is recognised as DRC's too.
+SKIP_REPLICATION = 0x8000
 _GTID_STANDALONE = 0x01
 
 
@@ -137,7 +139,7 @@ class EventDecoder:
                 f"{domain}-{server_id}-{seq_no}",
                 server_id,
                 bool(gtid_flags & _GTID_STANDALONE),
-                bool(flags & _SKIP_REPLICATION),
+                bool(flags & SKIP_REPLICATION),
             )
         if kind == TABLE_MAP:
             entry = self.table_maps.get(data[HEADER_SIZE:end])
