@@ -90,7 +90,7 @@ def test_a_float_read_back_as_a_double_is_the_captured_value(captured: float, he
 
 
 def test_the_captured_form_is_the_capture_s_for_any_single() -> None:
-    # drc.replicator.decoding: float(str(np.float32(value)))
+    # drc.replicator.binlog.values.float32_text: float(str(np.float32(value)))
     rng = random.Random(24)
     singles = [2.0**e * m for e in range(-149, 128) for m in (1.0, 1 + 2**-23, 2 - 2**-23)]
     singles += [
