@@ -26,8 +26,8 @@ from drc.core.jsonwire import transaction_from_json
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position, source_table_rows
-from tests.integration.servers import connect
+from tests.support.capture import master_position, source_table_rows
+from tests.support.servers import connect
 
 TOKEN = "integration-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -25,8 +25,8 @@ from drc.config import DrcConfig
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.servers import connect
+from tests.support.capture import master_position
+from tests.support.servers import connect
 
 FLOOD = ("flood-token-1", "flood-token-2")
 CHANNEL = "channel-token"

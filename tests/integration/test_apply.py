@@ -10,8 +10,6 @@ from pathlib import Path
 from drc.apply import build_channel
 from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import read_all
-from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     Running,
     apply_user,
@@ -25,6 +23,8 @@ from tests.integration.test_apply_support import (
     serving,
     wait_end,
 )
+from tests.support.capture import read_all
+from tests.support.servers import connect
 
 SCHEMA = "apply_conv"
 TYPED = f"""CREATE TABLE {SCHEMA}.typed (

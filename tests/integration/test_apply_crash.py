@@ -25,7 +25,6 @@ from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from drc.core.scn import SCN
 from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     apply_process_config,
     apply_user,
@@ -37,6 +36,7 @@ from tests.integration.test_apply_support import (
     serving,
     wait_end,
 )
+from tests.support.servers import connect
 
 SCHEMA = "apply_crash"
 TXNS = 1000

@@ -19,7 +19,6 @@ import pytest
 
 from drc.apply import build_channel
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     APPLY_USER,
     Running,
@@ -35,6 +34,7 @@ from tests.integration.test_apply_support import (
     serving,
     wait_end,
 )
+from tests.support.servers import connect
 
 SCHEMA = "ddl_once"
 RENAME = f"ALTER TABLE {SCHEMA}.t RENAME COLUMN b TO b2"

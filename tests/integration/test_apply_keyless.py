@@ -21,7 +21,6 @@ import pytest
 
 from drc.apply import build_channel
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     Running,
     apply_process_config,
@@ -36,6 +35,7 @@ from tests.integration.test_apply_support import (
     serving,
     wait_end,
 )
+from tests.support.servers import connect
 
 TABLE = "(a INT, b VARCHAR(20), f FLOAT, d DOUBLE, j BLOB, t DATETIME(6))"
 ROW = "(1, 'same', 1.1, 2.2, 'blob', '2026-11-23 10:00:00.5')"

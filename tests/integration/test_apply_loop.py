@@ -9,7 +9,6 @@ from drc.apply import build_channel
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import capturing, read_all
 from tests.integration.test_apply_support import (
     Running,
     apply_user,
@@ -21,6 +20,7 @@ from tests.integration.test_apply_support import (
     serving,
     wait_end,
 )
+from tests.support.capture import capturing, read_all
 
 SCHEMA = "apply_loop"
 

@@ -26,8 +26,8 @@ from drc.config import ChannelConfig
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import Capture, capturing, master_position
-from tests.integration.servers import connect
+from tests.support.capture import Capture, capturing, master_position
+from tests.support.servers import connect
 
 APPLY_USER = "drc_apply"
 APPLY_PASSWORD = "apply-secret"

@@ -20,11 +20,11 @@ from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.capture import master_position, serving, source_section
-from tests.integration.group import Group, last_scn, records
-from tests.integration.servers import connect, fresh_database
 from tests.integration.test_apply_support import execute
-from tests.integration.two_way import TwoWay
+from tests.support.capture import master_position, serving, source_section
+from tests.support.group import Group, last_scn, records
+from tests.support.servers import connect, fresh_database
+from tests.support.two_way import TwoWay
 
 TOKEN = "bts-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Accept": wire.MEDIA_RECORDS}

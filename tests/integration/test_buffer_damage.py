@@ -26,8 +26,8 @@ from drc.core.scn import SCN
 from drc.eventbuffer.layout import segment_path
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.servers import connect
+from tests.support.capture import master_position
+from tests.support.servers import connect
 
 TOKEN = "damage-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -22,7 +22,6 @@ import pytest
 from drc.apply import build_channel
 from drc.core.sqltokens import tokens
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     Running,
     apply_user,
@@ -35,6 +34,7 @@ from tests.integration.test_apply_support import (
     serving,
     wait_end,
 )
+from tests.support.servers import connect
 
 SCHEMA = "secrets_db"
 SECRET = "secret-xyz-7731"

@@ -12,8 +12,8 @@ from drc.core.tablefilter import TableFilter
 from drc.core.values import Bit, ZeroDate
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import capturing, master_position, read_all
-from tests.integration.servers import connect
+from tests.support.capture import capturing, master_position, read_all
+from tests.support.servers import connect
 
 COLUMNS = """
   id INT PRIMARY KEY,

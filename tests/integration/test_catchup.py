@@ -19,8 +19,6 @@ from drc.apply import build_channel
 from drc.catchup.driver import CatchupError, run_catchup
 from drc.config import load_config
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.integration.capture import Capture, master_position
-from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     Running,
     apply_process_config,
@@ -33,6 +31,8 @@ from tests.integration.test_apply_support import (
     serving,
     wait_end,
 )
+from tests.support.capture import Capture, master_position
+from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration
 

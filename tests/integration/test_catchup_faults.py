@@ -31,7 +31,6 @@ from drc.config import load_config
 from drc.node import Node
 from drc.runtime import catchup_finisher
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.integration.capture import master_position
 from tests.integration.test_apply_support import (
     Running,
     assert_same,
@@ -50,6 +49,7 @@ from tests.integration.test_catchup import (
     served,
     workload,
 )
+from tests.support.capture import master_position
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ import httpx
 from drc.sandbox.demo import start_nodes, wait_healthy, write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
+from tests.support.servers import connect
 
 SCHEMA = "rl_db"
 

@@ -37,7 +37,7 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.resolvers import merge_max, newest
-from tests.integration.servers import connect
+from tests.support.servers import connect
 
 SCHEMA = "cf_db"
 CONFLICTS = """

@@ -14,7 +14,6 @@ from pathlib import Path
 from drc.apply import build_channel, tombstones
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     Running,
     apply_user,
@@ -26,6 +25,7 @@ from tests.integration.test_apply_support import (
     serving,
     wait_for,
 )
+from tests.support.servers import connect
 
 SCHEMA = "cf_tomb"
 T = dt.datetime(2020, 1, 1, 12, 0, 0)  # long ago: tombstones of it are past any retention

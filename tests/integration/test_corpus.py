@@ -25,7 +25,7 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
+from tests.support.servers import connect
 
 # The corpus is not shipped with DRC: shared/ beside the checkout, or DRC_CORPUS_DIR, or the
 # workplace's copy (CI clones the repository elsewhere on the same machine).

@@ -30,9 +30,9 @@ from drc.replicator.fast_events import NOT_MINE, FastDecoder
 from drc.replicator.source import BinlogStream, SourceSettings, split_binlog_name
 from drc.replicator.source_events import Commit, Heartbeat, Rows, Statement
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.servers import connect
 from tests.integration.test_capture_types import COLUMNS, ROWS
+from tests.support.capture import master_position
+from tests.support.servers import connect
 from tests.unit.test_fast_rows import identical
 
 # Edge values beyond test_capture_types' rows, in its column order.

@@ -22,8 +22,7 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription
-from tests.integration.servers import connect
-from tests.monitoring import (
+from tests.support.monitoring import (
     EXTERNAL,
     PENDING_ALERTS,
     alert_exprs,
@@ -33,6 +32,7 @@ from tests.monitoring import (
     rules,
     unknown_names,
 )
+from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,7 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect, fresh_database
+from tests.support.servers import connect, fresh_database
 
 SCHEMA = "fk_db"
 POLICIES = ("plain", "lww", "keep", "overwrite", "resolver")

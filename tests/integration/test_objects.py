@@ -22,7 +22,7 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
+from tests.support.servers import connect
 
 SCHEMA = "objects_db"
 SHOW = {"view": ("TABLE", 1), "function": ("FUNCTION", 2), "procedure": ("PROCEDURE", 2),

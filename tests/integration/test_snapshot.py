@@ -28,8 +28,6 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
 from drc.snapshot.origin import SnapshotError
-from tests.integration.capture import master_position
-from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     APPLY_PASSWORD,
     APPLY_USER,
@@ -44,6 +42,8 @@ from tests.integration.test_apply_support import (
     serving,
     wait_for,
 )
+from tests.support.capture import master_position
+from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration
 

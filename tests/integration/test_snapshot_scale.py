@@ -30,7 +30,6 @@ from drc.core.scn import SCN
 from drc.core.windows import Window
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
-from tests.integration.servers import connect
 from tests.integration.test_apply_support import (
     assert_same,
     execute,
@@ -39,6 +38,7 @@ from tests.integration.test_apply_support import (
     wait_for,
 )
 from tests.integration.test_snapshot import Background, mark, prepare, seen, two_way_configs
+from tests.support.servers import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

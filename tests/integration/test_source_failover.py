@@ -25,8 +25,8 @@ from drc.replicator.replicator import CaptureOptions
 from drc.sandbox import mariadb
 from drc.sandbox.procs import stop_pid
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo, log_tails
-from tests.integration.capture import Capture, capturing, master_position, read_all
-from tests.integration.servers import connect
+from tests.support.capture import Capture, capturing, master_position, read_all
+from tests.support.servers import connect
 
 CAPTURE = CaptureOptions(capture=TableFilter.build(["fo_db.*"]), retry_max_s=1.0)
 

@@ -16,7 +16,6 @@ import pytest
 from drc.api import streamwire, wire
 from drc.apply import build_channel
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
 from tests.integration.test_apply_crash import _checkpoint_scns
 from tests.integration.test_apply_support import (
     Proxy,
@@ -31,6 +30,7 @@ from tests.integration.test_apply_support import (
     serving,
     wait_end,
 )
+from tests.support.servers import connect
 
 SCHEMA = "stream_db"
 TXNS = 600

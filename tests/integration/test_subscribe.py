@@ -35,7 +35,7 @@ from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import FragmentLimits
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import (
+from tests.support.capture import (
     Capture,
     SourceTxn,
     capturing,
@@ -43,7 +43,7 @@ from tests.integration.capture import (
     read_all,
     source_transactions,
 )
-from tests.integration.servers import connect
+from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration
 

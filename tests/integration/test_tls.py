@@ -38,7 +38,6 @@ from drc.replicator.source import BinlogStream, SourceSettings, inspect_source
 from drc.sandbox import certs
 from drc.sandbox.sandbox import Sandbox, ServerInfo
 from drc.tls import MysqlTls
-from tests.integration.capture import master_position
 from tests.integration.test_apply_support import (
     APPLY_GRANTS,
     Proxy,
@@ -48,6 +47,7 @@ from tests.integration.test_apply_support import (
     query,
     wait_for,
 )
+from tests.support.capture import master_position
 
 CAPTURE_USER, APPLY_USER, PASSWORD = "drc_tls_cap", "drc_tls_apply", "tls-secret"
 SRC, DST = "tls_src", "tls_dst"

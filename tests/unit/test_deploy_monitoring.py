@@ -15,7 +15,7 @@ import yaml
 
 from drc.api import health
 from tests.conftest import require_tool
-from tests.monitoring import (
+from tests.support.monitoring import (
     ALERTS,
     DEPLOY,
     PENDING_ALERTS,

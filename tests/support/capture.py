@@ -23,7 +23,7 @@ from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, split_binlog_name
 from drc.runtime import ReplicatorService
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
+from tests.support.servers import connect
 
 ZERO = SCN(0, 0, 0, 0)
 
