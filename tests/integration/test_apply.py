@@ -10,7 +10,7 @@ from pathlib import Path
 from drc.apply import build_channel
 from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Running,
     apply_user,
     assert_same,

@@ -25,7 +25,7 @@ from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 from drc.core.scn import SCN
 from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     apply_process_config,
     apply_user,
     assert_same,

@@ -19,7 +19,7 @@ import pytest
 
 from drc.apply import build_channel
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     APPLY_USER,
     Running,
     apply_process_config,

@@ -11,7 +11,7 @@ import pytest
 from drc.apply import build_channel
 from drc.apply.errors import MissingColumnError, NoPrimaryKeyError
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Proxy,
     Running,
     apply_user,

@@ -9,7 +9,7 @@ from drc.apply import build_channel
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Running,
     apply_user,
     channel_config,

@@ -20,7 +20,7 @@ from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.test_apply_support import execute
+from tests.support.apply import execute
 from tests.support.capture import master_position, serving, source_section
 from tests.support.group import Group, last_scn, records
 from tests.support.servers import connect, fresh_database

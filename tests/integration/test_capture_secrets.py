@@ -22,7 +22,7 @@ import pytest
 from drc.apply import build_channel
 from drc.core.sqltokens import tokens
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Running,
     apply_user,
     channel_config,

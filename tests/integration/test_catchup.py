@@ -19,7 +19,7 @@ from drc.apply import build_channel
 from drc.catchup.driver import CatchupError, run_catchup
 from drc.config import load_config
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Running,
     apply_process_config,
     apply_user,

@@ -31,15 +31,6 @@ from drc.config import load_config
 from drc.node import Node
 from drc.runtime import catchup_finisher
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.integration.test_apply_support import (
-    Running,
-    assert_same,
-    execute,
-    mark_end,
-    query,
-    wait_end,
-    wait_for,
-)
 from tests.integration.test_catchup import (
     SCHEMA,
     TABLES,
@@ -48,6 +39,15 @@ from tests.integration.test_catchup import (
     prepare,
     served,
     workload,
+)
+from tests.support.apply import (
+    Running,
+    assert_same,
+    execute,
+    mark_end,
+    query,
+    wait_end,
+    wait_for,
 )
 from tests.support.capture import master_position
 

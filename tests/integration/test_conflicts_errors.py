@@ -9,7 +9,7 @@ from drc.apply.conflicts import ResolverError
 from drc.apply.errors import TargetSchemaError
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Running,
     apply_user,
     channel_config,

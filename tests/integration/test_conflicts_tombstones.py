@@ -14,7 +14,7 @@ from pathlib import Path
 from drc.apply import build_channel, tombstones
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Running,
     apply_user,
     channel_config,

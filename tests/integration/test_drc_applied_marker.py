@@ -27,7 +27,7 @@ from drc.replicator.source import BinlogStream
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.test_apply_support import drop_everywhere
+from tests.support.apply import drop_everywhere
 from tests.support.servers import connect
 
 SCHEMA = "drc_applied_db"  # its own: the sandbox is shared with other tests

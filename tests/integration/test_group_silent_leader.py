@@ -26,7 +26,7 @@ import pytest
 from drc.core.scn import SCN
 from drc.sandbox.procs import free_port
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.test_apply_support import pipe
+from tests.support.apply import pipe
 from tests.support.group import Group, Member, last_scn, records
 from tests.support.servers import fresh_database
 from tests.support.two_way import (

@@ -23,7 +23,7 @@ from drc.apply.sql import quote
 from drc.cli.main import cli
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Running,
     apply_user,
     channel_config,

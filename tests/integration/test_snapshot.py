@@ -28,7 +28,7 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
 from drc.snapshot.origin import SnapshotError
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     APPLY_PASSWORD,
     APPLY_USER,
     Proxy,

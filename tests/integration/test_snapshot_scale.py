@@ -30,14 +30,14 @@ from drc.core.scn import SCN
 from drc.core.windows import Window
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
-from tests.integration.test_apply_support import (
+from tests.integration.test_snapshot import Background, mark, prepare, seen, two_way_configs
+from tests.support.apply import (
     assert_same,
     execute,
     query,
     running_nodes,
     wait_for,
 )
-from tests.integration.test_snapshot import Background, mark, prepare, seen, two_way_configs
 from tests.support.servers import connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

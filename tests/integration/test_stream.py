@@ -17,7 +17,7 @@ from drc.api import streamwire, wire
 from drc.apply import build_channel
 from drc.sandbox.sandbox import ServerInfo
 from tests.integration.test_apply_crash import _checkpoint_scns
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Proxy,
     Running,
     apply_user,

@@ -38,7 +38,7 @@ from drc.replicator.source import BinlogStream, SourceSettings, inspect_source
 from drc.sandbox import certs
 from drc.sandbox.sandbox import Sandbox, ServerInfo
 from drc.tls import MysqlTls
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     APPLY_GRANTS,
     Proxy,
     Running,

@@ -22,7 +22,7 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.verify.driver import Options, Report, run_verify
-from tests.integration.test_apply_support import running_nodes
+from tests.support.apply import running_nodes
 from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration

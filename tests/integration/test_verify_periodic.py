@@ -21,7 +21,7 @@ from drc.cli.tail import _verify_line
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.test_apply_support import running_nodes
+from tests.support.apply import running_nodes
 from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration

@@ -23,8 +23,8 @@ from drc.core.events import Op
 from drc.core.scn import SCN
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.test_apply_support import apply_process_config, apply_user
 from tests.integration.test_source_failover import Writer, sql
+from tests.support.apply import apply_process_config, apply_user
 from tests.support.capture import master_position
 from tests.support.group import Group, Member, assert_identical_on_common_range, records
 from tests.support.servers import fresh_database

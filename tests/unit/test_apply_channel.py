@@ -24,7 +24,7 @@ from drc.client import Batch
 from drc.config import ChannelConfig
 from drc.core.events import SchemaChange
 from drc.core.scn import SCN
-from tests.unit.test_apply_fakes import (
+from tests.support.apply_fakes import (
     FakeSubscriber,
     FakeTarget,
     batch,

@@ -12,7 +12,7 @@ from drc.apply.errors import (
 )
 from drc.apply.group import IDLE_CHECKPOINT_BYTES, Group, GroupLimits, worth_saving
 from drc.apply.retry import Kind, RetryPolicy, Stopped, call_with_retries, classify
-from tests.unit.test_apply_fakes import ins, scn, txn
+from tests.support.apply_fakes import ins, scn, txn
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from drc.apply.plan import DuplicateKey, TargetTable
 from drc.apply.sink import TargetSession, TargetSettings, translate
 from drc.core.events import Op, RowChange
 from drc.core.scn import SCN
-from tests.unit.test_apply_fakes import FakeTarget
+from tests.support.apply_fakes import FakeTarget
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))
 SETTINGS = TargetSettings("127.0.0.1", 3306, "apply", "secret")

@@ -17,8 +17,8 @@ from drc.core.heartbeat import lag_seconds, source_time_ms
 from drc.core.tablefilter import TableFilter
 from drc.replicator.heartbeat import BEAT, SETUP, HeartbeatWriter
 from drc.replicator.source_events import Begin, Commit, Rows
+from tests.support.apply_fakes import batch, ins, txn
 from tests.unit.test_apply_channel import Harness, target
-from tests.unit.test_apply_fakes import batch, ins, txn
 from tests.unit.test_assembler import _assembler, _rows, _table
 
 WALL = 1_700_000_100.0  # the Harness's wall clock

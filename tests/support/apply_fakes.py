@@ -1,4 +1,4 @@
-"""Fakes shared by the apply unit tests (no tests here): a scripted target speaking just enough
+"""Fakes shared by the apply unit tests: a scripted target speaking just enough
 of pymysql's connection API, and a subscriber that hands out prepared batches."""
 
 from __future__ import annotations

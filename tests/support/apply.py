@@ -1,4 +1,4 @@
-"""Helpers for the apply integration tests (no tests here).
+"""Helpers for the apply integration tests.
 
 The setup of every test: the replicator captures dc1 in this process, the pull API serves its
 buffer on a free port, and an apply channel writes into dc2 as a user holding exactly the
