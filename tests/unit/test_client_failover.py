@@ -19,7 +19,7 @@ from drc.client import (
 from drc.client.subscriber import RECONNECT_MAX_S
 from drc.core.errors import FatalError, RetriableError, ScnTooOldError
 from drc.core.scn import SCN
-from tests.unit.test_client_fakeapi import FakeApi, error, stream
+from tests.support.fake_api import FakeApi, error, stream
 
 A, B = "http://a", "http://b"
 TOKEN = "s3cret-token-value"
