@@ -27,3 +27,15 @@ def fresh_database(server: ServerInfo, db: str, *tables: str) -> None:
                 cur.execute(statement)
     finally:
         conn.close()
+
+
+def sql(server: ServerInfo, *statements: str) -> list[tuple[object, ...]]:
+    """Run ``statements`` in one connection; the rows of the last one."""
+    conn = connect(server)
+    try:
+        with conn.cursor() as cur:
+            for sql in statements:
+                cur.execute(sql)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
