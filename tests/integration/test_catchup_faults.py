@@ -31,15 +31,6 @@ from drc.config import load_config
 from drc.node import Node
 from drc.runtime import catchup_finisher
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.integration.test_catchup import (
-    SCHEMA,
-    TABLES,
-    checkpoint_of,
-    config_for,
-    prepare,
-    served,
-    workload,
-)
 from tests.support.apply import (
     Running,
     assert_same,
@@ -50,6 +41,15 @@ from tests.support.apply import (
     wait_for,
 )
 from tests.support.capture import master_position
+from tests.support.catchup import (
+    SCHEMA,
+    TABLES,
+    checkpoint_of,
+    config_for,
+    prepare,
+    served,
+    workload,
+)
 
 pytestmark = pytest.mark.integration
 

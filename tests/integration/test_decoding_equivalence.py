@@ -30,10 +30,10 @@ from drc.replicator.fast_events import NOT_MINE, FastDecoder
 from drc.replicator.source import BinlogStream, SourceSettings, split_binlog_name
 from drc.replicator.source_events import Commit, Heartbeat, Rows, Statement
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_capture_types import COLUMNS, ROWS
 from tests.support.capture import master_position
+from tests.support.column_types import COLUMNS, ROWS
 from tests.support.servers import connect
-from tests.unit.test_fast_rows import identical
+from tests.support.values import identical
 
 # Edge values beyond test_capture_types' rows, in its column order.
 MORE_EDGES = (

@@ -30,7 +30,6 @@ from drc.core.scn import SCN
 from drc.core.windows import Window
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
-from tests.integration.test_snapshot import Background, mark, prepare, seen, two_way_configs
 from tests.support.apply import (
     assert_same,
     execute,
@@ -39,6 +38,7 @@ from tests.support.apply import (
     wait_for,
 )
 from tests.support.servers import connect
+from tests.support.snapshot import Background, mark, prepare, seen, two_way_configs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -198,3 +198,24 @@ def source_table_rows(
         (gtid, [(table, before, after) for _db, table, before, after in changes])
         for gtid, changes in source_transactions(server, start, [schema])
     ]
+
+
+def checkpoint_scns(
+    server: ServerInfo, start: tuple[str, int], channel: str = "crash"
+) -> list[SCN]:
+    """The SCNs ``channel`` wrote into drc.checkpoint, in the target's binlog order."""
+    reader = BinLogStreamReader(
+        connection_settings={"host": server.host, "port": server.port, "user": server.user,
+                             "password": server.password},
+        server_id=88101, log_file=start[0], log_pos=start[1], resume_stream=True, blocking=False,
+        is_mariadb=False, only_schemas=["drc"], only_tables=["checkpoint"],
+        only_events=[WriteRowsEvent, UpdateRowsEvent],
+    )  # fmt: skip
+    scns = []
+    for event in reader:
+        for row in event.rows:
+            image = row.get("after_values") or row["values"]
+            if image["channel"] == channel:
+                scns.append(SCN.parse(image["scn"]))
+    reader.close()
+    return scns

@@ -27,7 +27,7 @@ from pymysqlreplication.table import Table
 from drc.core.errors import UnsupportedColumnError
 from drc.core.values import Bit, ZeroDate
 from drc.replicator import decoding, fast_rows
-from tests.unit.test_decoding import TIME2_CASES, time2_bytes, time2_value
+from tests.support.values import TIME2_CASES, identical, time2_bytes, time2_value
 
 T = FIELD_TYPE
 REFERENCE = fast_rows._ORIGINAL  # the library's row loop, calling decoding.py per value
@@ -62,20 +62,6 @@ def event(columns: list[Column], payload: bytes, ignore_errors: bool = False) ->
         _RowsEvent__use_column_name_cache=False, _RowsEvent__enable_logging=False,
     )  # fmt: skip
     return ev
-
-
-def identical(a: Any, b: Any) -> bool:
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return struct.pack("<d", a) == struct.pack("<d", b)
-    if isinstance(a, Decimal):
-        return a.as_tuple() == b.as_tuple()
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(identical(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
 
 
 def outcome(decode: Callable[..., Any], columns: list[Column], payload: bytes, **kw: Any) -> Any:
