@@ -13,12 +13,10 @@ from drc.api.batching import Limits, Selection
 from drc.api.metrics import ApiMetrics
 from drc.api.pull import EpochMismatch, pull
 from drc.api.query import PullQuery
-from drc.core.codec import encode_transaction
 from drc.core.errors import ScnTooOldError
-from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
-from tests.unit.test_api_batching import ORDERS, ins, scn, txn
+from tests.support.api import ORDERS, ins, scn, store, txn
 
 Q = PullQuery(SCN.ZERO, Selection(), Limits(100, 1 << 20), -1, None)
 
@@ -27,12 +25,6 @@ Q = PullQuery(SCN.ZERO, Selection(), Limits(100, 1 << 20), -1, None)
 def buffer(tmp_path: Path) -> Iterator[EventBuffer]:
     with EventBuffer.open(tmp_path / "buf") as buf:
         yield buf
-
-
-def store(buffer: EventBuffer, *txns: Transaction) -> None:
-    for t in txns:
-        buffer.append(t.scn, encode_transaction(t), t.timestamp * 1000, not t.last_fragment)
-    buffer.commit()
 
 
 def later(delay: float, fn, *args) -> threading.Thread:  # noqa: ANN001

@@ -22,8 +22,7 @@ from drc.client.stream import Ended, FrameQueue, read_frames
 from drc.core.codec import encode_transaction
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
-from tests.unit.test_api import store
-from tests.unit.test_api_batching import ins, scn, txn
+from tests.support.api import ins, scn, store, txn
 
 # -- frames --------------------------------------------------------------------------------------
 

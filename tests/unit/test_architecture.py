@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import drc
+from tests.support.imports import imported_modules as _imports
 
 ROOT = Path(drc.__file__).parent
 CORE_ALLOWED_THIRD_PARTY = {"msgpack"}
@@ -22,16 +23,6 @@ ADAPTER_HOMES = {
     "sandbox", "replicator", "api", "apply", "catchup", "spark", "metastore", "client", "cli",
     "bulk", "verify", "snapshot",
 }  # fmt: skip
-
-
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
 
 
 def _modules(package: str | None = None) -> list[Path]:

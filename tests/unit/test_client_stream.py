@@ -26,10 +26,9 @@ from drc.client.records import RawStreams, pull_raw
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
+from tests.support.api import ins, scn, store, txn
 from tests.support.fake_api import FakeApi
 from tests.support.fake_api import stream as fake_stream
-from tests.unit.test_api import store
-from tests.unit.test_api_batching import ins, scn, txn
 
 TOKEN = "stream-token"
 
