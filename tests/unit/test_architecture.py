@@ -4,6 +4,8 @@
 - Driver and framework libraries are imported only by the adapter packages at the edges.
 - Packages import only packages below them in the package order, and no import (lazy ones
   included) closes a cycle, between packages or between modules of one package.
+- The tests share set-up through tests/support/ and conftest fixtures: no module of tests/
+  imports a test module (``test_*``) or a conftest.
 """
 
 from __future__ import annotations
@@ -223,3 +225,57 @@ def test_the_graph_counts_lazy_imports_but_not_type_checking_ones(tmp_path: Path
     graph = _module_graph(root)
     assert graph["drc.a.x"] == {"drc.b.y", "drc.a.z"}
     assert _cycles(graph) == [{"drc.a.x", "drc.a.z"}]
+
+
+# ---------------------------------------------------------------------- the tests' own layout
+
+TESTS = Path(__file__).parents[1]
+
+
+def _test_module_imports(path: Path) -> list[str]:
+    """What ``path`` imports of a test module or a conftest (any part of the dotted name named
+    ``test_*`` or ``conftest``), as written; relative imports too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names = [base, *(f"{base.rstrip('.')}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = [part for part in name.split(".") if part]
+            if any(part.startswith("test_") or part == "conftest" for part in parts):
+                found.append(name)
+                break
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    offenders = [
+        f"{path.relative_to(TESTS)} imports {name}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for name in _test_module_imports(path)
+    ]
+    assert offenders == [], "shared set-up goes into tests/support/ or a conftest fixture"
+
+
+def test_the_tests_rule_sees_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "test_bad.py"
+    bad.write_text(
+        "from tests.unit.test_api import store\n"
+        "import tests.integration.test_catchup\n"
+        "from . import conftest\n"
+        "from .test_other import helper\n"
+        "def f():\n    from tests.unit import test_config\n"
+        "from tests.support.api import store\n"
+        "import tests.support\n"
+    )
+    assert _test_module_imports(bad) == [
+        "tests.unit.test_api",
+        "tests.integration.test_catchup",
+        ".conftest",
+        ".test_other",
+        "tests.unit.test_config",
+    ]
