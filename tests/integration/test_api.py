@@ -26,8 +26,8 @@ from drc.core.jsonwire import transaction_from_json
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import master_position, source_table_rows
-from tests.support.servers import connect
+from tests.support.capture import serving, source_table_rows
+from tests.support.servers import connect, master_position
 
 TOKEN = "integration-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -70,24 +70,8 @@ def served(dc1: ServerInfo, tmp_path: Path) -> Iterator[tuple[ReplicatorService,
     conn.close()
     service = build_replicator(_config(dc1, tmp_path, start))
     url = service.start_api().url
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def capture() -> None:
-        try:
-            service.run_capture(stop)
-        except BaseException as exc:  # reported by the test below
-            errors.append(exc)
-
-    thread = threading.Thread(target=capture, daemon=True)
-    thread.start()
-    try:
+    with serving(service):
         yield service, url, start
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        service.close()
-    assert errors == []
 
 
 def _workload(server: ServerInfo, seed: int) -> None:

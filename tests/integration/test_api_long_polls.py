@@ -9,7 +9,6 @@ built from config by the composition root (drc.runtime).
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,8 +24,8 @@ from drc.config import DrcConfig
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import master_position
-from tests.support.servers import connect
+from tests.support.capture import serving
+from tests.support.servers import connect, master_position
 
 FLOOD = ("flood-token-1", "flood-token-2")
 CHANNEL = "channel-token"
@@ -69,24 +68,8 @@ def served(dc1: ServerInfo, tmp_path: Path) -> Iterator[tuple[ReplicatorService,
     conn.close()
     service = build_replicator(_config(dc1, tmp_path, start))
     url = service.start_api().url
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def capture() -> None:
-        try:
-            service.run_capture(stop)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    thread = threading.Thread(target=capture, daemon=True)
-    thread.start()
-    try:
+    with serving(service):
         yield service, url
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        service.close()
-    assert errors == []
 
 
 def auth(token: str) -> dict[str, str]:

@@ -22,19 +22,10 @@ import pytest
 
 from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.apply import (
-    apply_process_config,
-    apply_user,
-    assert_same,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    serving,
-    wait_end,
-)
+from tests.support.apply import apply_process_config, apply_user, assert_same, serving
 from tests.support.capture import checkpoint_scns
-from tests.support.servers import connect
+from tests.support.servers import connect, drop_everywhere, execute, position
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "apply_crash"
 TXNS = 1000

@@ -26,15 +26,10 @@ from tests.support.apply import (
     apply_user,
     assert_same,
     channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    query,
     serving,
-    wait_end,
 )
-from tests.support.servers import connect
+from tests.support.servers import connect, drop_everywhere, execute, position, query
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "ddl_once"
 RENAME = f"ALTER TABLE {SCHEMA}.t RENAME COLUMN b TO b2"

@@ -9,18 +9,10 @@ from drc.apply import build_channel
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.apply import (
-    Running,
-    apply_user,
-    channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    serving,
-    wait_end,
-)
+from tests.support.apply import Running, apply_user, channel_config, serving
 from tests.support.capture import capturing, read_all
+from tests.support.servers import drop_everywhere, execute, position
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "apply_loop"
 

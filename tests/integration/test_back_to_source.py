@@ -20,10 +20,9 @@ from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.support.apply import execute
-from tests.support.capture import master_position, serving, source_section
+from tests.support.capture import serving, source_section
 from tests.support.group import Group, last_scn, records
-from tests.support.servers import connect, fresh_database
+from tests.support.servers import connect, execute, fresh_database, master_position
 from tests.support.two_way import TwoWay
 
 TOKEN = "bts-token"

@@ -26,8 +26,8 @@ from drc.core.scn import SCN
 from drc.eventbuffer.layout import segment_path
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import master_position
-from tests.support.servers import connect
+from tests.support.capture import serving
+from tests.support.servers import connect, master_position
 
 TOKEN = "damage-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -58,24 +58,8 @@ def _serving(config: DrcConfig) -> Iterator[tuple[ReplicatorService, str]]:
     service = build_replicator(config)
     service.replicator.prepare()  # the start position is stored before the test writes
     url = service.start_api().url
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def capture() -> None:
-        try:
-            service.run_capture(stop)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    thread = threading.Thread(target=capture, daemon=True)
-    thread.start()
-    try:
+    with serving(service):
         yield service, url
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        service.close()
-    assert errors == []
 
 
 def _insert(server: ServerInfo, ids: range) -> None:

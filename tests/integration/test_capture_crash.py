@@ -20,8 +20,8 @@ import pytest
 from drc.core.errors import BufferStateError
 from drc.eventbuffer import EventBuffer
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import master_position, read_all, source_table_rows
-from tests.support.servers import connect
+from tests.support.capture import read_all, source_table_rows
+from tests.support.servers import connect, master_position
 
 TXNS = 1200
 KILLS = 5

@@ -8,8 +8,8 @@ from drc.apply import checkpoint
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import capturing, master_position, read_all
-from tests.support.servers import connect
+from tests.support.capture import capturing, read_all
+from tests.support.servers import connect, master_position
 
 
 def test_apply_writes_are_flagged_and_ordinary_writes_are_not(

@@ -16,8 +16,8 @@ from typing import Any
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import capturing, master_position, read_all
-from tests.support.servers import connect
+from tests.support.capture import capturing, read_all
+from tests.support.servers import connect, master_position
 
 NAMES = [f"t{fsp}" for fsp in range(7)]
 FIXED = [

@@ -11,9 +11,9 @@ from drc.core.tablefilter import TableFilter
 from drc.core.values import Bit, ZeroDate
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import capturing, master_position, read_all
+from tests.support.capture import capturing, read_all
 from tests.support.column_types import COLUMNS, ROWS, matches_select
-from tests.support.servers import connect
+from tests.support.servers import connect, master_position
 
 
 def _selected(server: ServerInfo) -> dict[int, dict[str, Any]]:

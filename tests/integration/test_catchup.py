@@ -15,16 +15,7 @@ from drc.apply import build_channel
 from drc.catchup.driver import CatchupError, run_catchup
 from drc.config import load_config
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.support.apply import (
-    Running,
-    apply_process_config,
-    assert_same,
-    execute,
-    mark_end,
-    query,
-    wait_end,
-)
-from tests.support.capture import master_position
+from tests.support.apply import Running, apply_process_config, assert_same
 from tests.support.catchup import (
     SCHEMA,
     TABLES,
@@ -34,7 +25,8 @@ from tests.support.catchup import (
     served,
     workload,
 )
-from tests.support.servers import connect
+from tests.support.servers import connect, execute, master_position, query
+from tests.support.waits import mark_end, wait_end
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from drc.apply.sql import Statement
 from drc.cli.main import cli
 from drc.core.jsonwire import value_from_json
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.apply import execute
+from tests.support.servers import execute
 
 pytestmark = pytest.mark.integration
 

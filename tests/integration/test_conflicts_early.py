@@ -30,8 +30,7 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.support.apply import execute, query
-from tests.support.servers import connect
+from tests.support.servers import connect, execute, query
 
 CONFLICTS = """
 [conflicts]

@@ -14,18 +14,9 @@ from pathlib import Path
 from drc.apply import build_channel, tombstones
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.apply import (
-    Running,
-    apply_user,
-    channel_config,
-    drop_everywhere,
-    execute,
-    position,
-    query,
-    serving,
-    wait_for,
-)
-from tests.support.servers import connect
+from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.servers import connect, drop_everywhere, execute, position, query
+from tests.support.waits import wait_for
 
 SCHEMA = "cf_tomb"
 T = dt.datetime(2020, 1, 1, 12, 0, 0)  # long ago: tombstones of it are past any retention

@@ -30,9 +30,8 @@ from drc.replicator.fast_events import NOT_MINE, FastDecoder
 from drc.replicator.source import BinlogStream, SourceSettings, split_binlog_name
 from drc.replicator.source_events import Commit, Heartbeat, Rows, Statement
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import master_position
 from tests.support.column_types import COLUMNS, ROWS
-from tests.support.servers import connect
+from tests.support.servers import connect, master_position
 from tests.support.values import identical
 
 # Edge values beyond test_capture_types' rows, in its column order.

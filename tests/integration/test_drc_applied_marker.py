@@ -27,8 +27,7 @@ from drc.replicator.source import BinlogStream
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.support.apply import drop_everywhere
-from tests.support.servers import connect
+from tests.support.servers import connect, drop_everywhere
 
 SCHEMA = "drc_applied_db"  # its own: the sandbox is shared with other tests
 TXNS_PER_SIDE = 120

@@ -19,13 +19,7 @@ import pytest
 from drc.sandbox.group import member_config
 from drc.sandbox.procs import free_port
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.support.group import (
-    Group,
-    Member,
-    assert_identical_on_common_range,
-    last_scn,
-    records,
-)
+from tests.support.group import Group, Member, assert_identical_on_common_range, last_scn, records
 from tests.support.servers import connect
 from tests.support.two_way import (
     GROUP_TABLE,

@@ -31,10 +31,9 @@ from drc.sandbox import mariadb
 from drc.sandbox.procs import stop_pid
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.apply import apply_user
-from tests.support.capture import master_position
 from tests.support.failover import caught_up, one_datacenter_with_replica
 from tests.support.group import Group, Member, assert_identical_on_common_range
-from tests.support.servers import fresh_database, sql
+from tests.support.servers import fresh_database, master_position, sql
 from tests.support.two_way import TwoWay, inserted, stored, strictly_increasing
 
 SESSION_S = 2.0

@@ -23,17 +23,9 @@ from drc.apply.sql import quote
 from drc.cli.main import cli
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.apply import (
-    Running,
-    apply_user,
-    channel_config,
-    drop_everywhere,
-    execute,
-    position,
-    query,
-    serving,
-    wait_for,
-)
+from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.servers import drop_everywhere, execute, position, query
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -23,14 +23,8 @@ from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import FragmentLimits
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import (
-    Capture,
-    capturing,
-    master_position,
-    read_all,
-    source_transactions,
-)
-from tests.support.servers import connect
+from tests.support.capture import Capture, capturing, read_all, source_transactions
+from tests.support.servers import connect, master_position
 
 pytestmark = pytest.mark.integration
 

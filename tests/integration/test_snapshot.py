@@ -28,18 +28,15 @@ from drc.snapshot.origin import SnapshotError
 from tests.support.apply import (
     APPLY_PASSWORD,
     APPLY_USER,
-    Proxy,
     Running,
     assert_same,
-    execute,
-    query,
     running_nodes,
     serving,
-    wait_for,
 )
-from tests.support.capture import master_position
-from tests.support.servers import connect
+from tests.support.network import Proxy
+from tests.support.servers import connect, execute, master_position, query
 from tests.support.snapshot import Background, mark, prepare, seen, two_way_configs
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -30,15 +30,10 @@ from drc.core.scn import SCN
 from drc.core.windows import Window
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
-from tests.support.apply import (
-    assert_same,
-    execute,
-    query,
-    running_nodes,
-    wait_for,
-)
-from tests.support.servers import connect
+from tests.support.apply import assert_same, running_nodes
+from tests.support.servers import connect, execute, query
 from tests.support.snapshot import Background, mark, prepare, seen, two_way_configs
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

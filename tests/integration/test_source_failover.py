@@ -21,9 +21,9 @@ from drc.replicator.replicator import CaptureOptions
 from drc.sandbox import mariadb
 from drc.sandbox.procs import stop_pid
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.support.capture import Capture, capturing, master_position, read_all
+from tests.support.capture import Capture, capturing, read_all
 from tests.support.failover import Writer, caught_up, one_datacenter_with_replica
-from tests.support.servers import sql
+from tests.support.servers import master_position, sql
 
 CAPTURE = CaptureOptions(capture=TableFilter.build(["fo_db.*"]), retry_max_s=1.0)
 

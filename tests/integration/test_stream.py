@@ -16,21 +16,11 @@ import pytest
 from drc.api import streamwire, wire
 from drc.apply import build_channel
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.apply import (
-    Proxy,
-    Running,
-    apply_user,
-    assert_same,
-    channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    serving,
-    wait_end,
-)
+from tests.support.apply import Running, apply_user, assert_same, channel_config, serving
 from tests.support.capture import checkpoint_scns
-from tests.support.servers import connect
+from tests.support.network import Proxy
+from tests.support.servers import connect, drop_everywhere, execute, position
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "stream_db"
 TXNS = 600

@@ -23,7 +23,6 @@ from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, split_binlog_name
 from drc.runtime import ReplicatorService
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.servers import connect
 
 ZERO = SCN(0, 0, 0, 0)
 
@@ -51,7 +50,8 @@ def source_section(server: ServerInfo, replica_server_id: int) -> dict[str, Any]
 
 @contextmanager
 def serving(service: ReplicatorService) -> Iterator[ReplicatorService]:
-    """Capture in a thread while the block runs (its API already started); then close."""
+    """``service`` captures in a thread while the block runs (its API already started); then it
+    is closed, and what stopped its capture fails the test."""
     stop = threading.Event()
     thread = threading.Thread(target=service.run_capture, args=(stop,), daemon=True)
     thread.start()
@@ -62,17 +62,6 @@ def serving(service: ReplicatorService) -> Iterator[ReplicatorService]:
         thread.join(timeout=30)
         service.close()
     assert service.failure is None, service.failure
-
-
-def master_position(server: ServerInfo) -> tuple[str, int]:
-    conn = connect(server)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            log_file, log_pos = cur.fetchone()[:2]
-    finally:
-        conn.close()
-    return log_file, int(log_pos)
 
 
 @dataclass
@@ -107,9 +96,22 @@ def capturing(
     **buffer_kwargs: object,
 ) -> Iterator[Capture]:
     """Capture from ``server`` (and the other servers of its replication group ``also``)."""
+    sources = [source_settings(s) for s in (server, *also)]
+    with capturing_from(sources, buffer_dir, options, **buffer_kwargs) as capture:
+        yield capture
+
+
+@contextmanager
+def capturing_from(
+    sources: list[SourceSettings],
+    buffer_dir: Path,
+    options: CaptureOptions,
+    **buffer_kwargs: object,
+) -> Iterator[Capture]:
+    """A replicator of ``sources`` capturing into ``buffer_dir`` in a thread while the block runs;
+    the first error that stopped it is raised at the end."""
     buffer = EventBuffer.open(buffer_dir, **buffer_kwargs)
     metastore = MetaStore.open(buffer_dir / "metastore.sqlite3")
-    sources = [source_settings(s) for s in (server, *also)]
     replicator = Replicator(sources, buffer, metastore, options)
     stop = threading.Event()
     errors: list[BaseException] = []

@@ -10,16 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.apply import (
-    apply_process_config,
-    apply_user,
-    drop_everywhere,
-    execute,
-    query,
-    serving,
-)
-from tests.support.capture import Capture, master_position
-from tests.support.servers import connect
+from tests.support.apply import apply_process_config, apply_user, serving
+from tests.support.capture import Capture
+from tests.support.servers import connect, drop_everywhere, execute, master_position, query
 
 SCHEMA = "catchup_eq"
 TABLES = (

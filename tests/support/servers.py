@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pymysql
 
 from drc.sandbox.sandbox import ServerInfo
@@ -39,3 +41,43 @@ def sql(server: ServerInfo, *statements: str) -> list[tuple[object, ...]]:
             return list(cur.fetchall())
     finally:
         conn.close()
+
+
+def execute(server: ServerInfo, *statements: str, **kwargs: Any) -> None:
+    conn = connect(server, **kwargs)
+    with conn.cursor() as cur:
+        for statement in statements:
+            cur.execute(statement)
+    conn.close()
+
+
+def drop_everywhere(schema: str, *servers: ServerInfo) -> None:
+    for server in servers:
+        execute(server, f"DROP DATABASE IF EXISTS `{schema}`")
+
+
+def query(
+    server: ServerInfo, sql: str, params: Any = None, *, cursor_description: bool = False
+) -> list[Any]:
+    """Rows of a query (or, with ``cursor_description``, the result's column descriptions)."""
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        rows = list(cur.description or ()) if cursor_description else list(cur.fetchall())
+    conn.close()
+    return rows
+
+
+def master_position(server: ServerInfo) -> tuple[str, int]:
+    conn = connect(server)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            log_file, log_pos = cur.fetchone()[:2]
+    finally:
+        conn.close()
+    return log_file, int(log_pos)
+
+
+def position(server: ServerInfo) -> tuple[str, int]:
+    return master_position(server)

@@ -11,12 +11,8 @@ from typing import Self
 
 from drc.sandbox.demo import write_configs
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.support.apply import (
-    apply_user,
-    drop_everywhere,
-    execute,
-    query,
-)
+from tests.support.apply import apply_user
+from tests.support.servers import drop_everywhere, execute, query
 
 
 def prepare(dc1: ServerInfo, dc2: ServerInfo, *schemas: str) -> None:

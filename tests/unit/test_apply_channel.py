@@ -21,17 +21,7 @@ from drc.apply.errors import (
     RetriesExhaustedError,
 )
 from drc.core.events import SchemaChange
-from tests.support.apply_fakes import (
-    FakeTarget,
-    Harness,
-    batch,
-    dele,
-    ins,
-    scn,
-    target,
-    txn,
-    upd,
-)
+from tests.support.apply_fakes import FakeTarget, Harness, batch, dele, ins, scn, target, txn, upd
 
 
 def test_batches_up_to_caught_up_are_one_target_transaction_with_the_checkpoint() -> None:
