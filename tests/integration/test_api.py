@@ -26,7 +26,8 @@ from drc.core.jsonwire import transaction_from_json
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import serving, source_table_rows
+from tests.support.capture import serving, source_section, source_table_rows
+from tests.support.config import server_toml
 from tests.support.servers import connect, master_position
 
 TOKEN = "integration-token"
@@ -39,13 +40,7 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
     return DrcConfig.model_validate(
         {
             "datacenter": {"name": "dc1"},
-            "source": {
-                "host": server.host,
-                "port": server.port,
-                "user": server.user,
-                "password": server.password,
-                "replica_server_id": 91001,
-            },
+            "source": source_section(server, 91001),
             "replicator": {
                 "buffer_dir": str(tmp / "buf"),
                 "start_from": f"{start[0]}:{start[1]}",
@@ -220,12 +215,7 @@ def test_replicator_run_serves_the_api_and_prints_its_url(dc1: ServerInfo, tmp_p
         f"""
 [datacenter]
 name = "dc1"
-[source]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password = "{dc1.password}"
-replica_server_id = 91003
+{server_toml("source", dc1, replica_server_id=91003)}
 [replicator]
 buffer_dir = "{tmp_path / "buf"}"
 start_from = "{start[0]}:{start[1]}"

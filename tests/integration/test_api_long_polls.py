@@ -24,7 +24,7 @@ from drc.config import DrcConfig
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import serving
+from tests.support.capture import serving, source_section
 from tests.support.servers import connect, master_position
 
 FLOOD = ("flood-token-1", "flood-token-2")
@@ -39,10 +39,7 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
     return DrcConfig.model_validate(
         {
             "datacenter": {"name": "dc1"},
-            "source": {
-                "host": server.host, "port": server.port, "user": server.user,
-                "password": server.password, "replica_server_id": 91011,
-            },
+            "source": source_section(server, 91011),
             "replicator": {
                 "buffer_dir": str(tmp / "buf"), "start_from": f"{start[0]}:{start[1]}",
                 "include": [f"{DB}.*"], "commit_max_ms": 20,

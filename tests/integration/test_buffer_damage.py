@@ -26,7 +26,7 @@ from drc.core.scn import SCN
 from drc.eventbuffer.layout import segment_path
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import serving
+from tests.support.capture import serving, source_section
 from tests.support.servers import connect, master_position
 
 TOKEN = "damage-token"
@@ -39,13 +39,7 @@ def _config(server: ServerInfo, tmp: Path) -> DrcConfig:
     return DrcConfig.model_validate(
         {
             "datacenter": {"name": "dc1"},
-            "source": {
-                "host": server.host,
-                "port": server.port,
-                "user": server.user,
-                "password": server.password,
-                "replica_server_id": 91201,
-            },
+            "source": source_section(server, 91201),
             # start_from "current": what an empty buffer would resume from after a lost history.
             "replicator": {"buffer_dir": str(tmp / "buf"), "include": ["dmg_db.*"]},
             "api": {"host": "127.0.0.1", "port": 0, "tokens": [TOKEN]},

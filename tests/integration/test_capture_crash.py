@@ -21,6 +21,7 @@ from drc.core.errors import BufferStateError
 from drc.eventbuffer import EventBuffer
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.capture import read_all, source_table_rows
+from tests.support.config import server_toml
 from tests.support.servers import connect, master_position
 
 TXNS = 1200
@@ -36,12 +37,7 @@ def _config(tmp: Path, server: ServerInfo, start: tuple[str, int]) -> Path:
         f"""
 [datacenter]
 name = "crash"
-[source]
-host = "{server.host}"
-port = {server.port}
-user = "{server.user}"
-password_file = "{secret}"
-replica_server_id = 88001
+{server_toml("source", server, password_file=secret, replica_server_id=88001)}
 [replicator]
 buffer_dir = "{tmp / "buf"}"
 start_from = "{start[0]}:{start[1]}"

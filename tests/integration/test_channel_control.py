@@ -29,18 +29,11 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.apply import running_nodes
+from tests.support.config import conflict_rule, conflicts_toml
 from tests.support.servers import connect
 
 SCHEMA = "ctl_db"
-CONFLICTS = """
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "ctl_db.lww_t"
-policy = "lww"
-column = "updated_at"
-"""
+CONFLICTS = conflicts_toml(conflict_rule("ctl_db.lww_t", "lww", column="updated_at"))
 TABLES = (
     "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40) NOT NULL, extra INT NULL)",
     "CREATE TABLE lww_t (id INT PRIMARY KEY, n INT NOT NULL, updated_at DATETIME(6) NOT NULL "

@@ -37,29 +37,20 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.resolvers import merge_max, newest
+from tests.support.config import conflict_rule, conflicts_toml
 from tests.support.servers import connect
 
 SCHEMA = "cf_db"
-CONFLICTS = """
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "cf_db.lww_t"
-policy = "lww"
-column = "updated_at"
-
-[[conflicts.tables]]
-table = "cf_db.res_t"
-policy = "resolver"
-resolver = "tests.integration.resolvers:merge_max"
-
-[[conflicts.tables]]
-table = "cf_db.rsv_t"
-policy = "resolver"
-resolver = "tests.integration.resolvers:newest"
-column = "updated_at"
-"""
+CONFLICTS = conflicts_toml(
+    conflict_rule("cf_db.lww_t", "lww", column="updated_at"),
+    conflict_rule("cf_db.res_t", "resolver", resolver="tests.integration.resolvers:merge_max"),
+    conflict_rule(
+        "cf_db.rsv_t",
+        "resolver",
+        column="updated_at",
+        resolver="tests.integration.resolvers:newest",
+    ),
+)
 TABLES = (
     "CREATE TABLE lww_t (id INT PRIMARY KEY, v VARCHAR(40) NOT NULL, n INT NOT NULL, "
     "updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) "

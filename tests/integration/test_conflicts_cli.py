@@ -24,6 +24,7 @@ from drc.apply.sql import Statement
 from drc.cli.main import cli
 from drc.core.jsonwire import value_from_json
 from drc.sandbox.sandbox import ServerInfo
+from tests.support.config import server_toml
 from tests.support.servers import execute
 
 pytestmark = pytest.mark.integration
@@ -111,11 +112,7 @@ def config(dc1: ServerInfo, tmp_path: Path) -> Path:
     path.write_text(
         f"""[datacenter]
 name = "dc1"
-[source]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password = "{dc1.password}"
+{server_toml("source", dc1)}
 [replicator]
 buffer_dir = "{tmp_path / "buffer"}"
 """

@@ -30,17 +30,10 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from tests.support.config import conflict_rule, conflicts_toml
 from tests.support.servers import connect, execute, query
 
-CONFLICTS = """
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "early_*.*"
-policy = "lww"
-column = "ts"
-"""
+CONFLICTS = conflicts_toml(conflict_rule("early_*.*", "lww", column="ts"))
 TABLE = (
     "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL, ts DATETIME(6) NOT NULL "
     "DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6))"

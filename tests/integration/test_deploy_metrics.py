@@ -22,6 +22,7 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription
+from tests.support.config import conflict_rule, conflicts_toml
 from tests.support.monitoring import (
     EXTERNAL,
     PENDING_ALERTS,
@@ -37,15 +38,7 @@ from tests.support.servers import connect
 pytestmark = pytest.mark.integration
 
 SCHEMA = "deploy_metrics_db"
-CONFLICTS = f"""
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "{SCHEMA}.t"
-policy = "lww"
-column = "updated_at"
-"""
+CONFLICTS = conflicts_toml(conflict_rule(f"{SCHEMA}.t", "lww", column="updated_at"))
 
 # TOML: [channels.x] after other tables still belongs to the last [[channels]] (the one channel).
 VERIFY = """

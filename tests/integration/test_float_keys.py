@@ -31,32 +31,17 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from tests.support.config import conflict_rule, conflicts_toml
 from tests.support.servers import connect, fresh_database
 
 SCHEMA = "fk_db"
 POLICIES = ("plain", "lww", "keep", "overwrite", "resolver")
-CONFLICTS = """
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "fk_db.lww_*"
-policy = "lww"
-column = "updated_at"
-
-[[conflicts.tables]]
-table = "fk_db.keep_*"
-policy = "keep"
-
-[[conflicts.tables]]
-table = "fk_db.overwrite_*"
-policy = "overwrite"
-
-[[conflicts.tables]]
-table = "fk_db.resolver_*"
-policy = "resolver"
-resolver = "tests.integration.resolvers:merge_max"
-"""
+CONFLICTS = conflicts_toml(
+    conflict_rule("fk_db.lww_*", "lww", column="updated_at"),
+    conflict_rule("fk_db.keep_*", "keep"),
+    conflict_rule("fk_db.overwrite_*", "overwrite"),
+    conflict_rule("fk_db.resolver_*", "resolver", resolver="tests.integration.resolvers:merge_max"),
+)
 
 
 def _single(value: float) -> float:

@@ -24,6 +24,7 @@ from drc.cli.main import cli
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.config import server_toml
 from tests.support.servers import drop_everywhere, execute, position, query
 from tests.support.waits import wait_for
 
@@ -147,8 +148,7 @@ def _databases(server: ServerInfo, name: str) -> list[Any]:
 def _conflicts_list(server: ServerInfo, directory: Path, table: str) -> str:
     config = directory / "dc2.toml"
     config.write_text(
-        f'[datacenter]\nname = "dc2"\n[source]\nhost = "{server.host}"\nport = {server.port}\n'
-        f'user = "{server.user}"\npassword = "{server.password}"\n'
+        f'[datacenter]\nname = "dc2"\n{server_toml("source", server)}\n'
         f'[replicator]\nbuffer_dir = "{directory / "buffer"}"\n'
     )
     args = ["conflicts", "list", "--table", table, "--config", str(config)]

@@ -25,14 +25,8 @@ from drc.core.errors import ConfigError
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
 from drc.snapshot.origin import SnapshotError
-from tests.support.apply import (
-    APPLY_PASSWORD,
-    APPLY_USER,
-    Running,
-    assert_same,
-    running_nodes,
-    serving,
-)
+from tests.support.apply import Running, apply_process_config, assert_same, running_nodes, serving
+from tests.support.config import conflict_rule, server_toml
 from tests.support.network import Proxy
 from tests.support.servers import connect, execute, master_position, query
 from tests.support.snapshot import Background, mark, prepare, seen, two_way_configs
@@ -123,47 +117,17 @@ def config_file(
 ) -> Path:
     """dc2's config: one channel from dc1, [channels.origin_db] reading dc1, and a conflict
     policy (overwrite) on two of the copied tables, so a false conflict would be logged."""
-    secret = tmp / "apply.password"
-    secret.write_text(APPLY_PASSWORD)
     origin_secret = tmp / "origin.password"
     origin = origin or dc1
     origin_secret.write_text(origin.password)
-    path = tmp / "dc2.toml"
-    listed = ", ".join(f'"{t}"' for t in tables)
-    path.write_text(f"""
-[datacenter]
-name = "dc2"
-[source]
-host = "{dc2.host}"
-port = {dc2.port}
-user = "unused"
-[replicator]
-buffer_dir = "{tmp / "unused"}"
-[target]
-host = "{dc2.host}"
-port = {dc2.port}
-user = "{APPLY_USER}"
-password_file = "{secret}"
-[[channels]]
-name = "snap"
-origin = "dc1"
-remote = ["{url}"]
-tables = [{listed}]
-wait_ms = 100
-max_commit_delay_ms = 20
-no_primary_key = "match_whole_row"
-[channels.origin_db]
-host = "{origin.host}"
-port = {origin_port or origin.port}
-user = "{origin.user}"
-password_file = "{origin_secret}"
-[[conflicts.tables]]
-table = "*.acct"
-policy = "overwrite"
-[[conflicts.tables]]
-table = "*.comp"
-policy = "overwrite"
-""")
+    path = apply_process_config(
+        tmp, dc2, url, "snap", tables, max_commit_delay_ms=20, no_primary_key="match_whole_row"
+    )
+    origin_db = server_toml(
+        "channels.origin_db", origin, password_file=origin_secret, port=origin_port
+    )
+    rules = conflict_rule("*.acct", "overwrite") + conflict_rule("*.comp", "overwrite")
+    path.write_text(path.read_text() + f"{origin_db}\n{rules}")
     return path
 
 

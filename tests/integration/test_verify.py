@@ -23,6 +23,7 @@ from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.verify.driver import Options, Report, run_verify
 from tests.support.apply import running_nodes
+from tests.support.config import conflict_rule, conflicts_toml, server_toml
 from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration
@@ -37,15 +38,7 @@ TABLES = (
     f"CREATE TABLE {DB}.events (kind VARCHAR(10), v INT)",  # keyless
     f"CREATE TABLE {DB}.lw (id INT PRIMARY KEY, v VARCHAR(20), ts DATETIME(6) NOT NULL)",
 )
-LWW = f"""
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "{DB}.lw"
-policy = "lww"
-column = "ts"
-"""
+LWW = conflicts_toml(conflict_rule(f"{DB}.lw", "lww", column="ts"))
 
 
 def _sql(server: ServerInfo, *statements: str, log_bin: bool = True, db: str | None = DB) -> None:
@@ -124,11 +117,7 @@ def live(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) 
         path.write_text(
             path.read_text()
             + f"""
-[channels.origin_db]
-host = "{peer.host}"
-port = {peer.port}
-user = "{peer.user}"
-password_file = "{tmp / (peer.datacenter + ".password")}"
+{server_toml("channels.origin_db", peer, password_file=tmp / (peer.datacenter + ".password"))}
 """
             + LWW
         )

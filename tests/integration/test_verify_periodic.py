@@ -22,6 +22,7 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.apply import running_nodes
+from tests.support.config import server_toml
 from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration
@@ -98,11 +99,7 @@ def nodes(sandbox: SandboxDescription, tmp_path: Path) -> Iterator[Any]:
     configs["dc2"].write_text(
         configs["dc2"].read_text()
         + f"""
-[channels.origin_db]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password_file = "{tmp_path / "dc1.password"}"
+{server_toml("channels.origin_db", dc1, password_file=tmp_path / "dc1.password")}
 
 [channels.verify]
 every_s = 2

@@ -12,6 +12,7 @@ from typing import Self
 from drc.sandbox.demo import write_configs
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.apply import apply_user
+from tests.support.config import server_toml
 from tests.support.servers import drop_everywhere, execute, query
 
 
@@ -93,11 +94,7 @@ def two_way_configs(
     configs["dc2"].write_text(
         text
         + f"""
-[channels.origin_db]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password_file = "{directory / "dc1.password"}"
+{server_toml("channels.origin_db", dc1, password_file=directory / "dc1.password")}
 """
     )
     return configs
