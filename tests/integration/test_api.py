@@ -28,7 +28,7 @@ from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.capture import serving, source_section, source_table_rows
 from tests.support.config import server_toml
-from tests.support.servers import connect, master_position
+from tests.support.servers import connect, fresh_database, master_position
 
 TOKEN = "integration-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -55,14 +55,13 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
 
 @pytest.fixture
 def served(dc1: ServerInfo, tmp_path: Path) -> Iterator[tuple[ReplicatorService, str, tuple]]:
-    conn = connect(dc1)
-    with conn.cursor() as cur:
-        cur.execute("DROP DATABASE IF EXISTS api_db")
-        cur.execute("CREATE DATABASE api_db")
-        cur.execute("CREATE TABLE api_db.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
-        cur.execute("CREATE TABLE api_db.u (id INT PRIMARY KEY, note VARCHAR(20))")
-        start = master_position(dc1)
-    conn.close()
+    fresh_database(
+        dc1,
+        "api_db",
+        "CREATE TABLE api_db.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+        "CREATE TABLE api_db.u (id INT PRIMARY KEY, note VARCHAR(20))",
+    )
+    start = master_position(dc1)
     service = build_replicator(_config(dc1, tmp_path, start))
     url = service.start_api().url
     with serving(service):

@@ -50,14 +50,13 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
 
 def _fresh_tables(server: ServerInfo) -> None:
     """bts_db's tables, empty, at the start of a new binlog file."""
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute("FLUSH BINARY LOGS")
-        cur.execute("DROP DATABASE IF EXISTS bts_db")
-        cur.execute("CREATE DATABASE bts_db")
-        cur.execute("CREATE TABLE bts_db.t (id INT PRIMARY KEY, v TEXT)")
-        cur.execute("CREATE TABLE bts_db.skipped (id INT PRIMARY KEY)")
-    conn.close()
+    execute(server, "FLUSH BINARY LOGS")
+    fresh_database(
+        server,
+        "bts_db",
+        "CREATE TABLE bts_db.t (id INT PRIMARY KEY, v TEXT)",
+        "CREATE TABLE bts_db.skipped (id INT PRIMARY KEY)",
+    )
 
 
 @pytest.fixture

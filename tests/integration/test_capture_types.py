@@ -7,11 +7,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from drc.core.tablefilter import TableFilter
 from drc.core.values import Bit, ZeroDate
-from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.support.capture import capturing, read_all
+from tests.support.capture import captured
 from tests.support.column_types import COLUMNS, ROWS, matches_select
 from tests.support.servers import connect, master_position
 
@@ -43,12 +41,7 @@ def test_every_type_reads_back_equal_to_select(dc1: ServerInfo, tmp_path: Path) 
         end = master_position(dc1)
     conn.close()
 
-    options = CaptureOptions(
-        capture=TableFilter.build(["types_db.*"]), start_from=f"{start[0]}:{start[1]}"
-    )
-    with capturing(dc1, tmp_path / "buf", options) as capture:
-        capture.wait_for(end)
-        stored = read_all(capture.buffer)
+    stored = captured(dc1, tmp_path / "buf", ["types_db.*"], start, end)
 
     inserted = {c.after["id"]: c.after for t in stored for c in t.changes if c.op == "insert"}
     updated = [c for t in stored for c in t.changes if c.op == "update"]

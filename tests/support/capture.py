@@ -17,6 +17,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from drc.core.codec import decode_transaction
 from drc.core.events import Transaction
 from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.replicator import CaptureOptions, Replicator
@@ -145,6 +146,24 @@ def read_all(buffer: EventBuffer, after: SCN = ZERO) -> list[Transaction]:
         for record in records:
             out.append(decode_transaction(record.payload)[0])
         after = records[-1].scn
+
+
+def captured(
+    server: ServerInfo,
+    buffer_dir: Path,
+    include: list[str],
+    start: tuple[str, int],
+    end: tuple[str, int],
+    exclude: tuple[str, ...] = (),
+) -> list[Transaction]:
+    """Every transaction stored by a capture of ``server``'s ``include`` tables (but
+    ``exclude``) from the source position ``start`` until the buffer holds ``end``."""
+    options = CaptureOptions(
+        capture=TableFilter.build(include, exclude), start_from=f"{start[0]}:{start[1]}"
+    )
+    with capturing(server, buffer_dir, options) as capture:
+        capture.wait_for(end)
+        return read_all(capture.buffer)
 
 
 SourceTxn = tuple[str, list[tuple[str, str, Any, Any]]]
