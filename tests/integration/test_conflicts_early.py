@@ -16,7 +16,6 @@ Both sides end equal and the winning deletes are tombstoned on both, with the sa
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,11 +24,11 @@ import httpx
 import pytest
 
 from drc.apply import conflict_target, tombstones
-from drc.config import load_config
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from tests.support.apply import running_nodes
 from tests.support.config import conflict_rule, conflicts_toml
 from tests.support.servers import connect, execute, query
 
@@ -72,17 +71,9 @@ def nodes(
     monkey = pytest.MonkeyPatch()
     monkey.setattr(conflict_target, "MAINTAIN_EVERY_S", 3600.0)  # only the start-up pass
     request.addfinalizer(monkey.undo)
-    stop = threading.Event()
-    started = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in started.values():
-            node.start(stop)
+    with running_nodes(configs) as started:
         assert wait_for(lambda: all(_settled(node) for node in started.values()), 60)
         yield started
-    finally:
-        stop.set()
-        for node in started.values():
-            node.close()
 
 
 def _settled(node: Node) -> bool:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,11 +25,11 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.config import load_config
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from tests.support.apply import running_nodes
 from tests.support.config import conflict_rule, conflicts_toml
 from tests.support.servers import connect, fresh_database
 
@@ -252,11 +251,7 @@ def run(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) -
         fresh_database(server, SCHEMA, *(t.create() for t in TABLES))
     configs = write_configs(sandbox, tmp_path_factory.mktemp("floatkeys"), schema=SCHEMA,
                             extra=CONFLICTS)  # fmt: skip
-    stop = threading.Event()
-    nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in nodes.values():
-            node.start(stop)
+    with running_nodes(configs) as nodes:
         result = Run(dc1, dc2, nodes)
         lww = sum(t.policy == "lww" for t in TABLES)
         assert wait_for(lambda: _triggers(dc1) == _triggers(dc2) == lww, 60, interval=0.2)
@@ -269,10 +264,6 @@ def run(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) -
         time.sleep(1.0)  # anything still in flight would show now
         result.seconds = time.monotonic() - began
         yield result
-    finally:
-        stop.set()
-        for node in nodes.values():
-            node.close()
 
 
 def _statements_all(side: int) -> tuple[list[tuple[str, tuple[Any, ...]]], ...]:

@@ -24,7 +24,7 @@ from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.verify.driver import Options, Report, run_verify
 from tests.support.apply import running_nodes
 from tests.support.config import conflict_rule, conflicts_toml, server_toml
-from tests.support.servers import connect
+from tests.support.servers import connect, count_rows, execute, query
 
 pytestmark = pytest.mark.integration
 
@@ -42,38 +42,21 @@ LWW = conflicts_toml(conflict_rule(f"{DB}.lw", "lww", column="ts"))
 
 
 def _sql(server: ServerInfo, *statements: str, log_bin: bool = True, db: str | None = DB) -> None:
-    conn = connect(server, database=db)
-    with conn.cursor() as cur:
-        if not log_bin:
-            cur.execute("SET SESSION sql_log_bin = 0")
-        for statement in statements:
-            cur.execute(statement)
-    conn.close()
+    execute(server, *statements, log_bin=log_bin, database=db)
 
 
 def _count(server: ServerInfo, table: str) -> int:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        try:
-            cur.execute(f"SELECT COUNT(*) FROM {DB}.{table}")
-        except Exception:
-            return -1
-        count = int(cur.fetchone()[0])
-    conn.close()
-    return count
+    return count_rows(server, f"{DB}.{table}")
 
 
 def _tomb_trigger(server: ServerInfo) -> bool:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
-            "AND EVENT_OBJECT_TABLE = 'lw' AND ACTION_TIMING = 'AFTER'",
-            (DB,),
-        )
-        found = int(cur.fetchone()[0])
-    conn.close()
-    return found > 0
+    found = query(
+        server,
+        "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
+        "AND EVENT_OBJECT_TABLE = 'lw' AND ACTION_TIMING = 'AFTER'",
+        (DB,),
+    )
+    return int(found[0][0]) > 0
 
 
 def _workload(server: ServerInfo, parity: int, stop: threading.Event) -> None:

@@ -23,7 +23,7 @@ from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.apply import running_nodes
 from tests.support.config import server_toml
-from tests.support.servers import connect
+from tests.support.servers import connect, count_rows, execute
 
 pytestmark = pytest.mark.integration
 
@@ -32,25 +32,11 @@ SAMPLE = re.compile(r"^(drc_verify_[a-z_]+)(\{[^}]*\})? (\S+)$")
 
 
 def _sql(server: ServerInfo, *statements: str, log_bin: bool = True) -> None:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        if not log_bin:
-            cur.execute("SET SESSION sql_log_bin = 0")
-        for statement in statements:
-            cur.execute(statement)
-    conn.close()
+    execute(server, *statements, log_bin=log_bin)
 
 
 def _count(server: ServerInfo) -> int:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        try:
-            cur.execute(f"SELECT COUNT(*) FROM {DB}.t")
-        except Exception:
-            return -1
-        found = int(cur.fetchone()[0])
-    conn.close()
-    return found
+    return count_rows(server, f"{DB}.t")
 
 
 def _writes(server: ServerInfo, stop: threading.Event) -> None:

@@ -17,14 +17,18 @@ def connect(server: ServerInfo, **kwargs: object) -> pymysql.connections.Connect
     )
 
 
-def fresh_database(server: ServerInfo, db: str, *tables: str) -> None:
+def fresh_database(server: ServerInfo, db: str, *tables: str, log_bin: bool = True) -> None:
     """Drop and create database ``db`` (a trusted test name) with ``tables`` (CREATE TABLE
-    statements) in it."""
+    statements, run in ``db``: they may leave the database out) in it; with ``log_bin`` False,
+    out of the binlog."""
     conn = connect(server)
     try:
         with conn.cursor() as cur:
+            if not log_bin:
+                cur.execute("SET SESSION sql_log_bin = 0")
             cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
             cur.execute(f"CREATE DATABASE `{db}`")
+            cur.execute(f"USE `{db}`")
             for statement in tables:
                 cur.execute(statement)
     finally:
@@ -43,9 +47,13 @@ def sql(server: ServerInfo, *statements: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
-def execute(server: ServerInfo, *statements: str, **kwargs: Any) -> None:
+def execute(server: ServerInfo, *statements: str, log_bin: bool = True, **kwargs: Any) -> None:
+    """Run ``statements`` in one connection (``kwargs``: connect options, e.g. database); with
+    ``log_bin`` False they are kept out of the binlog."""
     conn = connect(server, **kwargs)
     with conn.cursor() as cur:
+        if not log_bin:
+            cur.execute("SET SESSION sql_log_bin = 0")
         for statement in statements:
             cur.execute(statement)
     conn.close()
@@ -81,3 +89,16 @@ def master_position(server: ServerInfo) -> tuple[str, int]:
 
 def position(server: ServerInfo) -> tuple[str, int]:
     return master_position(server)
+
+
+def count_rows(server: ServerInfo, table: str) -> int:
+    """The rows of ``table`` (database.table), or -1 while it does not exist."""
+    conn = connect(server)
+    with conn.cursor() as cur:
+        try:
+            cur.execute(f"SELECT COUNT(*) FROM {table}")
+        except Exception:
+            return -1
+        count = int(cur.fetchone()[0])
+    conn.close()
+    return count
