@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,6 @@ from drc.eventbuffer import EventBuffer
 from tests.support.api import ORDERS, ins, scn, store, txn
 
 Q = PullQuery(SCN.ZERO, Selection(), Limits(100, 1 << 20), -1, None)
-
-
-@pytest.fixture
-def buffer(tmp_path: Path) -> Iterator[EventBuffer]:
-    with EventBuffer.open(tmp_path / "buf") as buf:
-        yield buf
 
 
 def later(delay: float, fn, *args) -> threading.Thread:  # noqa: ANN001

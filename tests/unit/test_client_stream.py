@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,6 @@ from tests.support.fake_api import FakeApi
 from tests.support.fake_api import stream as fake_stream
 
 TOKEN = "stream-token"
-
-
-@pytest.fixture
-def buffer(tmp_path: Path) -> Iterator[EventBuffer]:
-    with EventBuffer.open(tmp_path / "buf") as buf:
-        yield buf
 
 
 def serve(deps: ApiDeps, port: int = 0) -> ApiServer:
