@@ -1,5 +1,6 @@
-"""Shared pytest setup. Integration fixtures live in tests/integration/conftest.py, shared
-helpers in tests/support/."""
+"""Shared pytest setup. Fixtures of one tier live in tests/unit/conftest.py and
+tests/integration/conftest.py; helpers, fakes and builders that test modules import, in
+tests/support/."""
 
 from __future__ import annotations
 

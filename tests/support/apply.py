@@ -1,4 +1,5 @@
-"""Helpers for the apply integration tests.
+"""Helpers for the apply integration tests: the apply user, capture served over the pull API, a
+channel running in a thread, two servers' tables compared, `drc run` nodes in process.
 
 The setup of every test: the replicator captures dc1 in this process, the pull API serves its
 buffer on a free port, and an apply channel writes into dc2 as a user holding exactly the

@@ -1,4 +1,4 @@
-"""Helpers for talking to the sandbox servers in tests."""
+"""Statements, queries and binlog positions on the sandbox servers, as the sandbox's DRC user."""
 
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ def execute(server: ServerInfo, *statements: str, log_bin: bool = True, **kwargs
 
 
 def drop_everywhere(schema: str, *servers: ServerInfo) -> None:
+    """Drop database ``schema`` on each of ``servers`` (through the binlog)."""
     for server in servers:
         execute(server, f"DROP DATABASE IF EXISTS `{schema}`")
 
@@ -77,6 +78,7 @@ def query(
 
 
 def master_position(server: ServerInfo) -> tuple[str, int]:
+    """The server's binlog file and position now (SHOW MASTER STATUS)."""
     conn = connect(server)
     try:
         with conn.cursor() as cur:
@@ -88,6 +90,7 @@ def master_position(server: ServerInfo) -> tuple[str, int]:
 
 
 def position(server: ServerInfo) -> tuple[str, int]:
+    """master_position, under the name the apply tests use."""
     return master_position(server)
 
 
