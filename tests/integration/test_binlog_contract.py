@@ -11,8 +11,7 @@ from pymysqlreplication import BinLogStreamReader
 
 from drc.replicator.binlog.wire import Tap
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.servers import connect
+from tests.support.servers import connect, master_position
 
 
 def _reader(server: ServerInfo, start: tuple[str, int], server_id: int, **kw: Any) -> Any:

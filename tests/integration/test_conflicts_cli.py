@@ -24,7 +24,8 @@ from drc.conflicts.log import ConflictEntry, create_statements, get_conflict, in
 from drc.core.jsonwire import value_from_json
 from drc.core.target_errors import MissingTableError
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import execute
+from tests.support.config import server_toml
+from tests.support.servers import execute
 
 pytestmark = pytest.mark.integration
 
@@ -111,11 +112,7 @@ def config(dc1: ServerInfo, tmp_path: Path) -> Path:
     path.write_text(
         f"""[datacenter]
 name = "dc1"
-[source]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password = "{dc1.password}"
+{server_toml("source", dc1)}
 [replicator]
 buffer_dir = "{tmp_path / "buffer"}"
 """

@@ -15,18 +15,9 @@ from drc.apply import build_channel
 from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.conflicts import tombstones
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import (
-    Running,
-    apply_user,
-    channel_config,
-    drop_everywhere,
-    execute,
-    position,
-    query,
-    serving,
-    wait_for,
-)
+from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.servers import connect, drop_everywhere, execute, position, query
+from tests.support.waits import wait_for
 
 SCHEMA = "cf_tomb"
 T = dt.datetime(2020, 1, 1, 12, 0, 0)  # long ago: tombstones of it are past any retention

@@ -29,9 +29,8 @@ from drc.core.values import shortest_single
 from drc.replicator.source import BinlogStream, SourceSettings, split_binlog_name
 from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, Statement
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.servers import connect
-from tests.integration.test_capture_types import COLUMNS, ROWS, _matches
+from tests.support.column_types import COLUMNS, ROWS, matches_select
+from tests.support.servers import connect, master_position
 
 # Edge values beyond test_capture_types' rows, in its column order.
 MORE_EDGES = (
@@ -118,7 +117,7 @@ def _same(ours: Any, selected: Any) -> bool:
     if isinstance(selected, Single):  # the shortest decimal naming the same single
         expected = shortest_single(selected.exact)
         return type(ours) is float and struct.pack("<d", ours) == struct.pack("<d", expected)
-    return _matches(ours, selected)
+    return matches_select(ours, selected)
 
 
 def _write(server: ServerInfo) -> tuple[tuple[str, int], list[Step]]:

@@ -26,8 +26,7 @@ from drc.replicator.binlog.events import EventDecoder
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import drop_everywhere
+from tests.support.servers import connect, drop_everywhere
 
 SCHEMA = "drc_applied_db"  # its own: the sandbox is shared with other tests
 TXNS_PER_SIDE = 120

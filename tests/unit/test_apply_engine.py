@@ -21,9 +21,9 @@ from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.target_errors import MissingColumnError, MissingTableError, NoPrimaryKeyError
 from drc.core.target_table import TargetTable
-from tests.unit.test_conflicts import delete as dele
-from tests.unit.test_conflicts import insert as ins
-from tests.unit.test_conflicts import update as upd
+from tests.support.changes import delete as dele
+from tests.support.changes import insert as ins
+from tests.support.changes import update as upd
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0)
 COMMIT = int(T0.replace(tzinfo=dt.UTC).timestamp()) + 1

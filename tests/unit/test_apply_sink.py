@@ -22,7 +22,7 @@ from drc.core.target_errors import (
     TargetUnavailableError,
 )
 from drc.core.target_table import TargetTable
-from tests.unit.test_apply_fakes import FakeTarget
+from tests.support.apply_fakes import FakeTarget
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))
 SETTINGS = TargetSettings("127.0.0.1", 3306, "apply", "secret")

@@ -4,6 +4,8 @@
 - Driver and framework libraries are imported only by the adapter packages at the edges.
 - Packages import only packages below them in the package order, and no import (lazy ones
   included) closes a cycle, between packages or between modules of one package.
+- The tests share set-up through tests/support/ and conftest fixtures: no module of tests/
+  imports a test module (``test_*``) or a conftest.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 import drc
+from tests.support.imports import imported_modules as _imports
 
 ROOT = Path(drc.__file__).parent
 CORE_ALLOWED_THIRD_PARTY = {"msgpack"}
@@ -22,16 +25,6 @@ ADAPTER_HOMES = {
     "sandbox", "replicator", "api", "apply", "catchup", "spark", "metastore", "client", "cli",
     "bulk", "verify", "snapshot",
 }  # fmt: skip
-
-
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
 
 
 def _modules(package: str | None = None) -> list[Path]:
@@ -104,10 +97,7 @@ UPWARD = {
     ("drc.conflicts.tombstones", "drc.apply.sql"),
 }
 # Import cycles between modules, each kept only until the issue item that removes it.
-CYCLES = {
-    # issue 25, item 5 (the binlog row decoder is ours): fast_rows installs itself lazily
-    frozenset({"drc.replicator.decoding", "drc.replicator.fast_rows"}),
-}
+CYCLES: set[frozenset[str]] = set()
 
 
 def _type_checking(node: ast.If) -> bool:
@@ -243,3 +233,57 @@ def test_the_graph_counts_lazy_imports_but_not_type_checking_ones(tmp_path: Path
     graph = _module_graph(root)
     assert graph["drc.a.x"] == {"drc.b.y", "drc.a.z"}
     assert _cycles(graph) == [{"drc.a.x", "drc.a.z"}]
+
+
+# ---------------------------------------------------------------------- the tests' own layout
+
+TESTS = Path(__file__).parents[1]
+
+
+def _test_module_imports(path: Path) -> list[str]:
+    """What ``path`` imports of a test module or a conftest (any part of the dotted name named
+    ``test_*`` or ``conftest``), as written; relative imports too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names = [base, *(f"{base.rstrip('.')}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = [part for part in name.split(".") if part]
+            if any(part.startswith("test_") or part == "conftest" for part in parts):
+                found.append(name)
+                break
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    offenders = [
+        f"{path.relative_to(TESTS)} imports {name}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for name in _test_module_imports(path)
+    ]
+    assert offenders == [], "shared set-up goes into tests/support/ or a conftest fixture"
+
+
+def test_the_tests_rule_sees_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "test_bad.py"
+    bad.write_text(
+        "from tests.unit.test_api import store\n"
+        "import tests.integration.test_catchup\n"
+        "from . import conftest\n"
+        "from .test_other import helper\n"
+        "def f():\n    from tests.unit import test_config\n"
+        "from tests.support.api import store\n"
+        "import tests.support\n"
+    )
+    assert _test_module_imports(bad) == [
+        "tests.unit.test_api",
+        "tests.integration.test_catchup",
+        ".conftest",
+        ".test_other",
+        "tests.unit.test_config",
+    ]

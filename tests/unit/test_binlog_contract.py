@@ -37,7 +37,7 @@ from drc.replicator.binlog import columns as c
 from drc.replicator.binlog.events import EventDecoder, TableMaps
 from drc.replicator.binlog.library import LibraryParser
 from drc.replicator.source_events import Rows
-from tests.unit.test_binlog_values import identical
+from tests.support.values import identical
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 # The library's control connection, as its events use it (it adds _get_dbms itself).

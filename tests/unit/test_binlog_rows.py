@@ -19,7 +19,8 @@ from drc.core.events import Op
 from drc.replicator.binlog import columns as T
 from drc.replicator.binlog.columns import full_bitmap, layout_of
 from drc.replicator.binlog.rows import RowDecodeError, decode_rows, full_row, packed_int
-from tests.unit.test_binlog_values import CASES, column, identical
+from tests.support.binlog_cases import CASES, column
+from tests.support.values import identical
 
 
 def body(

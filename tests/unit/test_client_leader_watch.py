@@ -14,7 +14,7 @@ import pytest
 from drc.client import http
 from drc.client.fetcher import Fetcher
 from drc.core.scn import SCN
-from tests.unit.test_client_fakeapi import FakeApi, stream
+from tests.support.fake_api import FakeApi, stream
 
 GROUP = "zk://zk:2181/drc/dc1"
 

@@ -44,6 +44,7 @@ from drc.core.scn import SCN
 from drc.core.target_errors import ApplyError
 from drc.core.target_table import TargetTable
 from drc.core.values import ZeroDate
+from tests.support.changes import delete, insert, update
 
 UTC = dt.UTC
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0)  # naive UTC, as DATETIME(6) columns decode
@@ -88,18 +89,6 @@ _positions = itertools.count(1000, 100)
 
 def txn(*changes: RowChange, timestamp: int = COMMIT) -> Transaction:
     return Transaction(SCN(3, 2, 7, next(_positions)), 2, None, timestamp, tuple(changes))
-
-
-def insert(after: dict[str, Any], table: str = "t") -> RowChange:
-    return RowChange("db", table, Op.INSERT, None, after)
-
-
-def update(before: dict[str, Any], after: dict[str, Any], table: str = "t") -> RowChange:
-    return RowChange("db", table, Op.UPDATE, before, after)
-
-
-def delete(before: dict[str, Any], table: str = "t") -> RowChange:
-    return RowChange("db", table, Op.DELETE, before, None)
 
 
 def tombstone_row(
