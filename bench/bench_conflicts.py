@@ -4,7 +4,7 @@ apply without a conflict policy, on the same binlog range, in the same run (issu
 Workload on dc1 of a fresh sandbox: ``bench.t`` (id, k, v, updated_at DATETIME(6) ON UPDATE
 CURRENT_TIMESTAMP(6)) with ``--rows`` rows, then ``--txns`` transactions of 1-4 row changes
 (80% updates, 10% inserts, 10% deletes). dc1 carries the tombstone table and triggers every
-datacenter of a lww deployment has (drc.apply.tombstones), so its deletes travel with their
+datacenter of a lww deployment has (drc.conflicts.tombstones), so its deletes travel with their
 time. The range is captured once and served by the pull API; a ``python -m drc.apply`` channel
 (grouped, max_txns_per_commit=500) then applies it into ``bench_drc.t`` on dc2, re-created from
 the same starting rows before each run (with drc.checkpoint's row, drc.conflicts and the
@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_apply import Served, checksums, copy_schema, drc_apply  # noqa: E402
 from bench.bench_replicator import _first_binlog, connect, native_replication, position  # noqa: E402
-from drc.apply import conflict_log, tombstones  # noqa: E402
+from drc.conflicts import log as conflict_log  # noqa: E402
+from drc.conflicts import tombstones  # noqa: E402
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE  # noqa: E402
 from drc.sandbox.sandbox import Sandbox, ServerInfo  # noqa: E402
 

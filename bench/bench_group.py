@@ -314,7 +314,10 @@ def failover(args: argparse.Namespace) -> None:
         for member in members:
             stop_pid(member.pid, str(member.config))
         box.down()
-        shutil.rmtree(directory, ignore_errors=True)
+        if args.keep:
+            print(f"kept {directory} (members' logs: */replicator.log)")
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def kill_leaders(
@@ -339,6 +342,7 @@ def kill_leaders(
         while leader_of(members, exclude=leader) is None:
             time.sleep(0.05)
         took.append(time.monotonic() - killed)
+        print(f"{time.strftime('%T')} {fault} of {leader.member_id}: {took[-1]:.2f} s", flush=True)
         if fault == "stop":
             time.sleep(max(0.0, killed + pause - time.monotonic()))
             os.kill(leader.pid, signal.SIGCONT)
@@ -437,6 +441,7 @@ def main() -> None:
         "--fault", choices=("kill", "stop"), default="kill",
         help="kill -9 the leader, or pause it (SIGSTOP) for --pause seconds",
     )  # fmt: skip
+    parser.add_argument("--keep", action="store_true", help="keep the failover sandbox's files")
     parser.add_argument("--pause", type=float, default=5.0, help="seconds a paused leader stays")
     parser.add_argument("--rate", type=float, default=100.0, help="probe txn/s on dc1")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds before 1st kill")

@@ -393,7 +393,7 @@ class ConflictTableConfig(_Model):
     table: str
     policy: ConflictPolicyName
     # lww (required) or resolver (optional): the row's timestamp column. DRC then keeps it moving
-    # forward and keeps tombstones, so deletes have a time too (drc.apply.tombstones).
+    # forward and keeps tombstones, so deletes have a time too (drc.conflicts.tombstones).
     column: str | None = Field(None, min_length=1)
     resolver: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module:function
 
@@ -415,7 +415,7 @@ class ConflictTableConfig(_Model):
 
 
 class ConflictsConfig(_Model):
-    """How apply channels detect and resolve write conflicts (see drc.apply.conflicts).
+    """How apply channels detect and resolve write conflicts (see drc.conflicts).
 
     Every datacenter must be given the same policies and priority, or the sides decide
     differently and never converge.

@@ -1,32 +1,16 @@
-"""Shared pytest setup. Integration fixtures live in tests/integration/conftest.py."""
+"""Shared pytest setup. Fixtures of one tier live in tests/unit/conftest.py and
+tests/integration/conftest.py; helpers, fakes and builders that test modules import, in
+tests/support/."""
 
 from __future__ import annotations
 
-import os
-
+import pytest
 from hypothesis import settings
+
+# The helpers' asserts report like the tests' own (before any test module imports them).
+pytest.register_assert_rewrite("tests.support")
 
 # Hypothesis's per-example deadline is a timing assert: on a loaded 2-core host an example can
 # take 0.5 s without anything being wrong. Properties are checked, not speed.
 settings.register_profile("drc", deadline=None)
 settings.load_profile("drc")
-
-
-def running_in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def require_tool(name: str, package: str) -> str:
-    """The path of a command-line tool a test runs; a missing one fails under CI (make setup
-    installs it), and skips elsewhere, naming the Debian package to install."""
-    import shutil
-
-    import pytest
-
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} not found: install the Debian package {package} (make setup does)"
-        if running_in_ci():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    return path

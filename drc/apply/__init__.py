@@ -9,6 +9,7 @@
     stages.py      the filter chain (loop suppression, tables, mapping, idempotency, conflicts)
     group.py       many source transactions -> one target transaction, and its bounds
     engine.py      the decisions: row changes + the target's rows -> writes, conflict log
+                   (conflicts are detected and resolved by drc.conflicts, beside apply)
     plan.py        row changes -> idempotent, grouped writes
     checkpoint.py  the drc.checkpoint row
     retry.py       which errors are retried, and how

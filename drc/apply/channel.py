@@ -20,7 +20,7 @@ the channel writes as DRC-originated, DDL included (DDL has no transaction for t
 row to ride in: Otter issue #32 looped forever on that); the checkpoint write flags it too, and
 both the API (skip_drc) and the chain (SkipDrcOriginated) drop flagged transactions.
 
-Conflicts ([conflicts] in the config, drc.apply.conflicts): before a group is written, the rows
+Conflicts ([conflicts] in the config, drc.conflicts): before a group is written, the rows
 it touches in tables with a policy are read and locked in the same target transaction; the
 engine decides each change, and the group's writes, the conflict log rows and tombstones
 commit together with the checkpoint.
@@ -65,12 +65,9 @@ from typing import Any, Protocol
 from drc.apply import audit, checkpoint, ddl_journal, plan, windows
 from drc.apply.actions import OperatorActions, Restart
 from drc.apply.catchup_journal import Run
-from drc.apply.conflict_target import ConflictTarget
-from drc.apply.conflicts import Observed
 from drc.apply.control import Stoppage
 from drc.apply.ddl import DdlApplier
 from drc.apply.engine import ApplyEngine
-from drc.apply.errors import CatchupUnfinishedError, CheckpointMismatchError
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
 from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
@@ -81,10 +78,13 @@ from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
+from drc.conflicts.probes import Observed
+from drc.conflicts.target import ConflictTarget
 from drc.core.errors import DrcError, FatalError
 from drc.core.events import Transaction
 from drc.core.heartbeat import source_time_ms
 from drc.core.scn import SCN
+from drc.core.target_errors import CatchupUnfinishedError, CheckpointMismatchError
 from drc.mysql.errors import Kind
 from drc.mysql.sql import Statement
 

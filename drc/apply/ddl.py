@@ -26,10 +26,10 @@ from functools import partial
 from typing import Any
 
 from drc.apply import ddl_journal, objects
-from drc.apply.conflict_target import ConflictTarget
 from drc.apply.control import Stoppage
 from drc.apply.retry import Stopped
 from drc.apply.target import DdlRunner, Target
+from drc.conflicts.target import ConflictTarget
 from drc.core.errors import FatalError
 from drc.core.events import SchemaChange, Transaction
 from drc.core.statements import for_log

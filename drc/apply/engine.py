@@ -16,14 +16,14 @@ Inputs. ``transactions``: source transactions (or fragments) in SCN order, their
 decoded with the schema at their SCN and already through the filter chain (target names).
 ``tables``: the target's table definitions (columns, primary key, FLOAT columns), looked up by
 name; a lookup asked to ``refresh`` reads the definition again (a column that seems missing
-may have been added since). ``observed``: one :class:`drc.apply.conflicts.Observed` per probe,
+may have been added since). ``observed``: one :class:`drc.conflicts.probes.Observed` per probe,
 in order; whether the target's row equals an incoming image is decided by the server
 (``<=>`` per column, FLOAT columns bound in single precision: drc.mysql.sql.row_values), so
 no value is compared across two type systems.
 
 Decisions, each documented where it is made:
 
-    tables with a conflict policy   drc.apply.conflicts: insert-insert, update-update,
+    tables with a conflict policy   drc.conflicts: insert-insert, update-update,
                                     update-delete, delete-update, insert-delete conflicts,
                                     resolved by lww (timestamp column, ties by datacenter
                                     priority, deletes dated by tombstones), a resolver,
@@ -51,13 +51,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from drc.apply import conflict_log, tombstones
-from drc.apply.conflict_log import ConflictEntry
-from drc.apply.conflicts import ConflictEngine, Observed, Prepared, Probe, TombstoneWrite
-from drc.apply.errors import MissingColumnError, MissingTableError
-from drc.apply.plan import NoPrimaryKey, Planner, TargetTable, Write
+from drc.apply.plan import NoPrimaryKey, Planner, Write
+from drc.conflicts import log as conflict_log
+from drc.conflicts import tombstones
+from drc.conflicts.engine import ConflictEngine, Prepared, TombstoneWrite
+from drc.conflicts.log import ConflictEntry
+from drc.conflicts.probes import Observed, Probe
 from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
+from drc.core.target_errors import MissingColumnError, MissingTableError
+from drc.core.target_table import TargetTable
 from drc.mysql.sql import Statement
 
 Converging = Callable[[SCN, str, str], bool]

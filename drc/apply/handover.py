@@ -34,10 +34,10 @@ from functools import partial
 from typing import Any
 
 from drc.apply import catchup_journal, lease
-from drc.apply.errors import CatchupRunningError, CatchupUnfinishedError
 from drc.apply.retry import Stopped
 from drc.apply.target import Target
 from drc.core.scn import SCN
+from drc.core.target_errors import CatchupRunningError, CatchupUnfinishedError
 
 log = logging.getLogger(__name__)
 

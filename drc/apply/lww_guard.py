@@ -1,6 +1,6 @@
 """The lww guard: DRC's protection of a lww table on the datacenter where it is created.
 
-The triggers of a table with a conflict timestamp column (drc.apply.tombstones) are made by
+The triggers of a table with a conflict timestamp column (drc.conflicts.tombstones) are made by
 every apply channel into this datacenter: at its start, after each DDL it applies, and every
 MAINTAIN_EVERY_S for tables created since. A table created HERE got them only at the next of
 those, and a delete made here before that left no tombstone. The guard closes that gap.
@@ -14,7 +14,7 @@ marker skipped), subscribed to the tables with a timestamp policy and their tomb
 - a delete captured here WITHOUT its tombstone row in the same transaction (it ran before
   the triggers existed, or the target refuses them): the conflict engine is given that delete
   as if it came from a remote. Its time is derived exactly as every receiving channel derives
-  it for the same delete (conflict_rules.derived_delete_stamp: the commit second, at least
+  it for the same delete (drc.conflicts.rules.derived_delete_stamp: the commit second, at least
   one step after the deleted row's time), the tombstone is written, and a row a remote
   update brought back meanwhile is decided by lww against it, as the remote sides decide.
   A delete that carries its tombstone row costs nothing more.
@@ -37,14 +37,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from drc.apply.channel import ApplyChannel, ChannelParts
-from drc.apply.errors import MissingTableError
 from drc.apply.group import Group
-from drc.apply.plan import key_of
 from drc.apply.service import build_channel, target_settings
 from drc.apply.stages import Chain
-from drc.apply.tombstones import COL_SCHEMA, COL_TABLE, is_tombstone_table
 from drc.config import ApiConfig, ChannelConfig, DrcConfig
+from drc.conflicts.tombstones import COL_SCHEMA, COL_TABLE, is_tombstone_table
 from drc.core.events import Op, RowChange, Transaction
+from drc.core.target_errors import MissingTableError
+from drc.core.target_table import key_of
 
 log = logging.getLogger(__name__)
 

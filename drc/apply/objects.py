@@ -30,8 +30,8 @@ from typing import Protocol
 from drc.core import schema_objects
 from drc.core.events import SchemaChange
 from drc.core.statements import for_log
+from drc.core.target_errors import ApplyError
 from drc.mysql import sql
-from drc.mysql.errors import ApplyError
 
 log = logging.getLogger(__name__)
 

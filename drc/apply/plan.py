@@ -40,38 +40,19 @@ stream order: a run only ever merges neighbours, so nothing moves across any oth
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from drc.apply.errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
 from drc.core.events import Op, RowChange
+from drc.core.target_errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
+from drc.core.target_table import TargetTable, key_of
 from drc.mysql import sql
 from drc.mysql.errors import DuplicateKey
 
 NoPrimaryKey = Literal["refuse", "match_whole_row"]
 MAX_ROWS_PER_STATEMENT = 1000
 MAX_BYTES_PER_STATEMENT = 4 << 20  # well under max_allowed_packet (16 MB by default)
-
-
-@dataclass(frozen=True, slots=True)
-class TargetTable:
-    """A target table as information_schema describes it (names in the target's spelling)."""
-
-    schema: str
-    table: str
-    columns: tuple[str, ...]
-    primary_key: tuple[str, ...]
-    float_columns: frozenset[str] = frozenset()  # lower-case names (drc.mysql.sql.row_values)
-
-    def missing(self, names: Sequence[str]) -> list[str]:
-        """Columns of ``names`` the table lacks (MySQL column names are case-insensitive)."""
-        have = {c.lower() for c in self.columns}
-        return [n for n in names if n.lower() not in have]
-
-    @property
-    def name(self) -> str:
-        return f"{self.schema}.{self.table}"
 
 
 @dataclass
@@ -82,7 +63,7 @@ class Effects:
     duplicate_inserts: int = 0
     missing_updates: int = 0
     missing_deletes: int = 0
-    conflicts: int = 0  # resolved in the same transaction (drc.apply.conflicts)
+    conflicts: int = 0  # resolved in the same transaction (drc.conflicts)
 
     def add(self, other: Effects) -> None:
         self.rows += other.rows
@@ -344,14 +325,6 @@ def _missing_column(change: RowChange, table: TargetTable) -> None:
             + ", which the source writes: add it to the target table, or map it with "
             "map_columns; nothing after the last checkpoint was applied"
         )
-
-
-def key_of(table: TargetTable, image: Mapping[str, Any]) -> tuple[Any, ...]:
-    try:
-        return tuple(image[k] for k in table.primary_key)
-    except KeyError:  # the source spells a key column with another case
-        folded = {name.lower(): value for name, value in image.items()}
-        return tuple(folded[k.lower()] for k in table.primary_key)
 
 
 def _size(row: tuple[Any, ...]) -> int:

@@ -20,9 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from drc.apply.errors import RetriesExhaustedError
 from drc.core.retry import Backoff, GaveUp, Policy, Retrying, Stopped, retry
-from drc.mysql.errors import Kind, LockConflictError, TargetReadOnlyError, TargetUnavailableError
+from drc.core.target_errors import (
+    LockConflictError,
+    RetriesExhaustedError,
+    TargetReadOnlyError,
+    TargetUnavailableError,
+)
+from drc.mysql.errors import Kind
 
 __all__ = ["RetryPolicy", "Stopped", "call_with_retries"]
 

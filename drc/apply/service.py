@@ -20,8 +20,6 @@ from typing import Any
 
 from drc.apply.actions import OperatorActions
 from drc.apply.channel import ApplyChannel, ChannelParts, SubscriberLike
-from drc.apply.conflict_target import ConflictTarget
-from drc.apply.conflicts import ConflictEngine, Policies, Ranks
 from drc.apply.ddl import DdlApplier
 from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
@@ -38,6 +36,9 @@ from drc.apply.stages import (
 from drc.client import ApiUnavailableError, Subscriber
 from drc.client.status import fetch_position, fetch_status
 from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
+from drc.conflicts.engine import ConflictEngine
+from drc.conflicts.rules import Policies, Ranks
+from drc.conflicts.target import ConflictTarget
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE, TOMBSTONE_PREFIX
 from drc.core.scn import SCN
 from drc.mysql.driver import TargetSettings

@@ -41,12 +41,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from drc.apply import checkpoint, plan
-from drc.apply.conflicts import Observed, Probe, ProbePlan
-from drc.apply.errors import MissingTableError
-from drc.apply.plan import Effects, TargetTable
+from drc.apply.plan import Effects
+from drc.conflicts.probes import Observed, Probe, ProbePlan
+from drc.core.target_errors import ApplyError, MissingTableError
+from drc.core.target_table import TargetTable
 from drc.mysql import sql
 from drc.mysql.driver import TargetSettings, open_link
-from drc.mysql.errors import ApplyError, DuplicateKey, translate
+from drc.mysql.errors import DuplicateKey, translate
 from drc.mysql.session import Session, failed
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class TargetSession(Session):
 
     def probe(self, probes: Sequence[Probe]) -> list[Observed]:
         """What the target holds for each probe, read and locked in the open transaction
-        (batched: drc.apply.conflicts.ProbePlan), in probe order."""
+        (batched: drc.conflicts.probes.ProbePlan), in probe order."""
         if not probes:
             return []
         planned = ProbePlan(probes)

@@ -17,8 +17,8 @@ through it with a scripted connection. A channel talks to its target only throug
     failures       recover(exc) after a failed attempt (roll back, or drop the connection);
                    close()
 
-Every call raises DRC errors (drc.mysql.errors, drc.apply.errors), never a driver's: retriable
-ones make the channel wait and try the whole attempt again.
+Every call raises DRC errors (drc.core.target_errors, translated by drc.mysql.errors), never a
+driver's: retriable ones make the channel wait and try the whole attempt again.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from drc.apply.checkpoint import CheckpointRow
-from drc.apply.conflicts import Observed, Probe
-from drc.apply.plan import Effects, TargetTable, Write
+from drc.apply.plan import Effects, Write
+from drc.conflicts.probes import Observed, Probe
 from drc.core.events import SchemaChange
+from drc.core.target_table import TargetTable
 from drc.mysql.sql import Statement
 
 

@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from drc.apply import catchup_journal as journal
 from drc.apply import checkpoint, lease, windows
 from drc.apply.channel import ApplyChannel
-from drc.apply.errors import MissingTableError
-from drc.apply.plan import TargetTable
 from drc.apply.retry import Stopped
 from drc.apply.service import build_channel, target_settings
 from drc.apply.sink import TargetSession
@@ -47,6 +45,8 @@ from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.reduce import DdlStep, Span, plan_steps
 from drc.core.scn import SCN
+from drc.core.target_errors import MissingTableError
+from drc.core.target_table import TargetTable
 from drc.core.windows import Windows
 from drc.mysql.driver import TargetSettings
 

@@ -32,7 +32,7 @@ concurrent local write gets the same decisions and the same conflict log entries
 change, not one per key), and an insert later deleted in the range still meets the local row
 it conflicts with. Known difference: a key-changing update is split by the router (its old and
 new keys may go to two partitions), so the delete of its old key is dated like a delete
-without a tombstone (drc.apply.conflict_rules.derived_delete_stamp) where streaming dates it
+without a tombstone (drc.conflicts.rules.derived_delete_stamp) where streaming dates it
 by the new row's timestamp.
 """
 
@@ -48,9 +48,8 @@ from typing import Any
 
 from drc.apply import catchup_journal as journal
 from drc.apply import lease
-from drc.apply.conflicts import Observed
 from drc.apply.engine import ApplyEngine, KnownTables
-from drc.apply.plan import Effects, TargetTable
+from drc.apply.plan import Effects
 from drc.apply.retry import RetryPolicy, call_with_retries
 from drc.apply.service import build_parts
 from drc.apply.sink import TargetSession
@@ -58,6 +57,7 @@ from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, Ski
 from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
 from drc.config import ChannelConfig, ConflictsConfig
+from drc.conflicts.probes import Observed
 from drc.core.codec import (
     decode_rows,
     decode_rows_packed,
@@ -68,6 +68,7 @@ from drc.core.codec import (
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.reduce import SCN_, Entry, Nets, Span
 from drc.core.scn import SCN
+from drc.core.target_table import TargetTable
 from drc.eventbuffer.export import read_segment_file
 from drc.eventbuffer.reader import Record
 from drc.mysql.driver import TargetSettings

@@ -5,7 +5,7 @@ to the key's net change (drc.core.reduce) and decide it against the target's row
 update that moves a key is split first into a delete of the old key and an insert of the new
 one, each routed by its own key. A table without a primary key goes whole to one partition,
 where its changes stay in SCN order, unreduced. DRC's tombstone rows (which the conflict engine
-reads to date a delete, drc.apply.tombstones) go unreduced with the key they date. The changes
+reads to date a delete, drc.conflicts.tombstones) go unreduced with the key they date. The changes
 of tables given as ``unreduced`` (those with a conflict policy, drc.catchup.executor) are routed
 by their key but not reduced: they stay as they came, in SCN order.
 
@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from drc.apply import tombstones
+from drc.conflicts import tombstones
 from drc.core.codec import encode_key
 from drc.core.events import Row, RowChange, Transaction
 from drc.core.markers import is_tombstone_table

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from drc.apply.plan import TargetTable
 from drc.apply.retry import Stopped
 from drc.catchup import executor
 from drc.catchup.executor import Job, PartitionResult, SegmentScan
@@ -22,6 +21,7 @@ from drc.client import SegmentInfo
 from drc.core.events import Transaction
 from drc.core.reduce import Span
 from drc.core.scn import SCN
+from drc.core.target_table import TargetTable
 
 Definitions = Mapping[tuple[str, str], TargetTable]
 Infos = Sequence[SegmentInfo]

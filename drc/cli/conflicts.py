@@ -25,7 +25,7 @@ from drc.core.jsonwire import value_to_json
 from drc.core.values import Bit, ZeroDate, same_value, utc_aware
 
 if TYPE_CHECKING:  # drc.apply loads pymysql and httpx: imported where a command needs it
-    from drc.apply.conflict_log import ConflictCount, StoredConflict
+    from drc.conflicts.log import ConflictCount, StoredConflict
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -152,7 +152,7 @@ def list_command(
     Shows id, detection time, channel, origin -> this datacenter, table, primary key, kind,
     policy and decision. `drc conflicts show ID` prints the rows of one.
     """
-    from drc.apply.conflict_log import list_conflicts
+    from drc.conflicts.log import list_conflicts
 
     with _target(config_path) as session:
         found = list_conflicts(session, channel=channel, table=table, since=since, limit=limit)
@@ -175,7 +175,7 @@ def show(config_path: str, fmt: str, conflict_id: int) -> None:
     row the target holds now. `*` marks a column whose local value differs from an incoming
     image (highlighted on a terminal). Exits 1 if there is no conflict ID.
     """
-    from drc.apply.conflict_log import get_conflict
+    from drc.conflicts.log import get_conflict
 
     with _target(config_path) as session:
         found = get_conflict(session, conflict_id)
@@ -197,7 +197,7 @@ def stats_command(config_path: str, since: dt.datetime | None, fmt: str) -> None
     Each line: table, policy, how many conflicts, how many of them each decision settled
     (incoming, local, custom, delete) and the kinds seen.
     """
-    from drc.apply.conflict_log import stats
+    from drc.conflicts.log import stats
 
     with _target(config_path) as session:
         counts = stats(session, since=since)
@@ -288,7 +288,7 @@ def list_lines(found: Sequence[StoredConflict]) -> list[str]:
 
 def conflict_json(c: StoredConflict) -> dict[str, Any]:
     """The JSON document of one conflict; row values in drc.core.jsonwire's tagged form."""
-    from drc.apply.conflict_log import row_to_json
+    from drc.conflicts.log import row_to_json
 
     return {
         "id": c.id,
@@ -392,7 +392,7 @@ def _time(value: dt.datetime) -> str:
 
 def _summaries(counts: Sequence[ConflictCount]) -> list[dict[str, Any]]:
     """One summary per (schema, table, policy): total, per decision and per kind."""
-    from drc.apply.conflict_log import DECISIONS
+    from drc.conflicts.log import DECISIONS
 
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for n in counts:
@@ -408,7 +408,7 @@ def _summaries(counts: Sequence[ConflictCount]) -> list[dict[str, Any]]:
 
 
 def stats_json(counts: Sequence[ConflictCount], since: dt.datetime | None) -> dict[str, Any]:
-    from drc.apply.conflict_log import DECISIONS
+    from drc.conflicts.log import DECISIONS
 
     tables = _summaries(counts)
     decisions = dict.fromkeys(DECISIONS, 0)

@@ -43,6 +43,7 @@ class LeanPool:
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
         self._busy: set[http.client.HTTPConnection] = set()  # exchanges under way
+        self._aborts = 0  # abort() calls so far: an exchange it hung up is not tried again
 
     @staticmethod
     def usable(transport: Any) -> bool:
@@ -51,6 +52,7 @@ class LeanPool:
 
     def get(self, url: str, params: dict[str, str], accept: str, timeout: httpx.Timeout) -> Any:
         key, target, headers = self._request(url, params, accept)
+        aborts = self._aborts
         for attempt in (0, 1):
             conn, reused = self._take(key, timeout)
             self._under_way(conn, True)
@@ -60,7 +62,8 @@ class LeanPool:
                 body = answer.read()
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
-                if reused and attempt == 0 and _closed_meanwhile(exc):
+                retry = reused and attempt == 0 and aborts == self._aborts
+                if retry and _closed_meanwhile(exc):
                     continue  # the server closed the idle connection: once more on a new one
                 raise _as_httpx(exc, url) from exc
             finally:
@@ -102,6 +105,7 @@ class LeanPool:
         the idle connections: the caller learned that the server they go to is gone or no
         longer the one to ask (a group's leader changed). How many were under way."""
         with self._lock:
+            self._aborts += 1
             busy = list(self._busy)
         for conn in busy:  # shutdown only: the reading thread closes what it reads
             _shut_down(conn)

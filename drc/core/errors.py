@@ -23,8 +23,9 @@
             +-- MetaStoreCorruptError       not a readable DRC metastore
             +-- SchemaHistoryConflictError  history would be rewritten at an older SCN
 
-Other packages add leaves for their own failures (drc.apply.errors, drc.client.errors,
-drc.api.server) under the same two branches.
+The errors of the database apply writes into are in drc.core.target_errors (apply, conflict
+handling and bulk catch-up raise them all); other packages add leaves for their own failures
+(drc.client.errors, drc.api.server) under the same two branches.
 
 Adapters translate driver exceptions into this tree at the boundary (``raise ... from exc``), so
 callers decide on retry or stop by class, never by parsing messages. Every message says what

@@ -8,9 +8,10 @@ touching this table as DRC-originated, and channels never send such a transactio
 CHECKPOINT_SCHEMA = "drc"
 CHECKPOINT_TABLE = "checkpoint"
 
-# Tombstone tables (drc.apply.tombstones): an application's delete of a row in a last-writer-wins
-# table also writes ``drc.tomb_*`` through a trigger. The replicator always captures those rows,
-# whatever its table filter, because the other datacenters need them to order that delete.
+# Tombstone tables (drc.conflicts.tombstones): an application's delete of a row in a
+# last-writer-wins table also writes ``drc.tomb_*`` through a trigger. The replicator always
+# captures those rows, whatever its table filter, because the other datacenters need them to
+# order that delete.
 TOMBSTONE_PREFIX = "tomb_"
 
 

@@ -27,7 +27,8 @@ from drc.core.tablefilter import TableFilter
 VIEW, FUNCTION, PROCEDURE, TRIGGER, EVENT = "view", "function", "procedure", "trigger", "event"
 KINDS = (VIEW, FUNCTION, PROCEDURE, TRIGGER, EVENT)
 
-# The guard DRC's own triggers use too (drc.apply.tombstones): apply sessions set @drc_apply = 1.
+# The guard DRC's own triggers use too (drc.conflicts.tombstones): apply sessions set
+# @drc_apply = 1.
 GUARD_OPEN = "IF @drc_apply IS NULL THEN "
 GUARD_CLOSE = "; END IF"
 _GUARDED = re.compile(r"\s*IF\s+@drc_apply\s+IS\s+NULL\s+THEN\b", re.IGNORECASE)

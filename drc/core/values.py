@@ -187,7 +187,7 @@ def _single(value: float) -> float:
 def shortest_single(value: float) -> float:
     """The shortest decimal naming the single-precision value of ``value`` (0.1 for
     0.10000000149011612), the closest to it among equally short ones: the form the capture
-    gives a FLOAT (drc.replicator.decoding), so a FLOAT read back from the target as a double
+    gives a FLOAT (drc.replicator.binlog.values), so a FLOAT read back from the target as a double
     equals the captured value. -0.0 stays -0.0."""
     single = single_precision(value)
     if single == 0.0:

@@ -16,7 +16,7 @@ joins it. Each copied table gets a window, two SCNs of the origin's stream::
   later state than the change's before-image. Keyed changes are written as idempotent upserts
   and deletes by key without conflict detection (``converging``), so each row ends with its
   last change's effect, which is the source's state; no false conflict is logged. (On an lww
-  table they are decided by their versions, unlogged: drc.apply.conflicts.)
+  table they are decided by their versions, unlogged: drc.conflicts.engine.)
 - ``converge_until`` is at or after the point the last chunk was read at. Past it the target
   holds exactly what the source held, and changes apply with conflict detection again.
 

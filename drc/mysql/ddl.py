@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from drc.core.events import SchemaChange
+from drc.core.target_errors import ApplyError
 from drc.mysql import sql
 from drc.mysql.driver import DriverError, translated
-from drc.mysql.errors import ApplyError, translate
+from drc.mysql.errors import translate
 
 DDL_LOCK_WAIT_S = 60  # a DDL waiting on a metadata lock fails (1205) and is retried, not hung
 _UNKNOWN_DATABASE = 1049

@@ -1,57 +1,32 @@
-"""What a MySQL server's failures become in DRC's one exception tree (drc.core.errors).
+"""What a MySQL server's failures become in DRC's one exception tree.
 
-    DrcError
-    +-- RetriableError
-    |   +-- LockConflictError       deadlock (1213) or lock wait timeout (1205): the server rolled
-    |   |                           the statement or the transaction back; run it all again
-    |   +-- TargetUnavailableError  the server is down or dropped the connection (2003/2006/2013..)
-    |       +-- TargetReadOnlyError the server refuses writes (read_only, 1290/1836)
-    +-- FatalError
-        +-- ApplyError              the server rejected a statement for another reason
-            +-- TargetTlsError      TLS refused the connection (untrusted certificate, wrong
-                                    host name, no TLS on the server): fix the tls keys
-    DuplicateKey                    a duplicate key (1062): not an error of the tree, the
-                                    idempotent writes of drc.apply.plan take another path on it
+The classes are the core's (drc.core.target_errors: apply, conflict handling and catch-up all
+raise or catch them); the reading of a driver error is here, once (:func:`translate`)::
 
-:func:`translate` is the one place a driver error is read (its code and message); callers decide
-by class, never by a code. drc.apply.errors adds apply's own leaves (catch-up running, schema
-mismatches, exhausted retries). Pure: no driver is imported here (drc.mysql.connect has the
-driver's exception types).
+    server or client code                       becomes
+    1062 duplicate key                          DuplicateKey (not an error of the tree: the
+                                                idempotent writes of drc.apply.plan take
+                                                another path on it)
+    socket closed or reset (OSError, EOF)       TargetUnavailableError
+    1213 deadlock, 1205 lock wait timeout       LockConflictError (retry the transaction whole)
+    1290, 1836 read-only                        TargetReadOnlyError (wait)
+    2002/2003/2006/2013/2055, 1053, 1927, 1040  TargetUnavailableError (wait, reconnect)
+    anything else                               ApplyError (fatal), the code kept
+
+Callers decide by class, never by a code. Pure: no driver is imported here (drc.mysql.driver has
+the driver's exception types).
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
-from drc.core.errors import FatalError, RetriableError
-
-
-class LockConflictError(RetriableError):
-    """The server aborted the transaction for a deadlock or lock wait timeout; retry it whole."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class TargetUnavailableError(RetriableError):
-    """The database cannot be reached or dropped the connection; wait and reconnect."""
-
-
-class TargetReadOnlyError(TargetUnavailableError):
-    """The database is read-only (e.g. a demoted primary during a switchover); wait for writes."""
-
-
-class ApplyError(FatalError):
-    """The server rejected a statement; ``code`` is the server's error number (or None)."""
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class TargetTlsError(ApplyError):
-    """TLS refused the connection; reconnecting cannot fix a certificate."""
+from drc.core.target_errors import (
+    ApplyError,
+    LockConflictError,
+    TargetReadOnlyError,
+    TargetUnavailableError,
+)
 
 
 class DuplicateKey(Exception):

@@ -39,10 +39,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from drc.core.target_errors import TargetTlsError, TargetUnavailableError
 from drc.mysql import sql
 from drc.mysql.ddl import DDL_LOCK_WAIT_S, DdlSession
 from drc.mysql.driver import DRIVER_ERRORS, FOUND_ROWS, TargetSettings, open_link, translated
-from drc.mysql.errors import TargetTlsError, TargetUnavailableError, translate
+from drc.mysql.errors import translate
 from drc.tls import tls_failure
 
 SELECTS_PER_ROUND_TRIP = 200

@@ -83,6 +83,8 @@ class Copier:
             ) from exc
         if leader_term is not None:
             check_records(page.term, leader_term, self._buffer.term_file.term)
+        if cancelled():  # the leader changed meanwhile: it may be silent now, ask no more
+            raise http.Transient(f"stopped copying from {url}: the group's leader changed")
         if not page.records:
             return Copied(0, page.term, page.newest)
         entries = pull_history(self._client, url, after, page.records[-1].scn, self._token)

@@ -369,6 +369,7 @@ class ZkGroup:
         self._election_thread.start()
 
     def _in_office(self) -> None:
+        log.info("member %s won the election", self.settings.member_id)
         self.elected.set()
         self._changed()
         self._release.wait()  # returning gives up the election lock

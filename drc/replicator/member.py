@@ -68,6 +68,7 @@ class GroupMemberRunner:
         self._via_leader = ViaLeader(self._client, token, self._leader_url)
         self.role = "joining"
         self.leader: LeaderInfo | None = None
+        self._leader_moved = threading.Event()  # set on kazoo's thread by _group_changed
         self._group: ZkGroup | None = None
         buffer.fence = self._refuse  # until elected, nothing but the copier's checks
 
@@ -149,6 +150,7 @@ class GroupMemberRunner:
     def _group_changed(self) -> None:
         """Elected, session ended or another leader (kazoo's thread): a copy waiting on the
         old leader, which may be silent (paused, hung, cut off), is hung up at once."""
+        self._leader_moved.set()
         if self.role == "follower":
             self._copier.interrupt("the group's leader changed")
 
@@ -157,9 +159,16 @@ class GroupMemberRunner:
         self._buffer.fence = lambda: None  # the copier checks each batch's term itself
 
         def moved() -> bool:
-            return stop.is_set() or group.elected.is_set() or group.lost.is_set()
+            return (
+                stop.is_set()
+                or group.elected.is_set()
+                or group.lost.is_set()
+                or self._leader_moved.is_set()
+            )
 
-        while not moved():
+        while not (stop.is_set() or group.elected.is_set() or group.lost.is_set()):
+            # A change from here on (before the leader node is read) ends the copy below.
+            self._leader_moved.clear()
             try:
                 leader = group.leader()
             except Exception as exc:  # ZooKeeper unreachable: keep what we have, try again

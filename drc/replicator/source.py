@@ -1,6 +1,8 @@
 """The binlog adapter: check the source, and read its binlog as DRC source events.
 
-Only this module talks to python-mysql-replication. It owns positions: every connection starts
+python-mysql-replication opens the replication connection and starts the dump; the packets are
+read and decoded in drc.replicator.binlog (the library still parses the rare TABLE_MAP, QUERY
+and FORMAT_DESCRIPTION events there). This module owns positions: every connection starts
 at a transaction boundary the caller gives (a position from the buffer), and the library's own
 reconnect-and-resume, which can resume mid-transaction and duplicate or drop events, is switched
 off so a dropped connection surfaces as SourceUnavailableError and the caller restarts cleanly.
@@ -17,6 +19,7 @@ from typing import Any
 import pymysql
 from pymysqlreplication import BinLogStreamReader, binlogstream
 from pymysqlreplication.event import (
+    FormatDescriptionEvent,
     HeartbeatLogEvent,
     MariadbGtidEvent,
     MariadbGtidListEvent,
@@ -24,12 +27,7 @@ from pymysqlreplication.event import (
     RotateEvent,
     XidEvent,
 )
-from pymysqlreplication.row_event import (
-    DeleteRowsEvent,
-    TableMapEvent,
-    UpdateRowsEvent,
-    WriteRowsEvent,
-)
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from drc.core.errors import (
     BinlogPurgedError,
@@ -37,18 +35,14 @@ from drc.core.errors import (
     SourceDivergedError,
     SourceUnavailableError,
 )
-from drc.core.events import Op
 from drc.core.scn import split_binlog_name
-from drc.replicator import decoding, tablemap_cache
-from drc.replicator.fast_events import NOT_MINE, FastDecoder
-from drc.replicator.schema_types import table_schema_from_map
+from drc.replicator.binlog.events import FOR_LIBRARY, SKIP_REPLICATION, EventDecoder, TableMaps
+from drc.replicator.binlog.library import PARSED, LibraryParser
+from drc.replicator.binlog.wire import Tap
 from drc.replicator.source_events import (
     Begin,
     Commit,
     GtidList,
-    Heartbeat,
-    Rows,
-    SkippedRows,
     SourceEvent,
     Statement,
 )
@@ -59,14 +53,12 @@ log = logging.getLogger(__name__)
 # Errors in this list make the library silently reconnect at its own (possibly mid-transaction)
 # position. Emptied, they reach us and we resume from the buffer's last SCN instead.
 binlogstream.MYSQL_EXPECTED_ERROR_CODES = []
-decoding.install()
-tablemap_cache.install()
-
-_GTID_STANDALONE = 0x01
+# Events DRC decodes itself (drc.replicator.binlog.events), should the library meet one first.
+_DECODED = (
+    MariadbGtidEvent, XidEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, HeartbeatLogEvent,
+)  # fmt: skip
+TABLE_MAPS = TableMaps()  # shared by every connection: the same bytes, the same parse
 _ER_MASTER_FATAL_READING_BINLOG = 1236
-# Header flag MariaDB sets on every event of a session with skip_replication=1. Apply sessions set
-# it, so DDL (which has no transaction to carry the checkpoint write) is recognised as DRC's too.
-SKIP_REPLICATION_FLAG = 0x8000
 _TRANSACTION_CONTROL = {"BEGIN", "XA START", "SAVEPOINT"}
 
 
@@ -203,7 +195,11 @@ def check_not_purged(info: SourceInfo, log_file: str, after: str) -> None:
 
 
 class BinlogStream:
-    """One connection's events from (log_file, log_pos) on, until ``stop`` is set."""
+    """One connection's events from (log_file, log_pos) on, until ``stop`` is set.
+
+    python-mysql-replication connects and starts the dump; DRC reads the packets after its
+    first event (drc.replicator.binlog.wire) and decodes them (drc.replicator.binlog.events),
+    handing the few it does not decode back to the library's parser."""
 
     def __init__(
         self,
@@ -213,20 +209,18 @@ class BinlogStream:
         gtid: str | None = None,
         blocking: bool = True,
         server_id: int | None = None,
-        fast: bool = True,
         skip_marked_rows: bool = False,
     ) -> None:
         """From (log_file, log_pos), or with ``gtid`` from that ``@slave_connect_state`` (the
         server then checks, strictly, that its binlog holds that position). ``blocking=False``
         ends at the binlog's current end; ``server_id`` overrides the replica id presented.
-        ``fast``: decode a transaction's usual events itself (drc.replicator.fast_events)
-        instead of through the library (False: the library alone, the reference).
         ``skip_marked_rows``: the rows events of a transaction whose GTID event carries the
         skip_replication flag (DRC's apply sessions) come as :class:`SkippedRows`, their row
         images never decoded (``[replicator] drc_applied = "marker"``)."""
         self._settings = settings
         self._gtid = gtid
         self._blocking = blocking
+        self._tap = Tap()
         self._reader = BinLogStreamReader(
             connection_settings={
                 **settings.pymysql_kwargs(),
@@ -245,25 +239,11 @@ class BinlogStream:
             is_mariadb=gtid is not None,
             auto_position=gtid,
             slave_heartbeat=settings.heartbeat_s,
-            only_events=[
-                MariadbGtidListEvent,
-                MariadbGtidEvent,
-                TableMapEvent,
-                WriteRowsEvent,
-                UpdateRowsEvent,
-                DeleteRowsEvent,
-                QueryEvent,
-                XidEvent,
-                RotateEvent,
-                HeartbeatLogEvent,
-            ],
+            pymysql_wrapper=self._tap.connect,
+            # The library reads only the first event: any of these ends its search.
+            only_events=[RotateEvent, FormatDescriptionEvent, *PARSED, *_DECODED],
         )
-        self._schemas: dict[int, Any] = {}
-        self._fast_wanted = fast
-        self._fast: FastDecoder | None = None
-        self._lengths: Any = None  # the post-header lengths the decoder was made for
-        self._log_file: str | None = None
-        self._log_index = 0
+        self._decoder = EventDecoder(TABLE_MAPS, None if gtid else log_file)
         self._skip_marked = skip_marked_rows
         self._skipping = False  # inside a skip_replication transaction, rows left undecoded
 
@@ -272,25 +252,29 @@ class BinlogStream:
 
     def events(self, stop: threading.Event) -> Iterator[SourceEvent]:
         try:
-            while not stop.is_set():
-                packet = self._packet()
-                if packet is not None:
-                    decoded = self._fast_decode(packet)
-                    if decoded is None:
-                        continue
-                    if decoded is not NOT_MINE:
-                        yield self._track(decoded)
-                        continue
-                event = self._library_event(packet)
-                if event is None:
-                    if not self._blocking:
-                        return  # a non-blocking read reached the end of the binlog
-                    raise SourceUnavailableError(
-                        f"source {self._settings!r} ended the binlog stream"
-                    )
-                converted = self._convert(event)
-                if converted is not None:
-                    yield self._track(converted)
+            if stop.is_set():
+                return
+            first = self._reader.fetchone()  # connects and starts the dump
+            if first is None:
+                self._ended()
+                return
+            # The library's own size for the event says whether events end with a checksum.
+            self._decoder.checksum = first.packet.event_size - first.event_size == 23
+            library = LibraryParser(self._tap.control, self._decoder)
+            frames = self._tap.frames()
+            data: bytes | None = first.packet.packet.get_all_data()
+            while data is not None:
+                decoded = self._decoder.decode(data, self._skipping)
+                if decoded is FOR_LIBRARY:
+                    event = self._convert(library.parse(data))
+                else:
+                    event = decoded
+                if event is not None:
+                    yield self._track(event)
+                if stop.is_set():
+                    return
+                data = frames.next()
+            self._ended()
         except (pymysql.MySQLError, OSError, EOFError) as exc:
             if self._gtid is not None and _error_code(exc) == _ER_MASTER_FATAL_READING_BINLOG:
                 raise SourceDivergedError(
@@ -301,24 +285,10 @@ class BinlogStream:
             failed = f"binlog stream from {self._settings!r} failed"
             raise unavailable(self._settings, failed, exc) from exc
 
-    def _packet(self) -> Any:
-        """The next raw packet, or None to let the library read it (not connected yet, or the
-        fast path is off)."""
-        reader = self._reader
-        if self._fast is None or not reader._BinLogStreamReader__connected_stream:
-            return None
-        return reader._stream_connection._read_packet()
-
-    def _fast_decode(self, packet: Any) -> Any:
-        assert self._fast is not None
-        if self._reader.log_file != self._log_file:
-            self._log_file = self._reader.log_file
-            self._log_index = split_binlog_name(self._log_file)[1]
-        if self._skipping:
-            skipped = self._fast.skipped(packet._data)
-            if skipped is not NOT_MINE:
-                return skipped
-        return self._fast.decode(packet._data, self._log_index, self._reader.table_map)
+    def _ended(self) -> None:
+        """The server ended the stream: the end of the binlog for a non-blocking read."""
+        if self._blocking:
+            raise SourceUnavailableError(f"source {self._settings!r} ended the binlog stream")
 
     def _track(self, event: SourceEvent) -> SourceEvent:
         """Note where a skip_replication transaction starts and ends (``skip_marked_rows``)."""
@@ -329,88 +299,26 @@ class BinlogStream:
                 self._skipping = False
         return event
 
-    def _library_event(self, packet: Any) -> Any:
-        """The library's next event; ``packet``, already read, is the first it reads."""
-        reader = self._reader
-        if packet is not None:
-            connection = reader._stream_connection
-
-            def once(*_args: Any, **_kwargs: Any) -> Any:
-                del connection._read_packet  # the method again for any further read
-                return packet
-
-            connection._read_packet = once
-        try:
-            event = reader.fetchone()
-        finally:
-            if packet is not None:
-                reader._stream_connection.__dict__.pop("_read_packet", None)
-        if self._fast_wanted and reader._BinLogStreamReader__connected_stream:
-            lengths = reader._BinLogStreamReader__post_header_lengths
-            if self._fast is None or lengths is not self._lengths:  # a format description
-                old = self._fast
-                checksum = reader._BinLogStreamReader__use_checksum
-                self._fast = FastDecoder(checksum, lengths, self._schemas)
-                self._lengths = lengths
-                if old is not None:
-                    self._fast.tables = old.tables
-        return event
-
-    def _position(self, event: Any) -> tuple[int, int]:
-        return split_binlog_name(self._reader.log_file)[1], int(event.packet.log_pos)
-
     def _convert(self, event: Any) -> SourceEvent | None:
-        if isinstance(event, WriteRowsEvent | UpdateRowsEvent | DeleteRowsEvent):
-            return self._rows(event)
-        if isinstance(event, TableMapEvent):
-            # Cached TABLE_MAPs share their Table object: convert it once.
-            table = event.table_obj
-            schema = table.__dict__.get("_drc_schema")
-            if schema is None:
-                schema = table.__dict__["_drc_schema"] = table_schema_from_map(event)
-            self._schemas[event.table_id] = schema
-            if self._fast is not None:
-                self._fast.remember(event.table_id, table, schema)
-            return None
+        """The source event of a packet the library parsed (None for nothing to report)."""
         if isinstance(event, MariadbGtidListEvent):
             return GtidList(tuple(g.gtid for g in event.gtid_list))
-        if isinstance(event, MariadbGtidEvent):
-            standalone = bool(event.flags & _GTID_STANDALONE)
-            marked = bool(event.packet.flags & SKIP_REPLICATION_FLAG)
-            return Begin(event.gtid, event.server_id, standalone, marked)
-        if isinstance(event, XidEvent):
-            return Commit(event.packet.server_id, event.timestamp, *self._position(event))
         if isinstance(event, QueryEvent):
             return self._query(event)
-        if isinstance(event, HeartbeatLogEvent):
-            return Heartbeat(*self._position(event))
-        return None
+        return None  # a FORMAT_DESCRIPTION or TABLE_MAP: the decoder took it in
 
     def _query(self, event: Any) -> SourceEvent | None:
+        position = (self._decoder.log_index, int(event.packet.log_pos))
+        server_id, timestamp = event.packet.server_id, event.timestamp
         sql = event.query.strip() if isinstance(event.query, str) else event.query.decode().strip()
         word = sql.upper()
         if word == "COMMIT":
-            return Commit(event.packet.server_id, event.timestamp, *self._position(event))
+            return Commit(server_id, timestamp, *position)
         if word in _TRANSACTION_CONTROL or word.startswith(("SAVEPOINT", "ROLLBACK TO")):
             return None
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
-        marked = bool(event.packet.flags & SKIP_REPLICATION_FLAG)
-        return Statement(
-            schema, sql, event.packet.server_id, event.timestamp, *self._position(event), marked
-        )
-
-    def _rows(self, event: Any) -> Rows | SkippedRows:
-        table = self._schemas[event.table_id]
-        if self._skipping:
-            return SkippedRows(table)  # event.rows (the library decodes lazily) never read
-        if isinstance(event, WriteRowsEvent):
-            op, images = Op.INSERT, tuple((None, row["values"]) for row in event.rows)
-        elif isinstance(event, DeleteRowsEvent):
-            op, images = Op.DELETE, tuple((row["values"], None) for row in event.rows)
-        else:
-            op = Op.UPDATE
-            images = tuple((row["before_values"], row["after_values"]) for row in event.rows)
-        return Rows(table, op, images, int(event.event_size))
+        marked = bool(event.packet.flags & SKIP_REPLICATION)
+        return Statement(schema, sql, server_id, timestamp, *position, marked)
 
 
 def _error_code(exc: BaseException) -> int | None:

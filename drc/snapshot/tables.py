@@ -7,7 +7,7 @@ against it, before any row is copied.
   hold no row (a snapshot does not merge into existing data); otherwise the table is skipped
   with the reason (:class:`Skip`).
 
-The channel's conflict setup (drc.apply.conflict_target: tombstone tables and triggers for
+The channel's conflict setup (drc.conflicts.target: tombstone tables and triggers for
 tables with a timestamp column) then runs before any row arrives, so the table never takes a
 local write without it.
 """

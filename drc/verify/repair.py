@@ -7,7 +7,7 @@ Which side is written:
 - a table with a ``lww`` policy: the newer row by the timestamp column wins, ties going to the
   datacenter listed first in ``[conflicts] priority``; when the target's row wins it is
   written to the source. A row on one side only is compared with the tombstone the other
-  side keeps of its deletion (drc.apply.tombstones): a newer deletion wins and the row is
+  side keeps of its deletion (drc.conflicts.tombstones): a newer deletion wins and the row is
   deleted where it survived (its tombstone copied there); without a newer tombstone the row
   wins and is written where it is missing. The same decision is what the report shows.
 
@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.apply import tombstones
-from drc.apply.conflict_rules import Ranks, Version
 from drc.config import ConflictsConfig
+from drc.conflicts import tombstones
+from drc.conflicts.rules import Ranks, Version
 from drc.core.rowsum import EXTRA, MISSING
 from drc.core.settle import Images
 from drc.core.tablefilter import TableFilter

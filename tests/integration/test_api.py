@@ -26,8 +26,9 @@ from drc.core.jsonwire import transaction_from_json
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position, source_table_rows
-from tests.integration.servers import connect
+from tests.support.capture import serving, source_section, source_table_rows
+from tests.support.config import server_toml
+from tests.support.servers import connect, fresh_database, master_position
 
 TOKEN = "integration-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -39,13 +40,7 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
     return DrcConfig.model_validate(
         {
             "datacenter": {"name": "dc1"},
-            "source": {
-                "host": server.host,
-                "port": server.port,
-                "user": server.user,
-                "password": server.password,
-                "replica_server_id": 91001,
-            },
+            "source": source_section(server, 91001),
             "replicator": {
                 "buffer_dir": str(tmp / "buf"),
                 "start_from": f"{start[0]}:{start[1]}",
@@ -60,34 +55,17 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
 
 @pytest.fixture
 def served(dc1: ServerInfo, tmp_path: Path) -> Iterator[tuple[ReplicatorService, str, tuple]]:
-    conn = connect(dc1)
-    with conn.cursor() as cur:
-        cur.execute("DROP DATABASE IF EXISTS api_db")
-        cur.execute("CREATE DATABASE api_db")
-        cur.execute("CREATE TABLE api_db.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
-        cur.execute("CREATE TABLE api_db.u (id INT PRIMARY KEY, note VARCHAR(20))")
-        start = master_position(dc1)
-    conn.close()
+    fresh_database(
+        dc1,
+        "api_db",
+        "CREATE TABLE api_db.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+        "CREATE TABLE api_db.u (id INT PRIMARY KEY, note VARCHAR(20))",
+    )
+    start = master_position(dc1)
     service = build_replicator(_config(dc1, tmp_path, start))
     url = service.start_api().url
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def capture() -> None:
-        try:
-            service.run_capture(stop)
-        except BaseException as exc:  # reported by the test below
-            errors.append(exc)
-
-    thread = threading.Thread(target=capture, daemon=True)
-    thread.start()
-    try:
+    with serving(service):
         yield service, url, start
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        service.close()
-    assert errors == []
 
 
 def _workload(server: ServerInfo, seed: int) -> None:
@@ -236,12 +214,7 @@ def test_replicator_run_serves_the_api_and_prints_its_url(dc1: ServerInfo, tmp_p
         f"""
 [datacenter]
 name = "dc1"
-[source]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password = "{dc1.password}"
-replica_server_id = 91003
+{server_toml("source", dc1, replica_server_id=91003)}
 [replicator]
 buffer_dir = "{tmp_path / "buf"}"
 start_from = "{start[0]}:{start[1]}"

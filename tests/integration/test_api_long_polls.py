@@ -9,7 +9,6 @@ built from config by the composition root (drc.runtime).
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,8 +24,8 @@ from drc.config import DrcConfig
 from drc.core.scn import SCN
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.servers import connect
+from tests.support.capture import serving, source_section
+from tests.support.servers import connect, master_position
 
 FLOOD = ("flood-token-1", "flood-token-2")
 CHANNEL = "channel-token"
@@ -40,10 +39,7 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
     return DrcConfig.model_validate(
         {
             "datacenter": {"name": "dc1"},
-            "source": {
-                "host": server.host, "port": server.port, "user": server.user,
-                "password": server.password, "replica_server_id": 91011,
-            },
+            "source": source_section(server, 91011),
             "replicator": {
                 "buffer_dir": str(tmp / "buf"), "start_from": f"{start[0]}:{start[1]}",
                 "include": [f"{DB}.*"], "commit_max_ms": 20,
@@ -69,24 +65,8 @@ def served(dc1: ServerInfo, tmp_path: Path) -> Iterator[tuple[ReplicatorService,
     conn.close()
     service = build_replicator(_config(dc1, tmp_path, start))
     url = service.start_api().url
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def capture() -> None:
-        try:
-            service.run_capture(stop)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    thread = threading.Thread(target=capture, daemon=True)
-    thread.start()
-    try:
+    with serving(service):
         yield service, url
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        service.close()
-    assert errors == []
 
 
 def auth(token: str) -> dict[str, str]:

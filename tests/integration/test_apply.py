@@ -10,21 +10,10 @@ from pathlib import Path
 from drc.apply.service import build_channel
 from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import read_all
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import (
-    Running,
-    apply_user,
-    assert_same,
-    channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    query,
-    serving,
-    wait_end,
-)
+from tests.support.apply import Running, apply_user, assert_same, channel_config, serving
+from tests.support.capture import read_all
+from tests.support.servers import connect, drop_everywhere, execute, position, query
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "apply_conv"
 TYPED = f"""CREATE TABLE {SCHEMA}.typed (

@@ -19,24 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
-from drc.core.scn import SCN
 from drc.replicator.assembler import FragmentLimits
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import (
-    apply_process_config,
-    apply_user,
-    assert_same,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    serving,
-    wait_end,
-)
+from tests.support.apply import apply_process_config, apply_user, assert_same, serving
+from tests.support.capture import checkpoint_scns
+from tests.support.servers import connect, drop_everywhere, execute, position
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "apply_crash"
 TXNS = 1000
@@ -92,27 +81,6 @@ def _workload(server: ServerInfo, kills_done: threading.Event, done: threading.E
             time.sleep(0.003)
     conn.close()
     done.set()
-
-
-def _checkpoint_scns(
-    server: ServerInfo, start: tuple[str, int], channel: str = "crash"
-) -> list[SCN]:
-    """The SCNs ``channel`` wrote into drc.checkpoint, in the target's binlog order."""
-    reader = BinLogStreamReader(
-        connection_settings={"host": server.host, "port": server.port, "user": server.user,
-                             "password": server.password},
-        server_id=88101, log_file=start[0], log_pos=start[1], resume_stream=True, blocking=False,
-        is_mariadb=False, only_schemas=["drc"], only_tables=["checkpoint"],
-        only_events=[WriteRowsEvent, UpdateRowsEvent],
-    )  # fmt: skip
-    scns = []
-    for event in reader:
-        for row in event.rows:
-            image = row.get("after_values") or row["values"]
-            if image["channel"] == channel:
-                scns.append(SCN.parse(image["scn"]))
-    reader.close()
-    return scns
 
 
 def _fixes(log: Path) -> int:
@@ -181,7 +149,7 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(
     assert during >= 2 and len(resumed) >= 3, f"kills too early or late: {during}, {resumed}"
     assert_same(dc1, dc2, SCHEMA)
     assert _fixes(log) == 0, f"something was applied twice: {log.read_text()[-3000:]}"
-    scns = _checkpoint_scns(dc2, target_start)
+    scns = checkpoint_scns(dc2, target_start)
     assert len(scns) > 20
     back = [(a, b) for a, b in zip(scns, scns[1:], strict=False) if b < a]
     assert not back, f"a checkpoint went back: {back}"

@@ -19,22 +19,17 @@ import pytest
 
 from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     APPLY_USER,
     Running,
     apply_process_config,
     apply_user,
     assert_same,
     channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    query,
     serving,
-    wait_end,
 )
+from tests.support.servers import connect, drop_everywhere, execute, position, query
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "ddl_once"
 RENAME = f"ALTER TABLE {SCHEMA}.t RENAME COLUMN b TO b2"

@@ -8,24 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from drc.apply.errors import MissingColumnError, NoPrimaryKeyError
 from drc.apply.service import build_channel
+from drc.core.target_errors import MissingColumnError, NoPrimaryKeyError
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
-    Proxy,
-    Running,
-    apply_user,
-    assert_same,
-    channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    query,
-    serving,
-    wait_end,
-    wait_for,
-)
+from tests.support.apply import Running, apply_user, assert_same, channel_config, serving
+from tests.support.network import Proxy
+from tests.support.servers import drop_everywhere, execute, position, query
+from tests.support.waits import mark_end, wait_end, wait_for
 
 
 def test_table_without_primary_key_is_refused_then_applied_whole_row_when_allowed(

@@ -21,21 +21,16 @@ import pytest
 
 from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import (
+from tests.support.apply import (
     Running,
     apply_process_config,
     apply_user,
     assert_same,
     channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    query,
     serving,
-    wait_end,
 )
+from tests.support.servers import connect, drop_everywhere, execute, position, query
+from tests.support.waits import mark_end, wait_end
 
 TABLE = "(a INT, b VARCHAR(20), f FLOAT, d DOUBLE, j BLOB, t DATETIME(6))"
 ROW = "(1, 'same', 1.1, 2.2, 'blob', '2026-11-23 10:00:00.5')"

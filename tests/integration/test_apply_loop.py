@@ -6,21 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from drc.apply.service import build_channel
-from drc.core.tablefilter import TableFilter
-from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import capturing, read_all
-from tests.integration.test_apply_support import (
-    Running,
-    apply_user,
-    channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    serving,
-    wait_end,
-)
+from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.capture import captured
+from tests.support.servers import drop_everywhere, execute, position
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "apply_loop"
 
@@ -49,13 +39,8 @@ def test_everything_applied_is_flagged_by_the_target_replicator(
     execute(dc2, f"INSERT INTO {SCHEMA}.t VALUES (100, 0, 0)")  # a local write, for contrast
     end = position(dc2)
 
-    options = CaptureOptions(
-        capture=TableFilter.build([f"{SCHEMA}.*"]),
-        start_from=f"{target_start[0]}:{target_start[1]}",
-    )
-    with capturing(dc2, tmp_path / "buf2", options) as capture:
-        capture.wait_for(end)
-        stored = [t for t in read_all(capture.buffer) if t.changes or t.ddl]
+    captured_dc2 = captured(dc2, tmp_path / "buf2", [f"{SCHEMA}.*"], target_start, end)
+    stored = [t for t in captured_dc2 if t.changes or t.ddl]
 
     applied, local = stored[:-1], stored[-1]
     ddl = [d.statement.split()[0] for t in applied for d in t.ddl]

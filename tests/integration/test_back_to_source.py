@@ -20,11 +20,10 @@ from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.capture import master_position, serving, source_section
-from tests.integration.group import Group, last_scn, records
-from tests.integration.servers import connect, fresh_database
-from tests.integration.test_apply_support import execute
-from tests.integration.two_way import TwoWay
+from tests.support.capture import serving, source_section
+from tests.support.group import Group, last_scn, records
+from tests.support.servers import connect, execute, fresh_database, master_position
+from tests.support.two_way import TwoWay
 
 TOKEN = "bts-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "Accept": wire.MEDIA_RECORDS}
@@ -51,14 +50,13 @@ def _config(server: ServerInfo, tmp: Path, start: tuple[str, int]) -> DrcConfig:
 
 def _fresh_tables(server: ServerInfo) -> None:
     """bts_db's tables, empty, at the start of a new binlog file."""
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute("FLUSH BINARY LOGS")
-        cur.execute("DROP DATABASE IF EXISTS bts_db")
-        cur.execute("CREATE DATABASE bts_db")
-        cur.execute("CREATE TABLE bts_db.t (id INT PRIMARY KEY, v TEXT)")
-        cur.execute("CREATE TABLE bts_db.skipped (id INT PRIMARY KEY)")
-    conn.close()
+    execute(server, "FLUSH BINARY LOGS")
+    fresh_database(
+        server,
+        "bts_db",
+        "CREATE TABLE bts_db.t (id INT PRIMARY KEY, v TEXT)",
+        "CREATE TABLE bts_db.skipped (id INT PRIMARY KEY)",
+    )
 
 
 @pytest.fixture

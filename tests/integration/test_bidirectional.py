@@ -24,7 +24,7 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
+from tests.support.servers import connect, execute, query
 
 SCHEMA = "bidi_db"
 TXNS_PER_SIDE = 400
@@ -74,16 +74,13 @@ def _rows(server: ServerInfo, table: str) -> tuple[list[tuple[Any, ...]], int]:
 
 
 def _tables(server: ServerInfo) -> list[str]:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-            "ORDER BY table_name",
-            (SCHEMA,),
-        )
-        names = [row[0] for row in cur.fetchall()]
-    conn.close()
-    return names
+    found = query(
+        server,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+        "ORDER BY table_name",
+        (SCHEMA,),
+    )
+    return [row[0] for row in found]
 
 
 def _stored_changes(node: Node) -> dict[bool, int]:
@@ -111,12 +108,12 @@ def test_concurrent_disjoint_writes_converge_and_cross_exactly_once(
     try:
         for node in nodes.values():
             node.start(stop)
-        conn = connect(dc1)
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE {SCHEMA}")
-            cur.execute(f"CREATE TABLE {SCHEMA}.t1 (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
-            cur.execute(f"CREATE TABLE {SCHEMA}.t2 (id INT PRIMARY KEY, note VARCHAR(40))")
-        conn.close()
+        execute(
+            dc1,
+            f"CREATE DATABASE {SCHEMA}",
+            f"CREATE TABLE {SCHEMA}.t1 (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+            f"CREATE TABLE {SCHEMA}.t2 (id INT PRIMARY KEY, note VARCHAR(40))",
+        )
         assert wait_for(lambda: _tables(dc2) == ["t1", "t2"], 30), "schema did not reach dc2"
 
         writers = [
@@ -133,10 +130,7 @@ def test_concurrent_disjoint_writes_converge_and_cross_exactly_once(
             writer.start()
         for writer in writers:
             writer.join(timeout=300)
-        conn = connect(dc2)
-        with conn.cursor() as cur:
-            cur.execute(f"INSERT INTO {SCHEMA}.t3 VALUES (1, 'dc2')")  # into the replicated DDL
-        conn.close()
+        execute(dc2, f"INSERT INTO {SCHEMA}.t3 VALUES (1, 'dc2')")  # into the replicated DDL
 
         def converged() -> bool:
             return _tables(dc1) == _tables(dc2) == ["t1", "t2", "t3"] and all(

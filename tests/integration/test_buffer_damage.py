@@ -26,8 +26,8 @@ from drc.core.scn import SCN
 from drc.eventbuffer.layout import segment_path
 from drc.runtime import ReplicatorService, build_replicator
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.servers import connect
+from tests.support.capture import serving, source_section
+from tests.support.servers import connect, master_position
 
 TOKEN = "damage-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -39,13 +39,7 @@ def _config(server: ServerInfo, tmp: Path) -> DrcConfig:
     return DrcConfig.model_validate(
         {
             "datacenter": {"name": "dc1"},
-            "source": {
-                "host": server.host,
-                "port": server.port,
-                "user": server.user,
-                "password": server.password,
-                "replica_server_id": 91201,
-            },
+            "source": source_section(server, 91201),
             # start_from "current": what an empty buffer would resume from after a lost history.
             "replicator": {"buffer_dir": str(tmp / "buf"), "include": ["dmg_db.*"]},
             "api": {"host": "127.0.0.1", "port": 0, "tokens": [TOKEN]},
@@ -58,24 +52,8 @@ def _serving(config: DrcConfig) -> Iterator[tuple[ReplicatorService, str]]:
     service = build_replicator(config)
     service.replicator.prepare()  # the start position is stored before the test writes
     url = service.start_api().url
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def capture() -> None:
-        try:
-            service.run_capture(stop)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    thread = threading.Thread(target=capture, daemon=True)
-    thread.start()
-    try:
+    with serving(service):
         yield service, url
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        service.close()
-    assert errors == []
 
 
 def _insert(server: ServerInfo, ids: range) -> None:

@@ -20,8 +20,9 @@ import pytest
 from drc.core.errors import BufferStateError
 from drc.eventbuffer import EventBuffer
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import master_position, read_all, source_table_rows
-from tests.integration.servers import connect
+from tests.support.capture import read_all, source_table_rows
+from tests.support.config import server_toml
+from tests.support.servers import connect, fresh_database, master_position
 
 TXNS = 1200
 KILLS = 5
@@ -36,12 +37,7 @@ def _config(tmp: Path, server: ServerInfo, start: tuple[str, int]) -> Path:
         f"""
 [datacenter]
 name = "crash"
-[source]
-host = "{server.host}"
-port = {server.port}
-user = "{server.user}"
-password_file = "{secret}"
-replica_server_id = 88001
+{server_toml("source", server, password_file=secret, replica_server_id=88001)}
 [replicator]
 buffer_dir = "{tmp / "buf"}"
 start_from = "{start[0]}:{start[1]}"
@@ -105,14 +101,13 @@ def _workload(
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
     dc2: ServerInfo, tmp_path: Path
 ) -> None:
-    conn = connect(dc2)
-    with conn.cursor() as cur:
-        cur.execute("DROP DATABASE IF EXISTS crash_db")
-        cur.execute("CREATE DATABASE crash_db")
-        cur.execute("CREATE TABLE crash_db.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)")
-        cur.execute("CREATE TABLE crash_db.u (id INT PRIMARY KEY, note VARCHAR(20))")
-        start = master_position(dc2)
-    conn.close()
+    fresh_database(
+        dc2,
+        "crash_db",
+        "CREATE TABLE crash_db.t (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+        "CREATE TABLE crash_db.u (id INT PRIMARY KEY, note VARCHAR(20))",
+    )
+    start = master_position(dc2)
     config, log = _config(tmp_path, dc2, start), tmp_path / "replicator.log"
     rng = random.Random(20261122)
     kills_done, done = threading.Event(), threading.Event()

@@ -7,8 +7,8 @@ from pathlib import Path
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import capturing, master_position, read_all
-from tests.integration.servers import connect
+from tests.support.capture import capturing, read_all
+from tests.support.servers import connect, master_position
 
 STEPS = [
     "INSERT INTO ddl_db.t VALUES (1, 10, 'one')",

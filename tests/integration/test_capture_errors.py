@@ -14,8 +14,8 @@ from drc.metastore.store import MetaStore
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, inspect_source
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import capturing, master_position, source_settings
-from tests.integration.servers import connect
+from tests.support.capture import capturing, source_settings
+from tests.support.servers import connect, master_position
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from drc.core import gtid as gtids
 from drc.core.tablefilter import TableFilter
 from drc.replicator.replicator import CaptureOptions, stored_position
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import capturing, master_position, read_all, source_transactions
-from tests.integration.servers import connect
+from tests.support.capture import capturing, read_all, source_transactions
+from tests.support.servers import connect, master_position
 
 
 def _gtid_binlog_pos(server: ServerInfo) -> str:

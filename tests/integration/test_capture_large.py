@@ -10,8 +10,8 @@ from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import FragmentLimits
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import capturing, master_position, read_all
-from tests.integration.servers import connect
+from tests.support.capture import capturing, read_all
+from tests.support.servers import connect, master_position
 
 ROWS = 200_000
 FRAGMENT_ROWS = 20_000

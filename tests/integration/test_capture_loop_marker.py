@@ -5,11 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from drc.apply import checkpoint
-from drc.core.tablefilter import TableFilter
-from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import capturing, master_position, read_all
-from tests.integration.servers import connect
+from tests.support.capture import captured
+from tests.support.servers import connect, master_position
 
 
 def test_apply_writes_are_flagged_and_ordinary_writes_are_not(
@@ -34,12 +32,11 @@ def test_apply_writes_are_flagged_and_ordinary_writes_are_not(
         end = master_position(dc1)
     conn.close()
 
-    options = CaptureOptions(
-        capture=TableFilter.build(["marker_db.*"]), start_from=f"{start[0]}:{start[1]}"
-    )
-    with capturing(dc1, tmp_path / "buf", options) as capture:
-        capture.wait_for(end)
-        stored = [t for t in read_all(capture.buffer) if t.changes or t.ddl]
+    stored = [
+        t
+        for t in captured(dc1, tmp_path / "buf", ["marker_db.*"], start, end)
+        if t.changes or t.ddl
+    ]
 
     seen = [
         (t.ddl[0].statement.split()[2] if t.ddl else t.changes[0].after["id"], t.drc_originated)

@@ -22,19 +22,9 @@ import pytest
 from drc.apply.service import build_channel
 from drc.core.sqltokens import tokens
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import (
-    Running,
-    apply_user,
-    channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    query,
-    serving,
-    wait_end,
-)
+from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.servers import connect, drop_everywhere, execute, position, query
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "secrets_db"
 SECRET = "secret-xyz-7731"

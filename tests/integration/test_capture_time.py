@@ -13,11 +13,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from drc.core.tablefilter import TableFilter
-from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import capturing, master_position, read_all
-from tests.integration.servers import connect
+from tests.support.capture import captured
+from tests.support.servers import connect, master_position
 
 NAMES = [f"t{fsp}" for fsp in range(7)]
 FIXED = [
@@ -95,12 +93,7 @@ def test_time_values_are_captured_equal_to_select(dc1: ServerInfo, tmp_path: Pat
         end = master_position(dc1)
     conn.close()
 
-    options = CaptureOptions(
-        capture=TableFilter.build(["time_db.*"]), start_from=f"{start[0]}:{start[1]}"
-    )
-    with capturing(dc1, tmp_path / "buf", options) as capture:
-        capture.wait_for(end)
-        stored = read_all(capture.buffer)
+    stored = captured(dc1, tmp_path / "buf", ["time_db.*"], start, end)
 
     changes = [c for t in stored for c in t.changes]
     inserted = {c.after["id"]: c.after for c in changes if c.op == "insert"}

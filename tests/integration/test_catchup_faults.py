@@ -31,17 +31,8 @@ from drc.config import load_config
 from drc.node import Node
 from drc.runtime import catchup_finisher
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.test_apply_support import (
-    Running,
-    assert_same,
-    execute,
-    mark_end,
-    query,
-    wait_end,
-    wait_for,
-)
-from tests.integration.test_catchup import (
+from tests.support.apply import Running, assert_same
+from tests.support.catchup import (
     SCHEMA,
     TABLES,
     checkpoint_of,
@@ -50,6 +41,8 @@ from tests.integration.test_catchup import (
     served,
     workload,
 )
+from tests.support.servers import execute, master_position, query
+from tests.support.waits import mark_end, wait_end, wait_for
 
 pytestmark = pytest.mark.integration
 

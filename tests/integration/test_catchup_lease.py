@@ -23,7 +23,7 @@ from drc.apply.lease import (
     take,
 )
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
+from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration
 

@@ -28,19 +28,12 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import running_nodes
+from tests.support.apply import running_nodes
+from tests.support.config import conflict_rule, conflicts_toml
+from tests.support.servers import connect, fresh_database
 
 SCHEMA = "ctl_db"
-CONFLICTS = """
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "ctl_db.lww_t"
-policy = "lww"
-column = "updated_at"
-"""
+CONFLICTS = conflicts_toml(conflict_rule("ctl_db.lww_t", "lww", column="updated_at"))
 TABLES = (
     "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40) NOT NULL, extra INT NULL)",
     "CREATE TABLE lww_t (id INT PRIMARY KEY, n INT NOT NULL, updated_at DATETIME(6) NOT NULL "
@@ -89,14 +82,7 @@ def _rows(server: ServerInfo, table: str) -> list[Any]:
 @pytest.fixture(scope="module")
 def run(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     for server in (sandbox.server("dc1"), sandbox.server("dc2")):
-        conn = connect(server)
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {SCHEMA}")
-            cur.execute(f"CREATE DATABASE {SCHEMA}")
-            cur.execute(f"USE {SCHEMA}")
-            for statement in TABLES:
-                cur.execute(statement)
-        conn.close()
+        fresh_database(server, SCHEMA, *TABLES)
     configs = write_configs(
         sandbox, tmp_path_factory.mktemp("control"), schema=SCHEMA, extra=CONFLICTS
     )

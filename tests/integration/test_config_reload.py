@@ -19,7 +19,7 @@ import httpx
 from drc.sandbox.demo import start_nodes, wait_healthy, write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
+from tests.support.servers import connect, fresh_database
 
 SCHEMA = "rl_db"
 
@@ -51,14 +51,8 @@ def test_sighup_changes_the_tables_a_channel_applies(
     sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
 ) -> None:
     for server in (dc1, dc2):
-        conn = connect(server)
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin = 0")
-            cur.execute(f"DROP DATABASE IF EXISTS {SCHEMA}")
-            cur.execute(f"CREATE DATABASE {SCHEMA}")
-            for table in ("a", "b"):
-                cur.execute(f"CREATE TABLE {SCHEMA}.{table} (id INT PRIMARY KEY)")
-        conn.close()
+        tables = (f"CREATE TABLE {SCHEMA}.{table} (id INT PRIMARY KEY)" for table in ("a", "b"))
+        fresh_database(server, SCHEMA, *tables, log_bin=False)
     configs = write_configs(sandbox, tmp_path, schema=SCHEMA)
     _select(configs["dc1"], f'["{SCHEMA}.a"]', "[]")
     procs = start_nodes(configs, tmp_path)

@@ -29,37 +29,28 @@ import pymysql
 import pytest
 from click.testing import CliRunner
 
-from drc.apply.conflict_log import decode_row
 from drc.cli.main import cli
-from drc.config import load_config
+from drc.conflicts.log import decode_row
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.resolvers import merge_max, newest
-from tests.integration.servers import connect
+from tests.support.apply import running_nodes
+from tests.support.config import conflict_rule, conflicts_toml
+from tests.support.servers import connect, fresh_database, query
 
 SCHEMA = "cf_db"
-CONFLICTS = """
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "cf_db.lww_t"
-policy = "lww"
-column = "updated_at"
-
-[[conflicts.tables]]
-table = "cf_db.res_t"
-policy = "resolver"
-resolver = "tests.integration.resolvers:merge_max"
-
-[[conflicts.tables]]
-table = "cf_db.rsv_t"
-policy = "resolver"
-resolver = "tests.integration.resolvers:newest"
-column = "updated_at"
-"""
+CONFLICTS = conflicts_toml(
+    conflict_rule("cf_db.lww_t", "lww", column="updated_at"),
+    conflict_rule("cf_db.res_t", "resolver", resolver="tests.integration.resolvers:merge_max"),
+    conflict_rule(
+        "cf_db.rsv_t",
+        "resolver",
+        column="updated_at",
+        resolver="tests.integration.resolvers:newest",
+    ),
+)
 TABLES = (
     "CREATE TABLE lww_t (id INT PRIMARY KEY, v VARCHAR(40) NOT NULL, n INT NOT NULL, "
     "updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) "
@@ -148,42 +139,24 @@ class Run:
 @pytest.fixture(scope="module")
 def run(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     for server in (sandbox.server("dc1"), sandbox.server("dc2")):
-        conn = connect(server)
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {SCHEMA}")
-            cur.execute(f"CREATE DATABASE {SCHEMA}")
-            for statement in TABLES:
-                cur.execute(f"USE {SCHEMA}")
-                cur.execute(statement)
-        conn.close()
+        fresh_database(server, SCHEMA, *TABLES)
     configs = write_configs(
         sandbox, tmp_path_factory.mktemp("conflicts"), schema=SCHEMA, extra=CONFLICTS
     )
-    stop = threading.Event()
-    nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in nodes.values():
-            node.start(stop)
+    with running_nodes(configs) as nodes:
         result = Run(sandbox, configs, nodes)
         assert wait_for(lambda: all(_has_trigger(s) for s in (result.dc1, result.dc2)), 30)
         yield result
-    finally:
-        stop.set()
-        for node in nodes.values():
-            node.close()
 
 
 def _has_trigger(server: ServerInfo) -> bool:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
-            "AND EVENT_OBJECT_TABLE = 'lww_t'",
-            (SCHEMA,),
-        )
-        found = cur.fetchone()[0]
-    conn.close()
-    return bool(found)
+    found = query(
+        server,
+        "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
+        "AND EVENT_OBJECT_TABLE = 'lww_t'",
+        (SCHEMA,),
+    )
+    return bool(found[0][0])
 
 
 Write = Callable[[Any], None]

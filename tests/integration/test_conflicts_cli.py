@@ -17,15 +17,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from drc.apply.conflict_log import ConflictEntry, create_statements, get_conflict, insert
-from drc.apply.errors import MissingTableError
 from drc.apply.sink import TargetSession
 from drc.cli.main import cli
+from drc.conflicts.log import ConflictEntry, create_statements, get_conflict, insert
 from drc.core.jsonwire import value_from_json
+from drc.core.target_errors import MissingTableError
 from drc.mysql.driver import TargetSettings
 from drc.mysql.sql import Statement
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import execute
+from tests.support.config import server_toml
+from tests.support.servers import execute
 
 pytestmark = pytest.mark.integration
 
@@ -112,11 +113,7 @@ def config(dc1: ServerInfo, tmp_path: Path) -> Path:
     path.write_text(
         f"""[datacenter]
 name = "dc1"
-[source]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password = "{dc1.password}"
+{server_toml("source", dc1)}
 [replicator]
 buffer_dir = "{tmp_path / "buffer"}"
 """

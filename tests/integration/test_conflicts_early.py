@@ -16,7 +16,6 @@ Both sides end equal and the winning deletes are tombstoned on both, with the sa
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,24 +23,17 @@ from typing import Any
 import httpx
 import pytest
 
-from drc.apply import conflict_target, tombstones
-from drc.config import load_config
+from drc.conflicts import target as conflict_target
+from drc.conflicts import tombstones
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import execute, query
+from tests.support.apply import running_nodes
+from tests.support.config import conflict_rule, conflicts_toml
+from tests.support.servers import connect, execute, query
 
-CONFLICTS = """
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "early_*.*"
-policy = "lww"
-column = "ts"
-"""
+CONFLICTS = conflicts_toml(conflict_rule("early_*.*", "lww", column="ts"))
 TABLE = (
     "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20) NOT NULL, ts DATETIME(6) NOT NULL "
     "DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6))"
@@ -80,17 +72,9 @@ def nodes(
     monkey = pytest.MonkeyPatch()
     monkey.setattr(conflict_target, "MAINTAIN_EVERY_S", 3600.0)  # only the start-up pass
     request.addfinalizer(monkey.undo)
-    stop = threading.Event()
-    started = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in started.values():
-            node.start(stop)
+    with running_nodes(configs) as started:
         assert wait_for(lambda: all(_settled(node) for node in started.values()), 60)
         yield started
-    finally:
-        stop.set()
-        for node in started.values():
-            node.close()
 
 
 def _settled(node: Node) -> bool:

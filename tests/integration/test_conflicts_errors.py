@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drc.apply.conflicts import ResolverError
-from drc.apply.errors import TargetSchemaError
 from drc.apply.service import build_channel
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.conflicts.rules import ResolverError
+from drc.core.target_errors import TargetSchemaError
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
-    Running,
-    apply_user,
-    channel_config,
-    drop_everywhere,
-    execute,
-    position,
-    query,
-    serving,
-    wait_for,
-)
+from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.servers import drop_everywhere, execute, position, query
+from tests.support.waits import wait_for
 
 
 def _resolver(schema: str, spec: str) -> ConflictsConfig:

@@ -11,22 +11,13 @@ import datetime as dt
 import time
 from pathlib import Path
 
-from drc.apply import tombstones
 from drc.apply.service import build_channel
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.conflicts import tombstones
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import (
-    Running,
-    apply_user,
-    channel_config,
-    drop_everywhere,
-    execute,
-    position,
-    query,
-    serving,
-    wait_for,
-)
+from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.servers import connect, drop_everywhere, execute, position, query
+from tests.support.waits import wait_for
 
 SCHEMA = "cf_tomb"
 T = dt.datetime(2020, 1, 1, 12, 0, 0)  # long ago: tombstones of it are past any retention
@@ -116,8 +107,8 @@ def _has_triggers(server: ServerInfo, key: str = "id") -> bool:
 
 def _log_entries(server: ServerInfo, ages_days: tuple[int, ...]) -> None:
     """Conflict log entries detected ``ages_days`` ago."""
-    from drc.apply import conflict_log
-    from drc.apply.conflict_log import ConflictEntry
+    from drc.conflicts import log as conflict_log
+    from drc.conflicts.log import ConflictEntry
 
     execute(server, *conflict_log.create_statements(), "DELETE FROM drc.conflicts")
     for age in ages_days:

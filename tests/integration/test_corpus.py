@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,12 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.config import load_config
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
+from tests.support.apply import running_nodes
+from tests.support.servers import connect, query
 
 # The corpus is not shipped with DRC: shared/ beside the checkout, or DRC_CORPUS_DIR, or the
 # workplace's copy (CI clones the repository elsewhere on the same machine).
@@ -84,16 +83,6 @@ def load(server: ServerInfo, path: Path) -> None:
         conn.close()
 
 
-def _query(server: ServerInfo, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
-    conn = connect(server)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 def _ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -102,7 +91,7 @@ def snapshot(server: ServerInfo, databases: list[str]) -> dict[str, Any]:
     """Everything a user would compare: object definitions and table contents."""
     placeholders = ", ".join(["%s"] * len(databases))
     out: dict[str, Any] = {}
-    tables = _query(
+    tables = query(
         server,
         "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES "
         f"WHERE TABLE_SCHEMA IN ({placeholders}) ORDER BY 1, 2",
@@ -111,25 +100,25 @@ def snapshot(server: ServerInfo, databases: list[str]) -> dict[str, Any]:
     for schema, table, kind in tables:
         name = f"{_ident(schema)}.{_ident(table)}"
         if kind == "VIEW":
-            out[f"view {name}"] = _query(
+            out[f"view {name}"] = query(
                 server,
                 "SELECT VIEW_DEFINITION, CHECK_OPTION, SECURITY_TYPE FROM information_schema.VIEWS "
                 "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
                 (schema, table),
             )
             continue
-        create = _query(server, f"SHOW CREATE TABLE {name}")[0][1]
+        create = query(server, f"SHOW CREATE TABLE {name}")[0][1]
         out[f"table {name}"] = re.sub(r" AUTO_INCREMENT=\d+", "", create)
-        out[f"checksum {name}"] = _query(server, f"CHECKSUM TABLE {name}")[0][1]
-        rows = _query(server, f"SELECT * FROM {name}")
+        out[f"checksum {name}"] = query(server, f"CHECKSUM TABLE {name}")[0][1]
+        rows = query(server, f"SELECT * FROM {name}")
         out[f"rows {name}"] = sorted(repr(row) for row in rows)
-    out["routines"] = _query(
+    out["routines"] = query(
         server,
         "SELECT ROUTINE_SCHEMA, ROUTINE_NAME, ROUTINE_TYPE, ROUTINE_DEFINITION FROM "
         f"information_schema.ROUTINES WHERE ROUTINE_SCHEMA IN ({placeholders}) ORDER BY 1, 2",
         databases,
     )
-    out["triggers"] = _query(
+    out["triggers"] = query(
         server,
         "SELECT TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE, ACTION_STATEMENT FROM "
         f"information_schema.TRIGGERS WHERE TRIGGER_SCHEMA IN ({placeholders}) ORDER BY 1, 2",
@@ -146,16 +135,8 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 def nodes(sandbox: SandboxDescription, tmp_path: Path) -> Iterator[dict[str, Node]]:
     patterns = [f"{PREFIX}*.*", *(f"{db}.*" for db in FIXED_DATABASES)]
     configs = write_configs(sandbox, tmp_path, tables=patterns, no_primary_key="match_whole_row")
-    stop = threading.Event()
-    started = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in started.values():
-            node.start(stop)
+    with running_nodes(configs) as started:
         yield started
-    finally:
-        stop.set()
-        for node in started.values():
-            node.close()
 
 
 def _drop_databases(servers: list[ServerInfo], databases: list[str]) -> None:

@@ -10,20 +10,18 @@ the rules into alerts.yml.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from drc.config import load_config
-from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription
-from tests.integration.servers import connect
-from tests.monitoring import (
+from tests.support.apply import running_nodes
+from tests.support.config import conflict_rule, conflicts_toml
+from tests.support.monitoring import (
     EXTERNAL,
     PENDING_ALERTS,
     alert_exprs,
@@ -33,19 +31,12 @@ from tests.monitoring import (
     rules,
     unknown_names,
 )
+from tests.support.servers import connect
 
 pytestmark = pytest.mark.integration
 
 SCHEMA = "deploy_metrics_db"
-CONFLICTS = f"""
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "{SCHEMA}.t"
-policy = "lww"
-column = "updated_at"
-"""
+CONFLICTS = conflicts_toml(conflict_rule(f"{SCHEMA}.t", "lww", column="updated_at"))
 
 # TOML: [channels.x] after other tables still belongs to the last [[channels]] (the one channel).
 VERIFY = """
@@ -84,11 +75,7 @@ def families(
         with path.open("a") as config:
             config.write(VERIFY.format(host=origin.host, port=origin.port, user=origin.user,
                                        secret=secret))  # fmt: skip
-    stop = threading.Event()
-    nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in nodes.values():
-            node.start(stop)
+    with running_nodes(configs) as nodes:
         for key, (dc, server) in enumerate(servers.items(), start=1):
             conn = connect(server)
             with conn.cursor() as cur:
@@ -107,10 +94,6 @@ def families(
             for name, labels in exported(response.text).items():
                 merged.setdefault(name, set()).update(labels)
         yield merged
-    finally:
-        stop.set()
-        for node in nodes.values():
-            node.close()
 
 
 def test_the_scrape_has_every_kind_of_family(families: dict[str, set[str]]) -> None:

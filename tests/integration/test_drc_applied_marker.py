@@ -22,13 +22,11 @@ from drc.core.codec import decode_transaction
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.node import Node
-from drc.replicator.fast_events import FastDecoder
-from drc.replicator.source import BinlogStream
+from drc.replicator.binlog.events import EventDecoder
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import drop_everywhere
+from tests.support.servers import connect, drop_everywhere
 
 SCHEMA = "drc_applied_db"  # its own: the sandbox is shared with other tests
 TXNS_PER_SIDE = 120
@@ -90,25 +88,17 @@ def _stored(node: Node) -> list[Transaction]:
 
 
 def _decoded_tables(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[str, str]]:
-    """Counts the rows events capture decodes, by table (both decoding paths)."""
+    """Counts the rows events capture decodes, by table."""
     seen: Counter[tuple[str, str]] = Counter()
-    fast, library = FastDecoder._rows, BinlogStream._rows
+    decode = EventDecoder._rows
 
-    def fast_rows(self: FastDecoder, data: bytes, end: int, op: Any) -> Any:
-        event = fast(self, data, end, op)
-        table = getattr(event, "table", None)
-        if table is not None and getattr(event, "images", None):
-            seen[(table.schema, table.table)] += 1
+    def counting(self: EventDecoder, data: bytes, end: int, kind: int, skip: bool) -> Any:
+        event = decode(self, data, end, kind, skip)
+        if getattr(event, "images", None):
+            seen[(event.table.schema, event.table.table)] += 1  # type: ignore[union-attr]
         return event
 
-    def library_rows(self: BinlogStream, event: Any) -> Any:
-        converted = library(self, event)
-        if getattr(converted, "images", None):
-            seen[(converted.table.schema, converted.table.table)] += 1
-        return converted
-
-    monkeypatch.setattr(FastDecoder, "_rows", fast_rows)
-    monkeypatch.setattr(BinlogStream, "_rows", library_rows)
+    monkeypatch.setattr(EventDecoder, "_rows", counting)
     return seen
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,37 +25,22 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.config import load_config
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect, fresh_database
+from tests.support.apply import running_nodes
+from tests.support.config import conflict_rule, conflicts_toml
+from tests.support.servers import connect, fresh_database
 
 SCHEMA = "fk_db"
 POLICIES = ("plain", "lww", "keep", "overwrite", "resolver")
-CONFLICTS = """
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "fk_db.lww_*"
-policy = "lww"
-column = "updated_at"
-
-[[conflicts.tables]]
-table = "fk_db.keep_*"
-policy = "keep"
-
-[[conflicts.tables]]
-table = "fk_db.overwrite_*"
-policy = "overwrite"
-
-[[conflicts.tables]]
-table = "fk_db.resolver_*"
-policy = "resolver"
-resolver = "tests.integration.resolvers:merge_max"
-"""
+CONFLICTS = conflicts_toml(
+    conflict_rule("fk_db.lww_*", "lww", column="updated_at"),
+    conflict_rule("fk_db.keep_*", "keep"),
+    conflict_rule("fk_db.overwrite_*", "overwrite"),
+    conflict_rule("fk_db.resolver_*", "resolver", resolver="tests.integration.resolvers:merge_max"),
+)
 
 
 def _single(value: float) -> float:
@@ -267,11 +251,7 @@ def run(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) -
         fresh_database(server, SCHEMA, *(t.create() for t in TABLES))
     configs = write_configs(sandbox, tmp_path_factory.mktemp("floatkeys"), schema=SCHEMA,
                             extra=CONFLICTS)  # fmt: skip
-    stop = threading.Event()
-    nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in nodes.values():
-            node.start(stop)
+    with running_nodes(configs) as nodes:
         result = Run(dc1, dc2, nodes)
         lww = sum(t.policy == "lww" for t in TABLES)
         assert wait_for(lambda: _triggers(dc1) == _triggers(dc2) == lww, 60, interval=0.2)
@@ -284,10 +264,6 @@ def run(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) -
         time.sleep(1.0)  # anything still in flight would show now
         result.seconds = time.monotonic() - began
         yield result
-    finally:
-        stop.set()
-        for node in nodes.values():
-            node.close()
 
 
 def _statements_all(side: int) -> tuple[list[tuple[str, tuple[Any, ...]]], ...]:

@@ -19,15 +19,9 @@ import pytest
 from drc.sandbox.group import member_config
 from drc.sandbox.procs import free_port
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
-from tests.integration.group import (
-    Group,
-    Member,
-    assert_identical_on_common_range,
-    last_scn,
-    records,
-)
-from tests.integration.servers import connect
-from tests.integration.two_way import (
+from tests.support.group import Group, Member, assert_identical_on_common_range, last_scn, records
+from tests.support.servers import connect
+from tests.support.two_way import (
     GROUP_TABLE,
     Reader,
     check_after_fault,

@@ -30,12 +30,11 @@ from drc.core.scn import SCN
 from drc.sandbox import mariadb
 from drc.sandbox.procs import stop_pid
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.group import Group, Member, assert_identical_on_common_range
-from tests.integration.servers import fresh_database
-from tests.integration.test_apply_support import apply_user
-from tests.integration.test_source_failover import caught_up, one_datacenter_with_replica, sql
-from tests.integration.two_way import TwoWay, inserted, stored, strictly_increasing
+from tests.support.apply import apply_user
+from tests.support.failover import caught_up, one_datacenter_with_replica
+from tests.support.group import Group, Member, assert_identical_on_common_range
+from tests.support.servers import fresh_database, master_position, sql
+from tests.support.two_way import TwoWay, inserted, stored, strictly_increasing
 
 SESSION_S = 2.0
 DB = "gfo_db"

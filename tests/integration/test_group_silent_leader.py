@@ -26,10 +26,10 @@ import pytest
 from drc.core.scn import SCN
 from drc.sandbox.procs import free_port
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.group import Group, Member, last_scn, records
-from tests.integration.servers import fresh_database
-from tests.integration.test_apply_support import pipe
-from tests.integration.two_way import (
+from tests.support.group import Group, Member, last_scn, records
+from tests.support.network import pipe
+from tests.support.servers import fresh_database
+from tests.support.two_way import (
     GROUP_TABLE,
     Reader,
     TwoWay,

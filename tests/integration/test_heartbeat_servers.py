@@ -8,7 +8,7 @@ from pathlib import Path
 from drc.config import load_config
 from drc.runtime import build_heartbeat
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
+from tests.support.servers import connect
 
 DATACENTER = "hb_servers_test"
 

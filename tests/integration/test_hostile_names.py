@@ -18,23 +18,18 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from drc.apply import checkpoint, conflict_log, tombstones
+from drc.apply import checkpoint
 from drc.apply.service import build_channel
 from drc.cli.main import cli
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.conflicts import log as conflict_log
+from drc.conflicts import tombstones
 from drc.mysql.sql import quote
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.test_apply_support import (
-    Running,
-    apply_user,
-    channel_config,
-    drop_everywhere,
-    execute,
-    position,
-    query,
-    serving,
-    wait_for,
-)
+from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.config import server_toml
+from tests.support.servers import drop_everywhere, execute, position, query
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -156,8 +151,7 @@ def _databases(server: ServerInfo, name: str) -> list[Any]:
 def _conflicts_list(server: ServerInfo, directory: Path, table: str) -> str:
     config = directory / "dc2.toml"
     config.write_text(
-        f'[datacenter]\nname = "dc2"\n[source]\nhost = "{server.host}"\nport = {server.port}\n'
-        f'user = "{server.user}"\npassword = "{server.password}"\n'
+        f'[datacenter]\nname = "dc2"\n{server_toml("source", server)}\n'
         f'[replicator]\nbuffer_dir = "{directory / "buffer"}"\n'
     )
     args = ["conflicts", "list", "--table", table, "--config", str(config)]

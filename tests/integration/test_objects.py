@@ -10,19 +10,18 @@ DISABLE ON SLAVE where it was not created; nothing echoes back; a kind left out 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from drc.config import load_config
 from drc.core import schema_objects
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
+from tests.support.apply import running_nodes
+from tests.support.servers import connect, execute, query
 
 SCHEMA = "objects_db"
 SHOW = {"view": ("TABLE", 1), "function": ("FUNCTION", 2), "procedure": ("PROCEDURE", 2),
@@ -42,36 +41,19 @@ def nodes(
     )  # fmt: skip
     for server in (sandbox.server("dc1"), sandbox.server("dc2")):
         _run(server, f"DROP DATABASE IF EXISTS {SCHEMA}")
-    stop = threading.Event()
-    running = {dc: Node(load_config(path)) for dc, path in configs.items()}
-    try:
-        for node in running.values():
-            node.start(stop)
+    with running_nodes(configs) as running:
         _run(sandbox.server("dc1"), f"CREATE DATABASE {SCHEMA}")
         assert wait_for(lambda: _exists(sandbox.server("dc2"), "SCHEMATA", "SCHEMA_NAME",
                                         SCHEMA, "1"), 30)  # fmt: skip
         yield running
-    finally:
-        stop.set()
-        for node in running.values():
-            node.close()
 
 
 def _run(server: ServerInfo, *statements: str, database: str | None = None) -> None:
-    conn = connect(server, database=database)
-    with conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
-    conn.close()
+    execute(server, *statements, database=database)
 
 
 def _query(server: ServerInfo, statement: str) -> list[tuple[Any, ...]]:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute(statement)
-        rows = list(cur.fetchall())
-    conn.close()
-    return rows
+    return query(server, statement)
 
 
 def _exists(server: ServerInfo, table: str, column: str, name: str, where: str) -> bool:

@@ -29,7 +29,7 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import free_port
 from drc.sandbox.sandbox import SandboxDescription
-from tests.integration.test_apply_support import execute, query
+from tests.support.servers import execute, query
 
 SCHEMA = "ops_db"
 POLL_S = 20.0  # bound for a state to show; never a timing assertion

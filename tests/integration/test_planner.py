@@ -11,7 +11,7 @@ from drc.bulk.planner import chunk_where, list_tables, plan_table
 from drc.core.tablefilter import TableFilter
 from drc.mysql import sql
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect, fresh_database
+from tests.support.servers import connect, fresh_database
 
 pytestmark = pytest.mark.integration
 

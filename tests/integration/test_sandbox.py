@@ -19,7 +19,7 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from drc.sandbox.procs import pid_alive
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
+from tests.support.servers import connect
 
 DRC = [sys.executable, "-m", "drc.cli"]
 

@@ -23,14 +23,8 @@ from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import FragmentLimits
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import (
-    Capture,
-    capturing,
-    master_position,
-    read_all,
-    source_transactions,
-)
-from tests.integration.servers import connect
+from tests.support.capture import Capture, capturing, read_all, source_transactions
+from tests.support.servers import connect, fresh_database, master_position
 
 pytestmark = pytest.mark.integration
 
@@ -40,12 +34,7 @@ DB = "seg_copy"
 
 @contextmanager
 def served(server: ServerInfo, tmp: Path) -> Iterator[tuple[Capture, str, tuple[str, int]]]:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-        cur.execute(f"CREATE DATABASE {DB}")
-        cur.execute(f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v VARCHAR(200))")
-    conn.close()
+    fresh_database(server, DB, f"CREATE TABLE {DB}.t (id INT PRIMARY KEY, v VARCHAR(200))")
     start = master_position(server)
     options = CaptureOptions(
         capture=TableFilter.build([f"{DB}.*"]),

@@ -4,7 +4,6 @@ copied into dc2 on real Spark (local mode) while writes go on, and joined to a r
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -12,38 +11,26 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
 from drc.apply.service import build_channel
 from drc.config import DrcConfig, load_config
 from drc.core.errors import ConfigError
-from drc.sandbox.demo import write_configs
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
 from drc.snapshot.origin import SnapshotError
-from tests.integration.capture import master_position
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import (
-    APPLY_PASSWORD,
-    APPLY_USER,
-    Proxy,
-    Running,
-    apply_user,
-    assert_same,
-    drop_everywhere,
-    execute,
-    query,
-    running_nodes,
-    serving,
-    wait_for,
-)
+from tests.support.apply import Running, apply_process_config, assert_same, running_nodes, serving
+from tests.support.config import conflict_rule, server_toml
+from tests.support.network import Proxy
+from tests.support.servers import connect, execute, master_position, query
+from tests.support.snapshot import Background, mark, prepare, seen, two_way_configs
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -55,17 +42,6 @@ TABLES = (
     "CREATE TABLE {s}.ev (kind VARCHAR(10), v INT)",  # keyless
 )
 JOINED = ("acct", "skey", "comp", "ev")
-
-
-def prepare(dc1: ServerInfo, dc2: ServerInfo, *schemas: str) -> None:
-    for schema in schemas:
-        drop_everywhere(schema, dc1, dc2)
-    apply_user(dc2)
-    for server in (dc1, dc2):
-        execute(server, "CREATE DATABASE IF NOT EXISTS drc")
-        for table in ("checkpoint", "catchup_lease", "snapshot_run", "snapshot_chunk",
-                      "snapshot_tables", "conflicts"):  # fmt: skip
-            execute(server, f"DROP TABLE IF EXISTS drc.{table}")
 
 
 def load(server: ServerInfo, schema: str, rows: int) -> None:
@@ -90,37 +66,6 @@ def load(server: ServerInfo, schema: str, rows: int) -> None:
                             [("e", i % 10) for i in ids[::4]])  # fmt: skip
             conn.commit()
     conn.close()
-
-
-class Background:
-    """A writer thread (``_write``, until ``stop`` is set) as a context manager; what stopped
-    it is raised on exit."""
-
-    def __init__(self, server: ServerInfo) -> None:
-        self.server = server
-        self.stop = threading.Event()
-        self.done = 0
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        if self.error is not None:
-            raise self.error
-
-    def _run(self) -> None:
-        try:
-            self._write()
-        except BaseException as exc:  # reported by __exit__
-            self.error = exc
-
-    def _write(self) -> None:
-        raise NotImplementedError
 
 
 class Writer(Background):
@@ -172,61 +117,18 @@ def config_file(
 ) -> Path:
     """dc2's config: one channel from dc1, [channels.origin_db] reading dc1, and a conflict
     policy (overwrite) on two of the copied tables, so a false conflict would be logged."""
-    secret = tmp / "apply.password"
-    secret.write_text(APPLY_PASSWORD)
     origin_secret = tmp / "origin.password"
     origin = origin or dc1
     origin_secret.write_text(origin.password)
-    path = tmp / "dc2.toml"
-    listed = ", ".join(f'"{t}"' for t in tables)
-    path.write_text(f"""
-[datacenter]
-name = "dc2"
-[source]
-host = "{dc2.host}"
-port = {dc2.port}
-user = "unused"
-[replicator]
-buffer_dir = "{tmp / "unused"}"
-[target]
-host = "{dc2.host}"
-port = {dc2.port}
-user = "{APPLY_USER}"
-password_file = "{secret}"
-[[channels]]
-name = "snap"
-origin = "dc1"
-remote = ["{url}"]
-tables = [{listed}]
-wait_ms = 100
-max_commit_delay_ms = 20
-no_primary_key = "match_whole_row"
-[channels.origin_db]
-host = "{origin.host}"
-port = {origin_port or origin.port}
-user = "{origin.user}"
-password_file = "{origin_secret}"
-[[conflicts.tables]]
-table = "*.acct"
-policy = "overwrite"
-[[conflicts.tables]]
-table = "*.comp"
-policy = "overwrite"
-""")
+    path = apply_process_config(
+        tmp, dc2, url, "snap", tables, max_commit_delay_ms=20, no_primary_key="match_whole_row"
+    )
+    origin_db = server_toml(
+        "channels.origin_db", origin, password_file=origin_secret, port=origin_port
+    )
+    rules = conflict_rule("*.acct", "overwrite") + conflict_rule("*.comp", "overwrite")
+    path.write_text(path.read_text() + f"{origin_db}\n{rules}")
     return path
-
-
-def mark(server: ServerInfo, schema: str) -> str:
-    token = f"z{uuid.uuid4().hex[:12]}"
-    execute(server, f"INSERT INTO {schema}.skey VALUES ('{token}', 0)")
-    return token
-
-
-def seen(server: ServerInfo, schema: str, token: str) -> bool:
-    try:
-        return bool(query(server, f"SELECT 1 FROM {schema}.skey WHERE code = %s", (token,)))
-    except Exception:  # not there yet
-        return False
 
 
 def row_lock_waits(server: ServerInfo) -> int:
@@ -457,39 +359,6 @@ def test_snapshot_into_a_two_way_pair_under_load_on_both_sides(
     assert sorted(summary.copied) == sorted(f"tw.{t}" for t in JOINED)
     assert_same(dc1, dc2, "tw")
     assert_same(dc1, dc2, "tw2")
-
-
-def two_way_configs(
-    sandbox: SandboxDescription,
-    directory: Path,
-    kept: list[str],
-    joined: list[str],
-    extra: str = "",
-) -> dict[str, Path]:
-    """`drc run` configs of both datacenters, each capturing ``kept`` and ``joined`` and
-    applying them from the other; only dc2's channel from dc1 starts without ``joined`` (a
-    snapshot joins them) and reads dc1's database ([channels.origin_db]). ``extra``: more TOML
-    for both (a [conflicts] section)."""
-    both = [*kept, *joined]
-    configs = write_configs(sandbox, directory, tables=both, no_primary_key="match_whole_row",
-                            extra=extra)  # fmt: skip
-    dc1 = sandbox.server("dc1")
-    text = configs["dc2"].read_text()
-    channel = text.index('name = "from-dc1"')
-    listed = f"tables = {json.dumps(both)}"
-    at = text.index(listed, channel)
-    text = text[:at] + f"tables = {json.dumps(kept)}" + text[at + len(listed) :]
-    configs["dc2"].write_text(
-        text
-        + f"""
-[channels.origin_db]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password_file = "{directory / "dc1.password"}"
-"""
-    )
-    return configs
 
 
 class Reverse:

@@ -24,21 +24,17 @@ from typing import Any
 import pymysql
 import pytest
 
-from drc.apply import tombstones
 from drc.config import load_config
+from drc.conflicts import tombstones
 from drc.core.scn import SCN
 from drc.core.windows import Window
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from drc.snapshot.driver import run_snapshot
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import (
-    assert_same,
-    execute,
-    query,
-    running_nodes,
-    wait_for,
-)
-from tests.integration.test_snapshot import Background, mark, prepare, seen, two_way_configs
+from tests.support.apply import assert_same, running_nodes
+from tests.support.config import conflict_rule, conflicts_toml
+from tests.support.servers import connect, execute, query
+from tests.support.snapshot import Background, mark, prepare, seen, two_way_configs
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -67,20 +63,11 @@ TABLES: dict[str, tuple[str, int, str]] = {
 }  # fmt: skip
 # lww on the table both sides write; overwrite on two that only dc1 writes, so that a false
 # conflict would be logged there.
-CONFLICTS = f"""
-[conflicts]
-priority = ["dc1", "dc2"]
-[[conflicts.tables]]
-table = "{SCHEMA}.lw"
-policy = "lww"
-column = "ts"
-[[conflicts.tables]]
-table = "{SCHEMA}.ints"
-policy = "overwrite"
-[[conflicts.tables]]
-table = "{SCHEMA}.skey"
-policy = "overwrite"
-"""
+CONFLICTS = conflicts_toml(
+    conflict_rule(f"{SCHEMA}.lw", "lww", column="ts"),
+    conflict_rule(f"{SCHEMA}.ints", "overwrite"),
+    conflict_rule(f"{SCHEMA}.skey", "overwrite"),
+)
 DC1_RATE, DC2_RATE = 300.0, 50.0  # transactions/s: 300 on the copied tables, 350 in total
 DC1_LANES, DC2_LANES = 4, 2  # writer threads: a busy host makes each commit take a while
 HOT = 3_000  # the lww rows both sides update: often one with a change still in the window

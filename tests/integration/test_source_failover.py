@@ -7,71 +7,31 @@ since promoting a replica changes which server is the primary.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from drc.core.errors import SandboxError, SourceDivergedError
+from drc.core.errors import SourceDivergedError
 from drc.core.events import Transaction
 from drc.core.tablefilter import TableFilter
 from drc.eventbuffer import EventBuffer
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox import mariadb
 from drc.sandbox.procs import stop_pid
-from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo, log_tails
-from tests.integration.capture import Capture, capturing, master_position, read_all
-from tests.integration.servers import connect
+from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from tests.support.capture import Capture, capturing, read_all
+from tests.support.failover import Writer, caught_up, one_datacenter_with_replica
+from tests.support.servers import master_position, sql
 
 CAPTURE = CaptureOptions(capture=TableFilter.build(["fo_db.*"]), retry_max_s=1.0)
-
-
-@contextmanager
-def one_datacenter_with_replica() -> Iterator[SandboxDescription]:
-    """A sandbox of its own: dc1's server and its GTID replica, and a ZooKeeper."""
-    directory = Path(tempfile.mkdtemp(prefix="drc-fo-"))
-    box = Sandbox(directory)
-    try:
-        description = box.up(datacenters=1, replica=True)
-    except SandboxError as exc:
-        box.down()
-        pytest.fail(f"sandbox with a replica did not start: {exc}", pytrace=False)
-    try:
-        yield description
-    except BaseException:
-        print(log_tails(description))
-        raise
-    finally:
-        box.down()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
 def group() -> Iterator[SandboxDescription]:
     with one_datacenter_with_replica() as description:
         yield description
-
-
-def sql(server: ServerInfo, *statements: str) -> list[tuple[object, ...]]:
-    conn = connect(server)
-    try:
-        with conn.cursor() as cur:
-            for sql in statements:
-                cur.execute(sql)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
-def caught_up(replica: ServerInfo, primary: ServerInfo) -> None:
-    [(pos,)] = sql(primary, "SELECT @@gtid_binlog_pos")
-    [(waited,)] = sql(replica, f"SELECT MASTER_GTID_WAIT('{pos}', 60)")
-    assert waited == 0, f"replica did not reach {pos}"
 
 
 def _with_table(group: SandboxDescription) -> tuple[ServerInfo, ServerInfo]:
@@ -95,46 +55,6 @@ def _wait_for_ids(capture: Capture, count: int, timeout: float = 120.0) -> list[
         if len(_inserted_ids(stored)) >= count or time.monotonic() > deadline:
             return stored
         time.sleep(0.3)
-
-
-class Writer:
-    """Single-row insert transactions into whichever server is the primary, until stopped;
-    ``pause``/``resume`` bracket a planned switchover. Ids ``first``, ``first + step``, ..."""
-
-    def __init__(
-        self, primary: ServerInfo, table: str = "fo_db.t", first: int = 1, step: int = 1
-    ) -> None:
-        self.primary = primary
-        self.table = table
-        self.first = first
-        self.step = step
-        self.written: list[int] = []
-        self.running = threading.Event()
-        self.running.set()
-        self.idle = threading.Event()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        next_id = self.first
-        while not self.stop.is_set():
-            if not self.running.is_set():
-                self.idle.set()
-                self.running.wait(0.1)
-                continue
-            self.idle.clear()
-            sql(self.primary, f"INSERT INTO {self.table} VALUES ({next_id}, 'v{next_id}')")
-            self.written.append(next_id)
-            next_id += self.step
-            time.sleep(0.002)
-
-    def pause(self) -> None:
-        self.running.clear()
-        self.idle.wait(30)
-
-    def resume_on(self, primary: ServerInfo) -> None:
-        self.primary = primary
-        self.running.set()
 
 
 def test_a_promoted_replica_continues_capture_with_change_id_plus_one_nothing_lost_or_repeated(

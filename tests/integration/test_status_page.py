@@ -20,8 +20,8 @@ import pytest
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import running_nodes
+from tests.support.apply import running_nodes
+from tests.support.servers import connect, fresh_database
 
 SCHEMA = "ui_db"
 CHROMIUM_TIMEOUT_S = 90
@@ -50,13 +50,8 @@ def _render(url: str, workdir: Path, *extra: str) -> str:
 
 
 def _setup(server: ServerInfo) -> None:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute(f"DROP DATABASE IF EXISTS {SCHEMA}")
-        cur.execute(f"CREATE DATABASE {SCHEMA}")
-        cur.execute(f"CREATE TABLE {SCHEMA}.t (id BIGINT PRIMARY KEY, v VARCHAR(40))")
-    conn.close()
+    table = f"CREATE TABLE {SCHEMA}.t (id BIGINT PRIMARY KEY, v VARCHAR(40))"
+    fresh_database(server, SCHEMA, table, log_bin=False)
 
 
 def _write(server: ServerInfo, first_id: int, rows: int) -> None:

@@ -16,21 +16,11 @@ import pytest
 from drc.api import streamwire, wire
 from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_crash import _checkpoint_scns
-from tests.integration.test_apply_support import (
-    Proxy,
-    Running,
-    apply_user,
-    assert_same,
-    channel_config,
-    drop_everywhere,
-    execute,
-    mark_end,
-    position,
-    serving,
-    wait_end,
-)
+from tests.support.apply import Running, apply_user, assert_same, channel_config, serving
+from tests.support.capture import checkpoint_scns
+from tests.support.network import Proxy
+from tests.support.servers import connect, drop_everywhere, execute, position
+from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "stream_db"
 TXNS = 600
@@ -100,7 +90,7 @@ def test_cut_connections_mid_stream_lose_and_repeat_nothing(
         metrics = httpx.get(url + wire.PATH_METRICS, timeout=10).text
     assert_same(dc1, dc2, schema)
     assert fixes == 0, f"{fixes} changes were applied twice"
-    scns = _checkpoint_scns(dc2, target_start, "streamed")
+    scns = checkpoint_scns(dc2, target_start, "streamed")
     back = [(a, b) for a, b in zip(scns, scns[1:], strict=False) if b < a]
     assert len(scns) > 10 and not back, f"a checkpoint went back: {back}"
     pulls = f'route="{wire.PATH_EVENTS}"' in metrics

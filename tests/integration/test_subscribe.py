@@ -35,15 +35,8 @@ from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import FragmentLimits
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import (
-    Capture,
-    SourceTxn,
-    capturing,
-    master_position,
-    read_all,
-    source_transactions,
-)
-from tests.integration.servers import connect
+from tests.support.capture import Capture, SourceTxn, capturing, read_all, source_transactions
+from tests.support.servers import connect, master_position
 
 pytestmark = pytest.mark.integration
 

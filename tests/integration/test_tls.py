@@ -30,25 +30,18 @@ from drc.cli.main import cli
 from drc.client import ApiTlsError, Subscriber
 from drc.core.errors import SourceConfigError
 from drc.core.tablefilter import TableFilter
-from drc.eventbuffer import EventBuffer
-from drc.metastore.store import MetaStore
+from drc.core.target_errors import TargetTlsError
 from drc.mysql.driver import TargetSettings
-from drc.mysql.errors import TargetTlsError
-from drc.replicator.replicator import CaptureOptions, Replicator
+from drc.replicator.replicator import CaptureOptions
 from drc.replicator.source import BinlogStream, SourceSettings, inspect_source
 from drc.sandbox import certs
 from drc.sandbox.sandbox import Sandbox, ServerInfo
 from drc.tls import MysqlTls
-from tests.integration.capture import master_position
-from tests.integration.test_apply_support import (
-    APPLY_GRANTS,
-    Proxy,
-    Running,
-    channel_config,
-    execute,
-    query,
-    wait_for,
-)
+from tests.support.apply import APPLY_GRANTS, Running, channel_config
+from tests.support.capture import capturing_from
+from tests.support.network import Proxy
+from tests.support.servers import execute, master_position, query
+from tests.support.waits import wait_for
 
 CAPTURE_USER, APPLY_USER, PASSWORD = "drc_tls_cap", "drc_tls_apply", "tls-secret"
 SRC, DST = "tls_src", "tls_dst"
@@ -105,33 +98,16 @@ def _capturing_https(
         capture=TableFilter.build([f"{SRC}.*"]), start_from=f"{start[0]}:{start[1]}",
         commit_max_ms=10,
     )  # fmt: skip
-    buffer = EventBuffer.open(directory / "buffer")
-    metastore = MetaStore.open(directory / "metastore.sqlite3")
-    replicator = Replicator(source, buffer, metastore, options)
-    stop, errors = threading.Event(), []
-
-    def run() -> None:
+    with capturing_from([source], directory / "buffer", options) as capture:
+        deps = ApiDeps(buffer=capture.buffer, metastore=capture.metastore)
+        api = ApiServer(
+            create_app(deps), "127.0.0.1", 0, open_access=True,
+            certfile=api_cert.cert, keyfile=api_cert.key,
+        ).start()  # fmt: skip
         try:
-            replicator.run(stop)
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deps = ApiDeps(buffer=buffer, metastore=metastore)
-    api = ApiServer(
-        create_app(deps), "127.0.0.1", 0, open_access=True,
-        certfile=api_cert.cert, keyfile=api_cert.key,
-    ).start()  # fmt: skip
-    try:
-        yield api.url
-    finally:
-        api.stop()
-        stop.set()
-        thread.join(timeout=30)
-        buffer.close()
-        metastore.close()
-    assert errors == [], f"capture stopped: {errors}"
+            yield api.url
+        finally:
+            api.stop()
 
 
 def master_position_of(source: SourceSettings) -> tuple[str, int]:

@@ -22,8 +22,9 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from drc.verify.driver import Options, Report, run_verify
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import running_nodes
+from tests.support.apply import running_nodes
+from tests.support.config import conflict_rule, conflicts_toml, server_toml
+from tests.support.servers import connect, count_rows, execute, query
 
 pytestmark = pytest.mark.integration
 
@@ -37,50 +38,25 @@ TABLES = (
     f"CREATE TABLE {DB}.events (kind VARCHAR(10), v INT)",  # keyless
     f"CREATE TABLE {DB}.lw (id INT PRIMARY KEY, v VARCHAR(20), ts DATETIME(6) NOT NULL)",
 )
-LWW = f"""
-[conflicts]
-priority = ["dc1", "dc2"]
-
-[[conflicts.tables]]
-table = "{DB}.lw"
-policy = "lww"
-column = "ts"
-"""
+LWW = conflicts_toml(conflict_rule(f"{DB}.lw", "lww", column="ts"))
 
 
 def _sql(server: ServerInfo, *statements: str, log_bin: bool = True, db: str | None = DB) -> None:
-    conn = connect(server, database=db)
-    with conn.cursor() as cur:
-        if not log_bin:
-            cur.execute("SET SESSION sql_log_bin = 0")
-        for statement in statements:
-            cur.execute(statement)
-    conn.close()
+    execute(server, *statements, log_bin=log_bin, database=db)
 
 
 def _count(server: ServerInfo, table: str) -> int:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        try:
-            cur.execute(f"SELECT COUNT(*) FROM {DB}.{table}")
-        except Exception:
-            return -1
-        count = int(cur.fetchone()[0])
-    conn.close()
-    return count
+    return count_rows(server, f"{DB}.{table}")
 
 
 def _tomb_trigger(server: ServerInfo) -> bool:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
-            "AND EVENT_OBJECT_TABLE = 'lw' AND ACTION_TIMING = 'AFTER'",
-            (DB,),
-        )
-        found = int(cur.fetchone()[0])
-    conn.close()
-    return found > 0
+    found = query(
+        server,
+        "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE EVENT_OBJECT_SCHEMA = %s "
+        "AND EVENT_OBJECT_TABLE = 'lw' AND ACTION_TIMING = 'AFTER'",
+        (DB,),
+    )
+    return int(found[0][0]) > 0
 
 
 def _workload(server: ServerInfo, parity: int, stop: threading.Event) -> None:
@@ -124,11 +100,7 @@ def live(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) 
         path.write_text(
             path.read_text()
             + f"""
-[channels.origin_db]
-host = "{peer.host}"
-port = {peer.port}
-user = "{peer.user}"
-password_file = "{tmp / (peer.datacenter + ".password")}"
+{server_toml("channels.origin_db", peer, password_file=tmp / (peer.datacenter + ".password"))}
 """
             + LWW
         )

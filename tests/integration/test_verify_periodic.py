@@ -21,8 +21,9 @@ from drc.cli.tail import _verify_line
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.servers import connect
-from tests.integration.test_apply_support import running_nodes
+from tests.support.apply import running_nodes
+from tests.support.config import server_toml
+from tests.support.servers import connect, count_rows, execute
 
 pytestmark = pytest.mark.integration
 
@@ -31,25 +32,11 @@ SAMPLE = re.compile(r"^(drc_verify_[a-z_]+)(\{[^}]*\})? (\S+)$")
 
 
 def _sql(server: ServerInfo, *statements: str, log_bin: bool = True) -> None:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        if not log_bin:
-            cur.execute("SET SESSION sql_log_bin = 0")
-        for statement in statements:
-            cur.execute(statement)
-    conn.close()
+    execute(server, *statements, log_bin=log_bin)
 
 
 def _count(server: ServerInfo) -> int:
-    conn = connect(server)
-    with conn.cursor() as cur:
-        try:
-            cur.execute(f"SELECT COUNT(*) FROM {DB}.t")
-        except Exception:
-            return -1
-        found = int(cur.fetchone()[0])
-    conn.close()
-    return found
+    return count_rows(server, f"{DB}.t")
 
 
 def _writes(server: ServerInfo, stop: threading.Event) -> None:
@@ -98,11 +85,7 @@ def nodes(sandbox: SandboxDescription, tmp_path: Path) -> Iterator[Any]:
     configs["dc2"].write_text(
         configs["dc2"].read_text()
         + f"""
-[channels.origin_db]
-host = "{dc1.host}"
-port = {dc1.port}
-user = "{dc1.user}"
-password_file = "{tmp_path / "dc1.password"}"
+{server_toml("channels.origin_db", dc1, password_file=tmp_path / "dc1.password")}
 
 [channels.verify]
 every_s = 2

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,37 +17,24 @@ from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.query import ServerLimits
 from drc.core.codec import encode_transaction
-from drc.core.events import Column, SchemaChange, TableSchema, Transaction
+from drc.core.events import Column, TableSchema, Transaction
 from drc.core.jsonwire import transaction_from_json
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
-from tests.unit.test_api_batching import ins, scn, txn
+from tests.support.api import (
+    AUTH,
+    STREAM,
+    TOKEN,
+    TestClient,
+    ins,
+    parse_prometheus,
+    scn,
+    store,
+    txn,
+)
 
-with warnings.catch_warnings():  # starlette nags about httpx; the TestClient works as it is
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
-TOKEN = "s3cret-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 RECORDS = {**AUTH, "Accept": wire.MEDIA_RECORDS}
-STREAM = [
-    txn(1, ins("orders", 1), ins("items", 1)),
-    txn(2, ins("items", 2)),
-    txn(3, ins("orders", 3), last=False),
-    txn(3, ins("items", 4), fragment=1, last=False),
-    txn(3, ins("items", 5), fragment=2),
-    txn(4, ddl=[SchemaChange("shop", "ALTER TABLE orders ADD COLUMN x INT")]),
-    txn(5, ins("orders", 6), drc=True),
-    txn(6),  # a progress marker
-    txn(7, ins("orders", 7, db="other")),
-]
-
-
-def store(buffer: EventBuffer, *txns: Transaction) -> None:
-    for t in txns:
-        buffer.append(t.scn, encode_transaction(t), t.timestamp * 1000, not t.last_fragment)
-    buffer.commit()
 
 
 @pytest.fixture
@@ -345,34 +330,6 @@ def test_schema_lookup_by_scn(deps: ApiDeps, tmp_path: Path) -> None:
             get("/shop/nope"), 404, wire.ERROR_NOT_FOUND, "no schema recorded for 'shop.nope'"
         )
         assert_error(get("/shop/orders", scn="x"), 400, wire.ERROR_BAD_REQUEST, "scn:")
-
-
-_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*"'
-_SAMPLE = re.compile(
-    rf"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{{(?P<labels>{_LABEL}(,{_LABEL})*)\}})? "
-    r"(?P<value>[-+]?(\d+(\.\d*)?([eE][-+]?\d+)?|NaN|Inf))"
-)
-
-
-def parse_prometheus(text: str) -> dict[str, list[tuple[str, float]]]:
-    """A strict reader of the text exposition format: every line must parse."""
-    assert text.endswith("\n")
-    families: dict[str, list[tuple[str, float]]] = {}
-    types: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            continue
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            assert kind in ("counter", "gauge") and name not in types
-            types[name] = kind
-            families[name] = []
-            continue
-        match = _SAMPLE.fullmatch(line)
-        assert match, f"not a sample line: {line!r}"
-        assert match["name"] in types, f"sample before its TYPE: {line!r}"
-        families[match["name"]].append((match["labels"] or "", float(match["value"])))
-    return families
 
 
 def test_metrics_are_prometheus_text(client: TestClient) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import pytest
 from hypothesis import given
@@ -13,33 +12,11 @@ from drc.api import batching, wire
 from drc.api.batching import BatchBuilder, Limits, Selection, select, transactions
 from drc.api.query import BadQuery, ServerLimits, parse_pull_query
 from drc.core.codec import decode_transaction, encode_transaction
-from drc.core.events import Op, RowChange, SchemaChange, Transaction
+from drc.core.events import SchemaChange, Transaction
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.eventbuffer.reader import Record
-
-ORDERS = TableFilter.parse_list("shop.orders")
-
-
-def scn(n: int) -> SCN:
-    return SCN(1, 7, 1, n * 100)
-
-
-def ins(table: str, row_id: int, db: str = "shop") -> RowChange:
-    return RowChange(db, table, Op.INSERT, None, {"id": row_id, "note": f"row {row_id}"})
-
-
-def txn(
-    n: int,
-    *changes: RowChange,
-    ddl: Sequence[SchemaChange] = (),
-    drc: bool = False,
-    fragment: int = 0,
-    last: bool = True,
-) -> Transaction:
-    return Transaction(
-        scn(n), 7, f"0-7-{n}", 1_700_000_000 + n, tuple(changes), tuple(ddl), drc, fragment, last
-    )
+from tests.support.api import ORDERS, ins, scn, txn
 
 
 def record(t: Transaction) -> Record:

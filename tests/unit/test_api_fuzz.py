@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import urllib.parse
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,12 +15,7 @@ from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.query import ServerLimits
 from drc.eventbuffer import EventBuffer
-from tests.unit.test_api import STREAM, store
-from tests.unit.test_api_batching import scn
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
+from tests.support.api import STREAM, TestClient, scn, store
 
 EXPECTED = {200, 400, 409, 410}
 FUZZ = settings(

@@ -19,8 +19,7 @@ from drc.api.errors import ApiError
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.query import ServerLimits
 from drc.eventbuffer import EventBuffer
-from tests.unit.test_api import store
-from tests.unit.test_api_batching import ins, scn, txn
+from tests.support.api import ins, scn, store, txn
 
 T1, T2 = "token-one", "token-two"
 

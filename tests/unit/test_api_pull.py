@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,26 +12,12 @@ from drc.api.batching import Limits, Selection
 from drc.api.metrics import ApiMetrics
 from drc.api.pull import EpochMismatch, pull
 from drc.api.query import PullQuery
-from drc.core.codec import encode_transaction
 from drc.core.errors import ScnTooOldError
-from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
-from tests.unit.test_api_batching import ORDERS, ins, scn, txn
+from tests.support.api import ORDERS, ins, scn, store, txn
 
 Q = PullQuery(SCN.ZERO, Selection(), Limits(100, 1 << 20), -1, None)
-
-
-@pytest.fixture
-def buffer(tmp_path: Path) -> Iterator[EventBuffer]:
-    with EventBuffer.open(tmp_path / "buf") as buf:
-        yield buf
-
-
-def store(buffer: EventBuffer, *txns: Transaction) -> None:
-    for t in txns:
-        buffer.append(t.scn, encode_transaction(t), t.timestamp * 1000, not t.last_fragment)
-    buffer.commit()
 
 
 def later(delay: float, fn, *args) -> threading.Thread:  # noqa: ANN001

@@ -18,7 +18,7 @@ from drc.api.deps import ApiDeps
 from drc.api.server import ApiServer, ApiServerError, is_loopback
 from drc.core.errors import ConfigError
 from drc.eventbuffer import EventBuffer
-from tests.unit.test_api import STREAM, store
+from tests.support.api import STREAM, store
 
 
 @pytest.fixture

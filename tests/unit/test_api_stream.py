@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +20,7 @@ from drc.client.stream import Ended, FrameQueue, read_frames
 from drc.core.codec import encode_transaction
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
-from tests.unit.test_api import store
-from tests.unit.test_api_batching import ins, scn, txn
+from tests.support.api import ins, scn, store, txn
 
 # -- frames --------------------------------------------------------------------------------------
 
@@ -126,12 +123,6 @@ def test_closing_the_queue_releases_a_waiting_reader() -> None:
 
 
 # -- the server's loop ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def buffer(tmp_path: Path) -> Iterator[EventBuffer]:
-    with EventBuffer.open(tmp_path / "buf") as buf:
-        yield buf
 
 
 def make_loop(buffer: EventBuffer, deps: ApiDeps | None = None, **params: str) -> StreamLoop:

@@ -14,69 +14,14 @@ import pytest
 
 from drc.apply.channel import ApplyChannel
 from drc.apply.control import Request, Stoppage
-from drc.apply.errors import CheckpointMismatchError, NoPrimaryKeyError, RetriesExhaustedError
-from drc.apply.service import build_channel
-from drc.client import Batch
-from drc.config import ChannelConfig
 from drc.core.events import SchemaChange
-from drc.core.scn import SCN
-from drc.mysql.driver import TargetSettings
-from drc.mysql.errors import ApplyError
-from tests.unit.test_apply_fakes import (
-    FakeSubscriber,
-    FakeTarget,
-    batch,
-    dele,
-    ins,
-    scn,
-    txn,
-    upd,
+from drc.core.target_errors import (
+    ApplyError,
+    CheckpointMismatchError,
+    NoPrimaryKeyError,
+    RetriesExhaustedError,
 )
-
-TABLES = {("db", "t"): (("id", "v"), ("id",)), ("db", "n"): (("a",), ())}
-SETTINGS = TargetSettings("127.0.0.1", 3306, "apply", "secret")
-
-
-class Harness:
-    def __init__(
-        self,
-        target: FakeTarget,
-        batches: list[Batch],
-        *,
-        finish: Callable[[Callable[[], bool]], object] | None = None,
-        hold_on_error: bool = False,
-        **config: Any,
-    ) -> None:
-        self.target = target
-        self.stop = threading.Event()
-        self.subscriber = FakeSubscriber(batches, self.stop)
-        self.slept: list[float] = []
-        self.started_after: SCN | None = None
-        self.now = 1000.0
-        options = {"name": "from-dc1", "origin": "dc1", "remote": ("http://x",), **config}
-        self.channel = build_channel(
-            ChannelConfig(**options),
-            SETTINGS,
-            subscriber_factory=self._subscribe,
-            connect=target.connect,
-            clock=lambda: self.now,
-            wall_clock=lambda: 1_700_000_100.0,
-            sleep=self.slept.append,
-            finish=finish,
-            hold_on_error=hold_on_error,
-        )
-
-    def _subscribe(self, channel: ChannelConfig, after: SCN) -> FakeSubscriber:
-        self.started_after = after
-        return self.subscriber
-
-    def run(self) -> ApplyChannel:
-        self.channel.run(self.stop)
-        return self.channel
-
-
-def target(**kw: Any) -> FakeTarget:
-    return FakeTarget(tables=dict(TABLES), **kw)
+from tests.support.apply_fakes import FakeTarget, Harness, batch, dele, ins, scn, target, txn, upd
 
 
 def test_batches_up_to_caught_up_are_one_target_transaction_with_the_checkpoint() -> None:

@@ -12,16 +12,18 @@ from typing import Any
 
 import pytest
 
-from drc.apply.conflict_rules import Policies, Ranks, TablePolicy, Version
-from drc.apply.conflicts import ConflictEngine, Observed, Probe
 from drc.apply.engine import ApplyEngine, Decision, KnownTables, Pending
-from drc.apply.errors import MissingColumnError, MissingTableError, NoPrimaryKeyError
-from drc.apply.plan import Delete, Insert, NoPrimaryKey, Planner, TargetTable, Update, Upsert, Write
+from drc.apply.plan import Delete, Insert, NoPrimaryKey, Planner, Update, Upsert, Write
+from drc.conflicts.engine import ConflictEngine
+from drc.conflicts.probes import Observed, Probe
+from drc.conflicts.rules import Policies, Ranks, TablePolicy, Version
 from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
-from tests.unit.test_conflicts import delete as dele
-from tests.unit.test_conflicts import insert as ins
-from tests.unit.test_conflicts import update as upd
+from drc.core.target_errors import MissingColumnError, MissingTableError, NoPrimaryKeyError
+from drc.core.target_table import TargetTable
+from tests.support.changes import delete as dele
+from tests.support.changes import insert as ins
+from tests.support.changes import update as upd
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0)
 COMMIT = int(T0.replace(tzinfo=dt.UTC).timestamp()) + 1

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from drc.apply import plan
-from drc.apply.errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
-from drc.apply.plan import Delete, Insert, Planner, TargetTable, Update, Upsert
+from drc.apply.plan import Delete, Insert, Planner, Update, Upsert
 from drc.core.events import Op, RowChange
+from drc.core.target_errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
+from drc.core.target_table import TargetTable
 from drc.mysql import sql
 from drc.mysql.errors import DuplicateKey
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from drc.apply.errors import RetriesExhaustedError
 from drc.apply.group import IDLE_CHECKPOINT_BYTES, Group, GroupLimits, worth_saving
 from drc.apply.retry import RetryPolicy, Stopped, call_with_retries
-from drc.mysql.errors import (
-    Kind,
+from drc.core.target_errors import (
     LockConflictError,
+    RetriesExhaustedError,
     TargetReadOnlyError,
     TargetUnavailableError,
-    classify,
 )
-from tests.unit.test_apply_fakes import ins, scn, txn
+from drc.mysql.errors import Kind, classify
+from tests.support.apply_fakes import ins, scn, txn
+from tests.support.fakes import Script
 
 
 @pytest.mark.parametrize(
@@ -31,20 +31,6 @@ def test_backoff_doubles_up_to_its_cap() -> None:
     policy = RetryPolicy(conflict_initial_s=0.1, conflict_max_s=0.5, wait_initial_s=1, wait_max_s=3)
     assert [policy.conflict_delay(n) for n in range(1, 6)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     assert [policy.wait_delay(n) for n in range(1, 5)] == [1, 2, 3, 3]
-
-
-class Script:
-    """An attempt that raises the given errors in turn, then returns "done"."""
-
-    def __init__(self, *errors: BaseException) -> None:
-        self.errors = list(errors)
-        self.calls = 0
-
-    def __call__(self) -> str:
-        self.calls += 1
-        if self.errors:
-            raise self.errors.pop(0)
-        return "done"
 
 
 def run(script: Script, policy: RetryPolicy, stop_after: int | None = None):  # type: ignore[no-untyped-def]

@@ -11,22 +11,21 @@ import pytest
 from pymysql.constants import SERVER_STATUS
 
 from drc.apply import checkpoint, plan
-from drc.apply.plan import TargetTable
 from drc.apply.sink import TargetSession
 from drc.core.events import Op, RowChange
 from drc.core.scn import SCN
-from drc.mysql import session as session_module
-from drc.mysql import sql
-from drc.mysql.driver import TargetSettings
-from drc.mysql.errors import (
+from drc.core.target_errors import (
     ApplyError,
-    DuplicateKey,
     LockConflictError,
     TargetReadOnlyError,
     TargetUnavailableError,
-    translate,
 )
-from tests.unit.test_apply_fakes import FakeTarget
+from drc.core.target_table import TargetTable
+from drc.mysql import session as session_module
+from drc.mysql import sql
+from drc.mysql.driver import TargetSettings
+from drc.mysql.errors import DuplicateKey, translate
+from tests.support.apply_fakes import FakeTarget
 
 T = TargetTable("db", "t", ("id", "v"), ("id",))
 SETTINGS = TargetSettings("127.0.0.1", 3306, "apply", "secret")

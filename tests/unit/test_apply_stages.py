@@ -19,7 +19,7 @@ from drc.apply.stages import (
 )
 from drc.core.events import Op, RowChange, SchemaChange, Transaction
 from drc.core.tablefilter import TableFilter
-from tests.unit.test_apply_fakes import ins, scn, txn
+from tests.support.apply_fakes import ins, scn, txn
 
 
 def test_loop_suppression_drops_drc_originated_transactions() -> None:

@@ -8,24 +8,26 @@
   read or written on the library's modules, classes or objects.
 - Packages import only packages below them in the package order, and no import (lazy ones
   included) closes a cycle, between packages or between modules of one package.
+- The tests share set-up through tests/support/ and conftest fixtures: no module of tests/
+  imports a test module (``test_*``) or a conftest.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import sys
 from pathlib import Path
 
 import drc
+from tests.support.imports import imported_modules as _imports
 
 ROOT = Path(drc.__file__).parent
 CORE_ALLOWED_THIRD_PARTY = {"msgpack"}
 # Each adapter library and where it may be imported: a package ("mysql") or a module
-# ("replicator/source.py": the binlog reader's connection).
+# ("replicator/source.py" and "replicator/binlog": the binlog reader's connection and packets).
 ADAPTER_HOMES = {
-    "pymysql": {"mysql", "replicator/source.py", "sandbox"},
+    "pymysql": {"mysql", "replicator/source.py", "replicator/binlog", "sandbox"},
     "pymysqlreplication": {"replicator"},
     "kazoo": {"replicator/group.py", "client/discovery.py"},
     "fastapi": {"api"},
@@ -34,16 +36,6 @@ ADAPTER_HOMES = {
     "httpx": {"client"},
 }
 ADAPTER_LIBRARIES = set(ADAPTER_HOMES)
-
-
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
 
 
 def _modules(package: str | None = None) -> list[Path]:
@@ -85,9 +77,8 @@ def test_only_the_mysql_package_the_binlog_reader_and_the_sandbox_import_pymysql
         for path in _modules()
         if any(name.split(".")[0] == "pymysql" for name in _imports(path))
     }
-    assert {p for p in importers if not p.startswith(("mysql/", "sandbox/"))} <= {
-        "replicator/source.py"
-    }
+    homes = ("mysql/", "sandbox/", "replicator/binlog/", "replicator/source.py")
+    assert {p for p in importers if not p.startswith(homes)} == set()
 
 
 def test_the_rule_sees_a_violation(tmp_path: Path) -> None:
@@ -109,6 +100,7 @@ LAYERS = (
     ("api",),
     ("client",),
     ("sandbox", "bulk"),
+    ("conflicts",),
     ("replicator", "apply"),
     ("catchup",),
     ("snapshot", "verify"),
@@ -117,13 +109,12 @@ LAYERS = (
     ("cli",),
     ("__main__",),  # a package's __main__.py is a program: it may import anything
 )
-# Imports against the order, each kept only until the issue item that removes it.
+# Imports against the order, each kept only until the issue item that removes it. They are no
+# edge of the package graph the cycle check walks either; a cycle between modules they close is
+# still found.
 UPWARD: set[tuple[str, str]] = set()
 # Import cycles between modules, each kept only until the issue item that removes it.
-CYCLES = {
-    # issue 25, item 5 (the binlog row decoder is ours): fast_rows installs itself lazily
-    frozenset({"drc.replicator.decoding", "drc.replicator.fast_rows"}),
-}
+CYCLES: set[frozenset[str]] = set()
 
 
 def _type_checking(node: ast.If) -> bool:
@@ -235,7 +226,9 @@ def test_no_import_cycle_between_or_inside_packages() -> None:
     packages: dict[str, set[str]] = {}
     for module, imported in graph.items():
         packages.setdefault(_package(module), set()).update(
-            _package(target) for target in imported if _package(target) != _package(module)
+            _package(target)
+            for target in imported
+            if _package(target) != _package(module) and (module, target) not in UPWARD
         )
     assert _cycles(packages) == []
     assert [c for c in _cycles(graph) if frozenset(c) not in CYCLES] == []
@@ -261,37 +254,18 @@ def test_the_graph_counts_lazy_imports_but_not_type_checking_ones(tmp_path: Path
 
 # ---------------------------------------------------------------------- private names
 
-# issue 25, item 5 (the binlog row decoder is ours): the decoder being rewritten still patches
-# python-mysql-replication and reads pymysql's packets through their private names.
-PRIVATE_NAMES_UNTIL_ITEM_5 = {
-    "replicator/decoding.py", "replicator/fast_rows.py", "replicator/fast_events.py",
-    "replicator/source.py", "replicator/tablemap_cache.py",
-}  # fmt: skip
 # Public API spelt with an underscore (os._exit, sys._getframe, namedtuple's methods).
 DOCUMENTED = {"_exit", "_getframe", "_replace", "_asdict", "_fields", "_make"}
 _MANGLED = re.compile(r"_[A-Za-z]\w*__\w+")
-_PRIVATE_IN_SOURCE = re.compile(r"(?:\.|\bdef |\bclass )(_[A-Za-z]\w*)")
 
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def _library_private_names(libraries: set[str]) -> set[str]:
-    """Every private attribute, method or class name the installed libraries define or use
-    on their own objects (``._x``, ``def _x``, ``class _X``), from their source text."""
-    names: set[str] = set()
-    for library in libraries:
-        spec = importlib.util.find_spec(library)
-        for location in (spec.submodule_search_locations or []) if spec else []:
-            for path in Path(location).rglob("*.py"):
-                names.update(_PRIVATE_IN_SOURCE.findall(path.read_text(errors="replace")))
-    return {name for name in names if _private(name)}
-
-
 def _defined_here(tree: ast.AST) -> set[str]:
-    """The private names a module of ours defines: functions, classes, arguments, assigned
-    names, attributes of self/cls, slots."""
+    """The names a module of ours defines: functions, classes, arguments, assigned names,
+    attributes of self/cls, ``__slots__`` entries."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -303,21 +277,28 @@ def _defined_here(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                 names.add(node.attr)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            names.add(node.value)  # __slots__ entries, keys of our own
+        elif isinstance(node, ast.alias) and node.asname:
+            names.add(node.asname)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            names.update(
+                c.value for c in ast.walk(node.value)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            )  # fmt: skip
     return names
 
 
-def _library_roots(tree: ast.AST, libraries: set[str]) -> set[str]:
-    """The names a module binds by importing from an adapter library (modules or objects)."""
+def _library_roots(tree: ast.AST) -> set[str]:
+    """The names a module binds by importing from another library (modules or objects)."""
     roots: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] in libraries:
+                if alias.name.split(".")[0] != "drc":
                     roots.add(alias.asname or alias.name.split(".")[0])
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.split(".")[0] in libraries:
+            if node.module.split(".")[0] != "drc":
                 roots.update(alias.asname or alias.name for alias in node.names)
     return roots
 
@@ -328,38 +309,33 @@ def _root(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def private_name_uses(
-    source: str, libraries: set[str], theirs: set[str], ours: set[str]
-) -> list[tuple[int, str]]:
+def private_name_uses(source: str, ours: set[str]) -> list[tuple[int, str]]:
     """(line, name) of each use of another library's private name in ``source``: imported
-    (``from pymysql import _auth``, ``import x._y``), reached from a library's module or class
-    (``RowsEvent._read_column_data``), name-mangled (``_Class__x``: always someone else's), or
-    a private name the libraries define and ours do not, on any object (``conn._rfile``,
-    ``getattr(reader, "_stream_connection")``)."""
+    (``from pymysql import _auth``, ``import x._y``), reached from another library's module or
+    class (``RowsEvent._read_column_data``), name-mangled (``_Class__x``: always someone
+    else's), or any private name that no module of ours (``ours``) defines, on any object
+    (``conn._next_seq_id``, ``getattr(reader, "_stream_connection")``)."""
     tree = ast.parse(source)
-    roots = _library_roots(tree, libraries)
+    roots = _library_roots(tree)
     found: list[tuple[int, str]] = []
 
     def foreign(name: str) -> bool:
-        if name in DOCUMENTED:
-            return False
-        return bool(_MANGLED.fullmatch(name)) or (name in theirs and name not in ours)
+        return name not in DOCUMENTED and (bool(_MANGLED.fullmatch(name)) or name not in ours)
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
-                if parts[0] in libraries:
+                if parts[0] != "drc":
                     found += [(node.lineno, p) for p in parts if _private(p)]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             parts = node.module.split(".")
-            if parts[0] in libraries:
+            if parts[0] != "drc":
                 named = parts + [alias.name for alias in node.names]
                 found += [(node.lineno, p) for p in named if _private(p)]
         elif isinstance(node, ast.Attribute) and _private(node.attr):
-            receiver = node.value
-            own = isinstance(receiver, ast.Name) and receiver.id in ("self", "cls")
-            if _root(receiver) in roots or (not own and foreign(node.attr)):
+            from_library = _root(node.value) in roots and node.attr not in DOCUMENTED
+            if from_library or foreign(node.attr):
                 found.append((node.lineno, node.attr))
         elif (
             isinstance(node, ast.Call)
@@ -368,6 +344,7 @@ def private_name_uses(
             and len(node.args) > 1
             and isinstance(node.args[1], ast.Constant)
             and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
             and foreign(node.args[1].value)
         ):
             found.append((node.lineno, node.args[1].value))
@@ -375,21 +352,19 @@ def private_name_uses(
 
 
 def test_no_module_uses_another_librarys_private_names() -> None:
-    theirs = _library_private_names(ADAPTER_LIBRARIES)
     trees = {path: ast.parse(path.read_text(), str(path)) for path in _modules()}
     ours = set().union(*(_defined_here(tree) for tree in trees.values()))
-    offenders = []
-    for path in trees:
-        relative = path.relative_to(ROOT).as_posix()
-        if relative in PRIVATE_NAMES_UNTIL_ITEM_5:
-            continue
-        for line, name in private_name_uses(path.read_text(), ADAPTER_LIBRARIES, theirs, ours):
-            offenders.append(f"drc/{relative}:{line}: {name}")
+    offenders = [
+        f"drc/{path.relative_to(ROOT).as_posix()}:{line}: {name}"
+        for path in trees
+        for line, name in private_name_uses(path.read_text(), ours)
+    ]
     assert offenders == []
 
 
 def test_the_private_name_rule_sees_each_kind_of_use() -> None:
     source = (
+        "import os\n"
         "import pymysql\n"
         "from pymysql import _auth\n"
         "import pymysqlreplication._private\n"
@@ -400,18 +375,67 @@ def test_the_private_name_rule_sees_each_kind_of_use() -> None:
         "    def run(self, conn, reader, mine):\n"
         "        conn._execute_command(3, 'SELECT 1')\n"
         "        conn._next_seq_id = 1\n"
-        "        x = RowsEvent._read_column_data, pymysql.connections._lenenc_int\n"
-        "        getattr(reader, '_stream_connection')\n"
+        "        x = RowsEvent._own, pymysql.connections._lenenc_int\n"
+        "        getattr(reader, '_stream_connection'), getattr(mine, '_own')\n"
         "        y = reader._BinLogStreamReader__use_checksum, mine._own, self._own\n"
+        "        os._exit(0)\n"
     )
-    theirs = {"_execute_command", "_next_seq_id", "_stream_connection", "_own", "_lenenc_int"}
-    found = private_name_uses(source, {"pymysql", "pymysqlreplication"}, theirs, {"_own"})
+    found = private_name_uses(source, _defined_here(ast.parse(source)))
     assert sorted(name for _, name in found) == [
         "_BinLogStreamReader__use_checksum", "_auth", "_execute_command", "_lenenc_int",
-        "_next_seq_id", "_private", "_read_column_data", "_stream_connection",
+        "_next_seq_id", "_own", "_private", "_stream_connection",
     ]  # fmt: skip
 
 
-def test_the_libraries_private_names_are_found() -> None:
-    theirs = _library_private_names({"pymysql"})
-    assert {"_execute_command", "_next_seq_id", "_read_query_result", "_rfile"} <= theirs
+# ---------------------------------------------------------------------- the tests' own layout
+
+TESTS = Path(__file__).parents[1]
+
+
+def _test_module_imports(path: Path) -> list[str]:
+    """What ``path`` imports of a test module or a conftest (any part of the dotted name named
+    ``test_*`` or ``conftest``), as written; relative imports too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names = [base, *(f"{base.rstrip('.')}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = [part for part in name.split(".") if part]
+            if any(part.startswith("test_") or part == "conftest" for part in parts):
+                found.append(name)
+                break
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    offenders = [
+        f"{path.relative_to(TESTS)} imports {name}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for name in _test_module_imports(path)
+    ]
+    assert offenders == [], "shared set-up goes into tests/support/ or a conftest fixture"
+
+
+def test_the_tests_rule_sees_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "test_bad.py"
+    bad.write_text(
+        "from tests.unit.test_api import store\n"
+        "import tests.integration.test_catchup\n"
+        "from . import conftest\n"
+        "from .test_other import helper\n"
+        "def f():\n    from tests.unit import test_config\n"
+        "from tests.support.api import store\n"
+        "import tests.support\n"
+    )
+    assert _test_module_imports(bad) == [
+        "tests.unit.test_api",
+        "tests.integration.test_catchup",
+        ".conftest",
+        ".test_other",
+        "tests.unit.test_config",
+    ]

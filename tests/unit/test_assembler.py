@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-from drc.core.events import Column, Op, TableSchema
 from drc.core.gtid import Gtid
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
-from drc.replicator.assembler import FragmentLimits, TransactionAssembler
-from drc.replicator.source_events import Begin, Commit, GtidList, Heartbeat, Rows, Statement
-
-
-def _table(db: str, name: str) -> TableSchema:
-    return TableSchema(db, name, (Column("id", "int", False), Column("v", "int", True)), ("id",))
-
-
-def _rows(db: str, name: str, *ids: int, op: Op = Op.INSERT) -> Rows:
-    images = tuple((None, {"id": i, "v": i * 10}) for i in ids)
-    return Rows(_table(db, name), op, images, size_bytes=20 * len(ids))
-
-
-def _assembler(capture: TableFilter | None = None, rows: int = 10_000) -> TransactionAssembler:
-    limits = FragmentLimits(rows=rows, bytes=1 << 30)
-    return TransactionAssembler(7, 2, capture or TableFilter(), limits)
+from drc.replicator.assembler import TransactionAssembler
+from drc.replicator.source_events import Begin, Commit, GtidList, Heartbeat, Statement
+from tests.support.assembler import assembler, rows_event
 
 
 def test_commit_gives_one_transaction_with_the_commit_position_as_scn() -> None:
-    asm = _assembler()
+    asm = assembler()
     assert asm.feed(Begin("1-7-5", 7, standalone=False)) is None
-    assert asm.feed(_rows("shop", "t", 1, 2)) is None
-    assert asm.feed(_rows("shop", "u", 3)) is None
+    assert asm.feed(rows_event("shop", "t", 1, 2)) is None
+    assert asm.feed(rows_event("shop", "u", 3)) is None
     committed = asm.feed(Commit(7, 1700000000, 3, 1234))
     assert committed is not None and committed.scn == SCN(2, 7, 3, 1234)
     [txn] = list(committed.fragments())
@@ -38,7 +24,7 @@ def test_commit_gives_one_transaction_with_the_commit_position_as_scn() -> None:
 
 
 def test_ddl_is_a_transaction_at_its_own_position() -> None:
-    asm = _assembler()
+    asm = assembler()
     asm.feed(Begin("1-7-6", 7, standalone=True))
     committed = asm.feed(Statement("shop", "ALTER TABLE t ADD c INT", 7, 5, 3, 2000))
     assert committed is not None and committed.scn == SCN(2, 7, 3, 2000)
@@ -48,7 +34,7 @@ def test_ddl_is_a_transaction_at_its_own_position() -> None:
 
 
 def test_account_statements_with_comments_are_dropped_and_counted_at_capture() -> None:
-    asm = _assembler(TableFilter.build(["shop.*"]))
+    asm = assembler(TableFilter.build(["shop.*"]))
     spellings = [
         "CREATE /* c */ USER 'x6'@'%' IDENTIFIED BY 'S3cretPW!cm'",
         "/*! CREATE USER 'x7'@'%' IDENTIFIED BY 'S3cretPW!ec' */",
@@ -62,19 +48,19 @@ def test_account_statements_with_comments_are_dropped_and_counted_at_capture() -
 
 
 def test_statement_inside_an_open_transaction_waits_for_its_commit() -> None:
-    asm = _assembler()
+    asm = assembler()
     asm.feed(Begin(None, 7, standalone=False))
-    asm.feed(_rows("shop", "t", 1))
+    asm.feed(rows_event("shop", "t", 1))
     assert asm.feed(Statement("shop", "CREATE TEMPORARY TABLE x (a INT)", 7, 5, 3, 10)) is None
     committed = asm.feed(Commit(7, 5, 3, 20))
     assert committed is not None and committed.scn.log_pos == 20
 
 
 def test_checkpoint_write_flags_the_transaction_even_when_filtered_out() -> None:
-    asm = _assembler(TableFilter.build(["shop.*"]))
+    asm = assembler(TableFilter.build(["shop.*"]))
     asm.feed(Begin(None, 7, standalone=False))
-    asm.feed(_rows("shop", "t", 1))
-    asm.feed(_rows("drc", "checkpoint", 1))
+    asm.feed(rows_event("shop", "t", 1))
+    asm.feed(rows_event("drc", "checkpoint", 1))
     committed = asm.feed(Commit(7, 5, 3, 20))
     assert committed is not None and committed.drc_originated
     [txn] = list(committed.fragments())
@@ -82,9 +68,9 @@ def test_checkpoint_write_flags_the_transaction_even_when_filtered_out() -> None
 
 
 def test_a_transaction_the_filter_empties_is_marked_empty() -> None:
-    asm = _assembler(TableFilter.build(["shop.*"]))
+    asm = assembler(TableFilter.build(["shop.*"]))
     asm.feed(Begin(None, 7, standalone=False))
-    asm.feed(_rows("other", "t", 1))
+    asm.feed(rows_event("other", "t", 1))
     committed = asm.feed(Commit(7, 5, 3, 20))
     assert committed is not None and committed.empty
     ddl = asm.feed(Statement("other", "CREATE TABLE other.x (a INT)", 7, 5, 3, 30))
@@ -92,11 +78,11 @@ def test_a_transaction_the_filter_empties_is_marked_empty() -> None:
 
 
 def test_big_transaction_is_fragmented_with_one_scn_and_ordered_rows() -> None:
-    asm = _assembler(rows=3)
+    asm = assembler(rows=3)
     asm.feed(Begin("1-7-9", 7, standalone=False))
     for start in range(0, 10, 2):
-        asm.feed(_rows("shop", "t", start, start + 1))
-    asm.feed(_rows("drc", "checkpoint", 99))  # flag arrives after fragments were spilled
+        asm.feed(rows_event("shop", "t", start, start + 1))
+    asm.feed(rows_event("drc", "checkpoint", 99))  # flag arrives after fragments were spilled
     committed = asm.feed(Commit(7, 42, 4, 500))
     assert committed is not None
     fragments = list(committed.fragments())
@@ -111,18 +97,18 @@ def test_big_transaction_is_fragmented_with_one_scn_and_ordered_rows() -> None:
 
 
 def test_reset_forgets_a_partly_read_transaction() -> None:
-    asm = _assembler()
+    asm = assembler()
     asm.feed(Begin(None, 7, standalone=False))
-    asm.feed(_rows("shop", "t", 1))
+    asm.feed(rows_event("shop", "t", 1))
     asm.reset()
     assert asm.feed(Commit(7, 5, 3, 20)) is None
     assert asm.feed(Heartbeat(3, 20)) is None
 
 
 def test_skip_replication_flag_marks_dml_and_ddl() -> None:
-    asm = _assembler()
+    asm = assembler()
     asm.feed(Begin(None, 7, standalone=False, skip_replication=True))
-    asm.feed(_rows("shop", "t", 1))
+    asm.feed(rows_event("shop", "t", 1))
     dml = asm.feed(Commit(7, 5, 3, 20))
     ddl = asm.feed(Statement("shop", "DROP TABLE t", 7, 6, 3, 30, skip_replication=True))
     plain = asm.feed(Statement("shop", "DROP TABLE u", 7, 6, 3, 40))
@@ -132,7 +118,7 @@ def test_skip_replication_flag_marks_dml_and_ddl() -> None:
 
 
 def test_drop_database_of_a_captured_database_is_kept_whatever_the_session_database() -> None:
-    asm = _assembler(TableFilter.build(["shop.*"]))
+    asm = assembler(TableFilter.build(["shop.*"]))
     dropped = asm.feed(Statement("other", "DROP DATABASE shop", 7, 5, 3, 30))
     assert dropped is not None and not dropped.empty
     [txn] = list(dropped.fragments())
@@ -146,12 +132,12 @@ def test_the_gtid_position_follows_every_domain_and_markers_carry_it() -> None:
         7, 2, TableFilter.build(["shop.*"]), gtid_position={1: Gtid(1, 7, 4), 2: Gtid(2, 9, 1)}
     )
     asm.feed(Begin("1-7-5", 7, standalone=False))
-    asm.feed(_rows("other", "t", 1))  # filtered out: an empty transaction
+    asm.feed(rows_event("other", "t", 1))  # filtered out: an empty transaction
     empty = asm.feed(Commit(7, 1, 3, 100))
     assert empty is not None and empty.empty
     assert (empty.gtid, empty.gtid_position) == ("1-7-5", "1-7-5,2-9-1")
     asm.feed(Begin("2-9-2", 9, standalone=False))
-    asm.feed(_rows("shop", "t", 1))
+    asm.feed(rows_event("shop", "t", 1))
     kept = asm.feed(Commit(9, 1, 3, 200))
     assert kept is not None
     [txn] = list(kept.fragments())
@@ -159,9 +145,9 @@ def test_the_gtid_position_follows_every_domain_and_markers_carry_it() -> None:
 
 
 def test_a_single_domain_source_stores_no_separate_position() -> None:
-    asm = _assembler()
+    asm = assembler()
     asm.feed(Begin("1-7-5", 7, standalone=False))
-    asm.feed(_rows("shop", "t", 1))
+    asm.feed(rows_event("shop", "t", 1))
     committed = asm.feed(Commit(7, 1, 3, 100))
     assert committed is not None
     [txn] = list(committed.fragments())
@@ -172,6 +158,6 @@ def test_a_read_from_a_files_start_takes_its_position_from_the_gtid_list() -> No
     asm = TransactionAssembler(7, 2, TableFilter())  # position unknown
     asm.feed(GtidList(("1-7-4", "1-3-2", "2-9-1")))
     asm.feed(Begin("1-7-5", 7, standalone=False))
-    asm.feed(_rows("shop", "t", 1))
+    asm.feed(rows_event("shop", "t", 1))
     committed = asm.feed(Commit(7, 1, 3, 100))
     assert committed is not None and committed.gtid_position == "1-7-5,2-9-1"

@@ -15,6 +15,7 @@ from drc.apply.lease import (
     new_owner,
     release_statement,
 )
+from tests.support.fakes import FakeClock
 
 LEASE = Lease("dc1`to%dc2", "host:1:abc", 3.0, dt.datetime(2030, 1, 1))
 
@@ -28,14 +29,6 @@ def test_statements_bind_values_and_lock_only_when_asked() -> None:
 
 def test_owner_ids_differ_per_run() -> None:
     assert new_owner() != new_owner()
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_lease_not_renewed_within_its_ttl_is_lost_without_asking_the_target() -> None:

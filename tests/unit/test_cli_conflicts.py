@@ -13,9 +13,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from drc.apply.conflict_log import ConflictCount, StoredConflict
 from drc.cli import conflicts as cmd
 from drc.cli.main import cli
+from drc.conflicts.log import ConflictCount, StoredConflict
 from drc.core.jsonwire import value_from_json
 from drc.core.values import Bit, ZeroDate
 

@@ -13,7 +13,7 @@ from drc.cli import tail as tail_module
 from drc.cli.main import cli
 from drc.core.jsonwire import transaction_from_json
 from drc.core.scn import SCN
-from tests.unit.test_client_fakeapi import FakeApi, rich_stream, stream
+from tests.support.fake_api import FakeApi, rich_stream, stream
 
 TOKEN = "cli-token-123"
 
@@ -178,7 +178,7 @@ def test_scn_of_rich_stream_is_sorted() -> None:
 def test_tail_limit_counts_a_fragmented_transaction_once_even_if_its_last_part_is_empty(
     api: FakeApi,
 ) -> None:
-    from tests.unit.test_client_fakeapi import txn
+    from tests.support.fake_api import txn
 
     api.txns = [txn(1), txn(2, rows=2, last=False), txn(2, rows=0, fragment=1), txn(3)]
     result = run("tail", "--api", "http://a", "--format", "json", "--limit", "2")

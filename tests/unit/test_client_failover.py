@@ -19,7 +19,8 @@ from drc.client import (
 from drc.client.subscriber import RECONNECT_MAX_S
 from drc.core.errors import FatalError, RetriableError, ScnTooOldError
 from drc.core.scn import SCN
-from tests.unit.test_client_fakeapi import FakeApi, error, stream
+from tests.support.fake_api import FakeApi, error, stream
+from tests.support.fakes import FakeClock
 
 A, B = "http://a", "http://b"
 TOKEN = "s3cret-token-value"
@@ -264,14 +265,6 @@ def busy(status: int, retry_after: str = "2") -> Any:
     return answer
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.parametrize("status", [429, 503])
 def test_a_refused_long_poll_is_retried_at_once_without_waiting_on_the_same_url(
     status: int,
@@ -290,7 +283,7 @@ def test_a_refused_long_poll_is_retried_at_once_without_waiting_on_the_same_url(
 def test_while_refused_empty_answers_pause_briefly_then_long_polls_resume() -> None:
     api = FakeApi([])
     api.fail("a", busy(503, retry_after="3"))
-    sleeps, clock = Sleeps(), Clock()
+    sleeps, clock = Sleeps(), FakeClock()
     options: dict[str, Any] = {"wait_ms": 1000, "backoff_initial": 0.25, "prefetch": False}
     with subscriber(api, urls=(A,), sleep=sleeps, clock=clock, **options) as sub:
         first = sub.get(timeout=5)

@@ -8,7 +8,7 @@ import pytest
 
 from drc.client import FragmentError, MemoryCheckpointStore, Subscriber, assemble
 from drc.core.scn import SCN
-from tests.unit.test_client_fakeapi import FakeApi, txn
+from tests.support.fake_api import FakeApi, txn
 
 
 def big(n: int, parts: int, rows: int = 2) -> list:

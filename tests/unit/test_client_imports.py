@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import drc
-from tests.unit.test_architecture import _imports as _imported
+from tests.support.imports import imported_modules as _imported
 
 ROOT = Path(drc.__file__).parent
 HTTPX_HOMES = {"client", "cli"}

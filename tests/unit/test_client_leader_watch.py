@@ -14,7 +14,7 @@ import pytest
 from drc.client import http
 from drc.client.fetcher import Fetcher
 from drc.core.scn import SCN
-from tests.unit.test_client_fakeapi import FakeApi, stream
+from tests.support.fake_api import FakeApi, stream
 
 GROUP = "zk://zk:2181/drc/dc1"
 
@@ -155,3 +155,73 @@ def _fetch_or_error(f: Fetcher) -> object:
 def test_the_stream_read_timeout_follows_the_heartbeat_not_a_long_margin() -> None:
     assert http.stream_timeout(1000).read <= 5.0
     assert http.stream_timeout(300).read <= 2.5
+
+
+@pytest.fixture
+def answers_once() -> Iterator[str]:
+    """A server that answers the first request (keep-alive) and then falls silent, as a leader
+    paused between two requests on the same connection."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+    answered = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        conn.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                if not conn.recv(65536):
+                    return
+            except OSError:
+                continue
+            if not answered.is_set():
+                answered.set()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn = listener.accept()[0]
+            except OSError:
+                continue
+            held.append(conn)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_a_request_hung_up_by_a_leadership_change_is_not_tried_again_on_a_new_connection(
+    answers_once: str,
+) -> None:
+    """A kept-alive connection the server closed is reopened once, transparently; one the
+    reader hung up itself (the leader changed) is not: the retry would wait on the old
+    leader for its whole timeout (a 10 s failover in one of ten pauses)."""
+    client = http.make_client(None)
+    http.send(client, answers_once + "/v1/history", {}, "*/*", httpx.Timeout(30.0), None)
+    got: list[BaseException] = []
+
+    def pull() -> None:
+        try:
+            http.send(client, answers_once + "/v1/history", {}, "*/*", httpx.Timeout(30.0), None)
+        except BaseException as exc:
+            got.append(exc)
+
+    thread = threading.Thread(target=pull)
+    thread.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    http.abort_requests(client)
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - started < 2, "tried again"
+    assert isinstance(got[0], http.Transient)
+    http.close_client(client)

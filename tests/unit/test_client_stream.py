@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +25,11 @@ from drc.client.records import RawStreams, pull_raw
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
-from tests.unit.test_api import store
-from tests.unit.test_api_batching import ins, scn, txn
-from tests.unit.test_client_fakeapi import FakeApi
-from tests.unit.test_client_fakeapi import stream as fake_stream
+from tests.support.api import ins, scn, store, txn
+from tests.support.fake_api import FakeApi
+from tests.support.fake_api import stream as fake_stream
 
 TOKEN = "stream-token"
-
-
-@pytest.fixture
-def buffer(tmp_path: Path) -> Iterator[EventBuffer]:
-    with EventBuffer.open(tmp_path / "buf") as buf:
-        yield buf
 
 
 def serve(deps: ApiDeps, port: int = 0) -> ApiServer:

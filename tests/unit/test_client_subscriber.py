@@ -20,7 +20,7 @@ from drc.client import (
 )
 from drc.core.jsonwire import transaction_to_json
 from drc.core.scn import SCN
-from tests.unit.test_client_fakeapi import FakeApi, rich_stream, stream, txn
+from tests.support.fake_api import FakeApi, rich_stream, stream, txn
 
 A = "http://a"
 

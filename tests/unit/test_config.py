@@ -6,6 +6,7 @@ import pytest
 
 from drc.config import load_config
 from drc.core.errors import ConfigError
+from tests.support.config import BASE, write_config
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "dc1.example.toml"
 
@@ -17,39 +18,22 @@ def test_the_documented_example_loads() -> None:
     assert not config.replicator.capture_filter().matches("shop", "tmp_x")
 
 
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "dc.toml"
-    path.write_text(text)
-    return path
-
-
-BASE = """
-[datacenter]
-name = "dc1"
-[source]
-user = "drc"
-password = "s3cret-value"
-[replicator]
-buffer_dir = "/tmp/x"
-"""
-
-
 def test_unknown_keys_are_errors_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"source\.pasword"):
-        load_config(_write(tmp_path, BASE.replace("password =", "pasword =")))
+        load_config(write_config(tmp_path, BASE.replace("password =", "pasword =")))
 
 
 def test_bad_table_pattern_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="db.table"):
-        load_config(_write(tmp_path, BASE + 'include = ["nodot"]\n'))
+        load_config(write_config(tmp_path, BASE + 'include = ["nodot"]\n'))
 
 
 def test_password_never_shows_in_repr_or_errors(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, BASE))
+    config = load_config(write_config(tmp_path, BASE))
     assert "s3cret-value" not in repr(config)
     assert config.source.secret() == "s3cret-value"
     with pytest.raises(ConfigError) as info:
-        load_config(_write(tmp_path, BASE.replace("port = 3306", "") + "[extra]\n"))
+        load_config(write_config(tmp_path, BASE.replace("port = 3306", "") + "[extra]\n"))
     assert "s3cret-value" not in str(info.value)
 
 
@@ -64,22 +48,22 @@ def test_channel_and_datacenter_names_cannot_carry_sql(tmp_path: Path, name: str
     # bound or hex-written there, and refused here before they get that far.
     quoted = name.replace("\\", "\\\\").replace('"', '\\"')
     with pytest.raises(ConfigError, match=r"datacenter\.name"):
-        load_config(_write(tmp_path, BASE.replace('name = "dc1"', f'name = "{quoted}"')))
+        load_config(write_config(tmp_path, BASE.replace('name = "dc1"', f'name = "{quoted}"')))
     channel = f'[[channels]]\nname = "{quoted}"\norigin = "dc2"\nremote = ["http://x"]\n'
     with pytest.raises(ConfigError, match=r"channels\.0\.name"):
-        load_config(_write(tmp_path, BASE + channel))
+        load_config(write_config(tmp_path, BASE + channel))
 
 
 def test_long_poll_limits_are_read_and_validated(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, BASE))
+    config = load_config(write_config(tmp_path, BASE))
     assert (config.api.max_long_polls, config.api.max_long_polls_per_token) == (1000, 200)
     limits = "[api]\nmax_long_polls = 50\nmax_long_polls_per_token = 10\n"
-    config = load_config(_write(tmp_path, BASE + limits))
+    config = load_config(write_config(tmp_path, BASE + limits))
     assert (config.api.max_long_polls, config.api.max_long_polls_per_token) == (50, 10)
     with pytest.raises(ConfigError, match="max_long_polls_per_token"):
-        load_config(_write(tmp_path, BASE + "[api]\nmax_long_polls = 5\n"))
+        load_config(write_config(tmp_path, BASE + "[api]\nmax_long_polls = 5\n"))
     with pytest.raises(ConfigError, match="max_long_polls"):
-        load_config(_write(tmp_path, BASE + "[api]\nmax_long_polls = 0\n"))
+        load_config(write_config(tmp_path, BASE + "[api]\nmax_long_polls = 0\n"))
 
 
 def test_channels_with_several_source_servers_need_a_target(tmp_path: Path) -> None:
@@ -90,12 +74,12 @@ def test_channels_with_several_source_servers_need_a_target(tmp_path: Path) -> N
         '\n[[channels]]\nname = "from-dc2"\norigin = "dc2"\nremote = ["http://10.0.1.1:8421"]\n'
     )
     with pytest.raises(ConfigError, match=r"add a\s+\[target\]"):
-        load_config(_write(tmp_path, servers + channel))
+        load_config(write_config(tmp_path, servers + channel))
     with_target = (
         servers + '\n[target]\nhost = "10.0.0.9"\nuser = "drc"\npassword = "p"\n' + channel
     )
-    assert load_config(_write(tmp_path, with_target)).target_or_source().host == "10.0.0.9"
-    assert load_config(_write(tmp_path, servers)).channels == ()
+    assert load_config(write_config(tmp_path, with_target)).target_or_source().host == "10.0.0.9"
+    assert load_config(write_config(tmp_path, servers)).channels == ()
 
 
 def test_lww_tables_with_several_source_servers_need_a_target(tmp_path: Path) -> None:
@@ -107,4 +91,4 @@ def test_lww_tables_with_several_source_servers_need_a_target(tmp_path: Path) ->
         '[[conflicts.tables]]\ntable = "shop.*"\npolicy = "lww"\ncolumn = "updated_at"\n'
     )
     with pytest.raises(ConfigError, match=r"add a\s+\[target\]"):
-        load_config(_write(tmp_path, servers + lww))
+        load_config(write_config(tmp_path, servers + lww))

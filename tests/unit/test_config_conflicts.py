@@ -8,21 +8,17 @@ import pytest
 
 from drc.config import DrcConfig, load_config
 from drc.core.errors import ConfigError
+from tests.support.config import BASE as MINIMAL
 
-BASE = """
-[datacenter]
-name = "dc1"
-[source]
-user = "drc"
-password = "s3cret-value"
-[replicator]
-buffer_dir = "/tmp/x"
-
+BASE = (
+    MINIMAL
+    + """
 [[channels]]
 name = "from-dc2"
 origin = "dc2"
 remote = ["http://dc2:8640"]
 """
+)
 
 LWW_TABLE = """
 [[conflicts.tables]]

@@ -12,12 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drc.apply import conflict_log as log
-from drc.apply.conflict_log import ConflictEntry, StoredConflict
-from drc.apply.errors import MissingTableError
+from drc.conflicts import log
+from drc.conflicts.log import ConflictEntry, StoredConflict
 from drc.core.errors import UnsupportedValueError
+from drc.core.target_errors import ApplyError, MissingTableError
 from drc.core.values import Bit, ZeroDate
-from drc.mysql.errors import ApplyError
 from drc.mysql.sql import Statement
 
 UTC = dt.UTC

@@ -21,32 +21,30 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drc.apply import tombstones
-from drc.apply.conflict_rules import derived_delete_stamp
-from drc.apply.conflicts import (
-    ConflictContext,
-    ConflictEngine,
-    Policies,
-    Probe,
-    Ranks,
-    Resolution,
-    ResolverError,
-    TablePolicy,
-    TombstoneWrite,
-    Version,
-    load_resolver,
-    observe,
-    stamp_key,
-)
 from drc.apply.engine import Decision
-from drc.apply.plan import TargetTable
 from drc.apply.stages import NameMap
 from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.conflicts import tombstones
+from drc.conflicts.engine import ConflictEngine, Resolution, TombstoneWrite
+from drc.conflicts.probes import Probe, observe
+from drc.conflicts.rules import (
+    ConflictContext,
+    Policies,
+    Ranks,
+    ResolverError,
+    TablePolicy,
+    Version,
+    derived_delete_stamp,
+    load_resolver,
+    stamp_key,
+)
 from drc.core.errors import ConfigError, FatalError
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
+from drc.core.target_errors import ApplyError
+from drc.core.target_table import TargetTable
 from drc.core.values import ZeroDate
-from drc.mysql.errors import ApplyError
+from tests.support.changes import delete, insert, update
 
 UTC = dt.UTC
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0)  # naive UTC, as DATETIME(6) columns decode
@@ -91,18 +89,6 @@ _positions = itertools.count(1000, 100)
 
 def txn(*changes: RowChange, timestamp: int = COMMIT) -> Transaction:
     return Transaction(SCN(3, 2, 7, next(_positions)), 2, None, timestamp, tuple(changes))
-
-
-def insert(after: dict[str, Any], table: str = "t") -> RowChange:
-    return RowChange("db", table, Op.INSERT, None, after)
-
-
-def update(before: dict[str, Any], after: dict[str, Any], table: str = "t") -> RowChange:
-    return RowChange("db", table, Op.UPDATE, before, after)
-
-
-def delete(before: dict[str, Any], table: str = "t") -> RowChange:
-    return RowChange("db", table, Op.DELETE, before, None)
 
 
 def tombstone_row(
@@ -1229,7 +1215,7 @@ def test_a_delete_concurrent_with_an_update_converges(
 def test_probes_of_one_table_are_read_in_one_locking_select_and_their_tombstones_in_another() -> (
     None
 ):
-    from drc.apply.conflicts import MAX_FLAGS, SLOT, Probe, ProbePlan
+    from drc.conflicts.probes import MAX_FLAGS, SLOT, Probe, ProbePlan
 
     t = target("db", "t")
     one = Probe(t, (1,), (row(1), row(1, v="b")), tombstone=True)

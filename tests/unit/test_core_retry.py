@@ -8,35 +8,7 @@ from hypothesis import strategies as st
 
 from drc.core.errors import FatalError, RetriableError
 from drc.core.retry import Backoff, GaveUp, Policy, Retrying, Stopped, retry
-
-
-class Clock:
-    """A fake monotonic clock that only a sleep moves; records the sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
-class Script:
-    """A call that raises the given errors in turn, then returns "done"."""
-
-    def __init__(self, *errors: BaseException) -> None:
-        self.errors = list(errors)
-        self.calls = 0
-
-    def __call__(self) -> str:
-        self.calls += 1
-        if self.errors:
-            raise self.errors.pop(0)
-        return "done"
+from tests.support.fakes import FakeClock, Script
 
 
 class Down(RetriableError):
@@ -47,8 +19,8 @@ class Busy(Exception):
     pass
 
 
-def run(script: Script, *policies: Policy, clock: Clock | None = None, **kwargs):  # type: ignore[no-untyped-def]
-    clock = clock or Clock()
+def run(script: Script, *policies: Policy, clock: FakeClock | None = None, **kwargs):  # type: ignore[no-untyped-def]
+    clock = clock or FakeClock()
     told: list[Retrying] = []
     result = retry(
         script, *policies, sleep=clock.sleep, clock=clock, on_retry=told.append, **kwargs
@@ -163,7 +135,7 @@ def test_a_stop_before_or_during_the_wait_ends_the_loop_after_the_retry_is_told(
         retry(Script(Down("x")), Policy(Backoff(1, 1)), sleep=told.append, stopped=lambda: True,
               on_retry=told.append)  # fmt: skip
     assert [t.failures for t in told] == [1]  # told, never slept
-    clock = Clock()
+    clock = FakeClock()
     with pytest.raises(Stopped):
         run(Script(Down("x"), Down("y")), Policy(Backoff(1, 1)), clock=clock,
             stopped=lambda: bool(clock.slept))  # fmt: skip

@@ -14,8 +14,7 @@ import pytest
 import yaml
 
 from drc.api import health
-from tests.conftest import require_tool
-from tests.monitoring import (
+from tests.support.monitoring import (
     ALERTS,
     DEPLOY,
     PENDING_ALERTS,
@@ -26,6 +25,7 @@ from tests.monitoring import (
     selector_labels,
     unknown_names,
 )
+from tests.support.tools import require_tool
 
 OPERATIONS = DEPLOY.parent / "docs" / "operations.md"
 RULE_TESTS = Path(__file__).with_name("alerts_test.yml")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from drc.cli.run import run
-from tests.conftest import require_tool
+from tests.support.tools import require_tool
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "deploy" / "systemd"
 UNITS = sorted(SYSTEMD.glob("*@.service"))

@@ -1,6 +1,6 @@
 """``[replicator] drc_applied = "marker"``: DRC-applied transactions stored without their rows.
 
-Capture (the assembler and the fast decoder's packet skip), the record flag (codec, JSON), and
+Capture (the assembler and the event decoder's packet skip), the record flag (codec, JSON), and
 what the pull API's batching does with such records for each kind of subscriber.
 """
 
@@ -26,7 +26,8 @@ from drc.core.tablefilter import TableFilter
 from drc.eventbuffer import EventBuffer
 from drc.eventbuffer.reader import Record
 from drc.replicator.assembler import FragmentLimits, TransactionAssembler
-from drc.replicator.fast_events import HEADER, NOT_MINE, FastDecoder
+from drc.replicator.binlog.columns import layout_of
+from drc.replicator.binlog.events import HEADER, EventDecoder, TableEntry, TableMaps
 from drc.replicator.source_events import Begin, Commit, Rows, SkippedRows, Statement
 
 with warnings.catch_warnings():  # starlette nags about httpx; the TestClient works as it is
@@ -121,16 +122,20 @@ def _packet(kind: int, body: bytes, flags: int = 0) -> bytes:
     return HEADER.pack(1, kind, 7, size, 999, flags) + body + b"\0\0\0\0"
 
 
-def test_fast_decoder_skips_rows_packets_reading_only_the_table_id() -> None:
+def test_event_decoder_skips_rows_packets_reading_only_the_table_id() -> None:
     table = _table("shop", "t")
-    decoder = FastDecoder(checksum=True, schemas={42: table})
+    decoder = EventDecoder(TableMaps(), "mysql-bin.000003")
+    decoder.checksum = True
+    decoder.tables[42] = TableEntry(42, table, layout_of("shop", "t", []))
     body = (42).to_bytes(6, "little") + b"\xff\xff" + b"garbage that is never decoded"
     for kind in (23, 24, 25):
-        assert decoder.skipped(_packet(kind, body)) == SkippedRows(table)
-    assert decoder.skipped(_packet(23, (41).to_bytes(6, "little") + b"\0\0")) is NOT_MINE
+        assert decoder.decode(_packet(kind, body), skip_rows=True) == SkippedRows(table)
+    unknown = _packet(23, (41).to_bytes(6, "little") + b"\0\0")
+    assert decoder.decode(unknown, skip_rows=True) is None  # no TABLE_MAP: dropped, as ever
     gtid = _packet(162, struct.pack("<QIB", 5, 1, 0) + b"\0" * 6)
-    assert decoder.skipped(gtid) is NOT_MINE
-    assert decoder.skipped(_packet(16, b"\0" * 8)) is NOT_MINE  # XID: decoded as usual
+    assert decoder.decode(gtid, skip_rows=True) == Begin("1-7-5", 7, False, False)
+    xid = decoder.decode(_packet(16, b"\0" * 8), skip_rows=True)  # decoded as usual
+    assert xid == Commit(7, 1, 3, 999)
 
 
 # ---------------------------------------------------------------- the record

@@ -29,7 +29,7 @@ from drc.eventbuffer import EventBuffer, Record
 from drc.eventbuffer.format import HEADER_SIZE, SegmentHeader, decode_header, encode_header
 from drc.eventbuffer.layout import list_segments, segment_path
 from drc.metastore.store import MetaStore
-from tests.unit.test_eventbuffer import SEG, Item, as_items, fill, read_all, scn, workload
+from tests.support.eventbuffer import SEG, Item, as_items, fill, read_all, scn, workload
 
 CASES = 80
 

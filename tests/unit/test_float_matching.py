@@ -16,19 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from drc.apply import tombstones
-from drc.apply.conflicts import (
-    ConflictEngine,
-    Policies,
-    Probe,
-    ProbePlan,
-    Ranks,
-    TablePolicy,
-    observe,
-)
-from drc.apply.plan import Delete, Planner, TargetTable, Update
+from drc.apply.plan import Delete, Planner, Update
+from drc.conflicts import tombstones
+from drc.conflicts.engine import ConflictEngine
+from drc.conflicts.probes import Probe, ProbePlan, observe
+from drc.conflicts.rules import Policies, Ranks, TablePolicy
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
+from drc.core.target_table import TargetTable
 from drc.core.values import shortest_single, single_precision
 from drc.mysql import sql
 from drc.verify import recheck, repair
@@ -95,7 +90,7 @@ def test_a_float_read_back_as_a_double_is_the_captured_value(captured: float, he
 
 
 def test_the_captured_form_is_the_capture_s_for_any_single() -> None:
-    # drc.replicator.decoding: float(str(np.float32(value)))
+    # drc.replicator.binlog.values.float32_text: float(str(np.float32(value)))
     rng = random.Random(24)
     singles = [2.0**e * m for e in range(-149, 128) for m in (1.0, 1 + 2**-23, 2 - 2**-23)]
     singles += [

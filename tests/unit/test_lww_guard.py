@@ -6,12 +6,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from drc.apply import tombstones
-from drc.apply.errors import MissingTableError
 from drc.apply.lww_guard import GUARD_NAME, build_guard, guard_channel, local_api_url
-from drc.apply.plan import TargetTable
 from drc.config import ApiConfig, DrcConfig
+from drc.conflicts import tombstones
 from drc.core.events import Op, RowChange
+from drc.core.target_errors import MissingTableError
+from drc.core.target_table import TargetTable
 
 T = dt.datetime(2026, 1, 1)
 

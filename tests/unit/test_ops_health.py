@@ -8,8 +8,8 @@ from typing import Any
 from drc.api import wire
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
-from drc.mysql.errors import ApplyError
-from tests.unit.test_api import AUTH, TOKEN, TestClient, parse_prometheus
+from drc.core.target_errors import ApplyError
+from tests.support.api import AUTH, TOKEN, TestClient, parse_prometheus
 
 SECRET = "target rejected DDL 'CREATE TABLE payroll.salaries': (1050) Table exists"
 

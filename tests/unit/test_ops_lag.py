@@ -14,12 +14,11 @@ from drc.config import ChannelConfig
 from drc.core.events import Op, RowChange, SchemaChange
 from drc.core.heartbeat import lag_seconds, source_time_ms
 from drc.core.tablefilter import TableFilter
-from drc.mysql.errors import ApplyError
+from drc.core.target_errors import ApplyError
 from drc.replicator.heartbeat import BEAT, SETUP, HeartbeatWriter
 from drc.replicator.source_events import Begin, Commit, Rows
-from tests.unit.test_apply_channel import Harness, target
-from tests.unit.test_apply_fakes import batch, ins, txn
-from tests.unit.test_assembler import _assembler, _rows, _table
+from tests.support.apply_fakes import Harness, batch, ins, target, txn
+from tests.support.assembler import assembler, rows_event, table_schema
 
 WALL = 1_700_000_100.0  # the Harness's wall clock
 
@@ -143,11 +142,11 @@ def test_a_fatal_error_stops_the_channel_with_that_error() -> None:
 
 
 def test_heartbeat_rows_are_captured_whatever_the_table_filter() -> None:
-    asm = _assembler(TableFilter.build(["shop.*"]))
+    asm = assembler(TableFilter.build(["shop.*"]))
     asm.feed(Begin(None, 7, standalone=False))
     images = ((None, {"datacenter": "dc1", "beat_ms": 5}),)
-    asm.feed(Rows(_table("drc", "heartbeat"), Op.INSERT, images, size_bytes=20))
-    asm.feed(_rows("drc", "other", 1))
+    asm.feed(Rows(table_schema("drc", "heartbeat"), Op.INSERT, images, size_bytes=20))
+    asm.feed(rows_event("drc", "other", 1))
     committed = asm.feed(Commit(7, 5, 3, 20))
     assert committed is not None and not committed.empty and not committed.drc_originated
     [captured] = list(committed.fragments())

@@ -4,7 +4,6 @@ the SDK's checked, resuming download through a transport that corrupts and cuts 
 from __future__ import annotations
 
 import hashlib
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,7 @@ from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from drc.eventbuffer.export import read_segment_file
-from tests.unit.test_api_batching import ins, scn, txn
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
+from tests.support.api import TestClient, ins, scn, txn
 
 TOKEN = "segment-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

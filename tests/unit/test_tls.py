@@ -18,7 +18,7 @@ from drc.core.scn import SCN
 from drc.runtime import source_settings
 from drc.sandbox import certs, mariadb
 from drc.tls import MysqlTls, https_context, tls_failure
-from tests.unit.test_config import BASE, _write
+from tests.support.config import BASE, write_config
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,9 @@ def pem(tmp_path_factory: pytest.TempPathFactory) -> certs.CertFiles:
 
 
 def _config(tmp_path: Path, source_keys: str = "", extra: str = "") -> Path:
-    return _write(tmp_path, BASE.replace("[replicator]", source_keys + "\n[replicator]") + extra)
+    return write_config(
+        tmp_path, BASE.replace("[replicator]", source_keys + "\n[replicator]") + extra
+    )
 
 
 @pytest.mark.parametrize(

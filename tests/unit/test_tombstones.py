@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from drc.apply import tombstones
-from drc.apply.tombstones import KeyColumn, StampType
+from drc.conflicts import tombstones
+from drc.conflicts.tombstones import KeyColumn, StampType
 from drc.core.markers import TOMBSTONE_PREFIX, is_tombstone_table
 
 DATETIME3 = StampType.of("datetime", 3, "ts", "db.t")

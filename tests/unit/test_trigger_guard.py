@@ -13,7 +13,7 @@ from drc.apply import objects
 from drc.apply.trigger_guard import LocalTriggerGuard
 from drc.config import DrcConfig
 from drc.core.events import SchemaChange
-from drc.mysql.errors import ApplyError
+from drc.core.target_errors import ApplyError
 from drc.runtime import guards_local_triggers
 
 TRIGGER = (

@@ -13,6 +13,7 @@ from drc.core.rowsum import Difference, TableReport
 from drc.verify import schedule
 from drc.verify.driver import Options, Report
 from drc.verify.schedule import PeriodicVerify
+from tests.support.fakes import FakeClock
 
 
 def _config(every_s: float = 60, max_lag_s: float = 30) -> DrcConfig:
@@ -27,14 +28,6 @@ def _config(every_s: float = 60, max_lag_s: float = 30) -> DrcConfig:
             {"name": "plain", "origin": "dc3", "remote": ["http://dc3:8641"]},
         ],
     })  # fmt: skip
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_verify_without_origin_db_is_a_config_error() -> None:
@@ -63,7 +56,7 @@ def test_runs_start_when_due_and_the_channel_is_running_and_keep_the_result(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(schedule, "RECHECK_EVERY_S", 0.01)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     channel = {"state": "running", "lag_seconds": 0.5}
     calls: list[Options] = []
     done = threading.Event()
@@ -107,7 +100,7 @@ def test_runs_start_when_due_and_the_channel_is_running_and_keep_the_result(
 
 def test_a_failed_run_is_counted_and_the_schedule_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(schedule, "RECHECK_EVERY_S", 0.01)
-    clock = Clock()
+    clock = FakeClock(1000.0)
     clock.now += 1  # the first run is due at start + every_s
     ran = threading.Event()
 
@@ -164,7 +157,7 @@ def test_a_channel_that_does_not_pass_the_point_leaves_rows_unsettled() -> None:
 
     spec = TableSpec(("d", "t"), ("d", "t"), ("id", "v"), ("int", "int"), ("id",))
     stalled = Follower(lambda: [], None, ["d.t"], optional=False)  # no checkpoint: never passes
-    clock = Clock()
+    clock = FakeClock(1000.0)
 
     def sleep(seconds: float) -> None:
         clock.now += seconds
@@ -184,7 +177,7 @@ def test_a_paused_channel_does_not_hold_up_another_channels_run(
     config = _config()
     second = config.channels[0].model_copy(update={"name": "from-dc3", "origin": "dc3"})
     config = config.model_copy(update={"channels": (config.channels[0], second)})
-    clock = Clock()
+    clock = FakeClock(1000.0)
     states = {"from-dc1": {"state": "paused"}, "from-dc3": {"state": "running"}}
     ran: list[str] = []
     done = threading.Event()

@@ -17,13 +17,13 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from drc.core.codec import decode_transaction
 from drc.core.events import Transaction
 from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.replicator.replicator import CaptureOptions, Replicator
 from drc.replicator.source import SourceSettings, split_binlog_name
 from drc.runtime import ReplicatorService
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.servers import connect
 
 ZERO = SCN(0, 0, 0, 0)
 
@@ -51,7 +51,8 @@ def source_section(server: ServerInfo, replica_server_id: int) -> dict[str, Any]
 
 @contextmanager
 def serving(service: ReplicatorService) -> Iterator[ReplicatorService]:
-    """Capture in a thread while the block runs (its API already started); then close."""
+    """``service`` captures in a thread while the block runs (its API already started); then it
+    is closed, and what stopped its capture fails the test."""
     stop = threading.Event()
     thread = threading.Thread(target=service.run_capture, args=(stop,), daemon=True)
     thread.start()
@@ -62,17 +63,6 @@ def serving(service: ReplicatorService) -> Iterator[ReplicatorService]:
         thread.join(timeout=30)
         service.close()
     assert service.failure is None, service.failure
-
-
-def master_position(server: ServerInfo) -> tuple[str, int]:
-    conn = connect(server)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            log_file, log_pos = cur.fetchone()[:2]
-    finally:
-        conn.close()
-    return log_file, int(log_pos)
 
 
 @dataclass
@@ -107,9 +97,22 @@ def capturing(
     **buffer_kwargs: object,
 ) -> Iterator[Capture]:
     """Capture from ``server`` (and the other servers of its replication group ``also``)."""
+    sources = [source_settings(s) for s in (server, *also)]
+    with capturing_from(sources, buffer_dir, options, **buffer_kwargs) as capture:
+        yield capture
+
+
+@contextmanager
+def capturing_from(
+    sources: list[SourceSettings],
+    buffer_dir: Path,
+    options: CaptureOptions,
+    **buffer_kwargs: object,
+) -> Iterator[Capture]:
+    """A replicator of ``sources`` capturing into ``buffer_dir`` in a thread while the block runs;
+    the first error that stopped it is raised at the end."""
     buffer = EventBuffer.open(buffer_dir, **buffer_kwargs)
     metastore = MetaStore.open(buffer_dir / "metastore.sqlite3")
-    sources = [source_settings(s) for s in (server, *also)]
     replicator = Replicator(sources, buffer, metastore, options)
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -143,6 +146,24 @@ def read_all(buffer: EventBuffer, after: SCN = ZERO) -> list[Transaction]:
         for record in records:
             out.append(decode_transaction(record.payload)[0])
         after = records[-1].scn
+
+
+def captured(
+    server: ServerInfo,
+    buffer_dir: Path,
+    include: list[str],
+    start: tuple[str, int],
+    end: tuple[str, int],
+    exclude: tuple[str, ...] = (),
+) -> list[Transaction]:
+    """Every transaction stored by a capture of ``server``'s ``include`` tables (but
+    ``exclude``) from the source position ``start`` until the buffer holds ``end``."""
+    options = CaptureOptions(
+        capture=TableFilter.build(include, exclude), start_from=f"{start[0]}:{start[1]}"
+    )
+    with capturing(server, buffer_dir, options) as capture:
+        capture.wait_for(end)
+        return read_all(capture.buffer)
 
 
 SourceTxn = tuple[str, list[tuple[str, str, Any, Any]]]
@@ -198,3 +219,24 @@ def source_table_rows(
         (gtid, [(table, before, after) for _db, table, before, after in changes])
         for gtid, changes in source_transactions(server, start, [schema])
     ]
+
+
+def checkpoint_scns(
+    server: ServerInfo, start: tuple[str, int], channel: str = "crash"
+) -> list[SCN]:
+    """The SCNs ``channel`` wrote into drc.checkpoint, in the target's binlog order."""
+    reader = BinLogStreamReader(
+        connection_settings={"host": server.host, "port": server.port, "user": server.user,
+                             "password": server.password},
+        server_id=88101, log_file=start[0], log_pos=start[1], resume_stream=True, blocking=False,
+        is_mariadb=False, only_schemas=["drc"], only_tables=["checkpoint"],
+        only_events=[WriteRowsEvent, UpdateRowsEvent],
+    )  # fmt: skip
+    scns = []
+    for event in reader:
+        for row in event.rows:
+            image = row.get("after_values") or row["values"]
+            if image["channel"] == channel:
+                scns.append(SCN.parse(image["scn"]))
+    reader.close()
+    return scns

@@ -31,7 +31,7 @@ update delayed longer than that can bring a deleted row back. Deletes that fire 
 (TRUNCATE, foreign-key cascades) leave no tombstone. A delete on a table the trigger is missing
 on (not made yet, or refused) is dated from the captured delete instead, the same way by its
 own datacenter's lww guard, which writes the tombstone there, and by every receiving channel
-(conflict_rules.derived_delete_stamp).
+(drc.conflicts.rules.derived_delete_stamp).
 
 Privileges: TRIGGER on the lww tables and CREATE/INSERT/DELETE on ``drc.*`` for the apply user.
 """
@@ -44,8 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drc.core.markers import TOMBSTONE_PREFIX, is_tombstone_table
-from drc.mysql.sql import Statement, by_keys, ident, quote, table_name
-from drc.mysql.sql import literal as text_literal
+from drc.mysql.sql import Statement, by_keys, ident, literal, quote, table_name
 from drc.mysql.sql import upsert as upsert_rows
 
 __all__ = ["is_tombstone_table"]
@@ -57,7 +56,8 @@ COL_DELETED_AT = "drc$deleted_at"
 COL_ORIGIN = "drc$origin"
 PURGE_BATCH = 5000
 # COMMENT takes only a plain string literal, so it names no table: a name there could end it
-# (issue #12). The table's own name and its drc$schema/drc$table columns say whose it is.
+# (issue #12). The table's own name and its drc$schema/drc$table columns say whose it is. It
+# still names this module by its first home: tables already made carry that text.
 COMMENT = "'DRC tombstones (drc.apply.tombstones)'"
 
 
@@ -169,7 +169,7 @@ def create_triggers(
         quote(c) for c in (COL_SCHEMA, COL_TABLE, COL_DELETED_AT, COL_ORIGIN)
     ]
     values = [f"OLD.{quote(k)}" for k in key]
-    values += [text_literal(schema), text_literal(table), when, text_literal(datacenter)]
+    values += [literal(schema), literal(table), when, literal(datacenter)]
     updates = ", ".join(f"{c} = VALUES({c})" for c in tomb_columns[len(key) :])
     match = " AND ".join(f"{quote(k)} = NEW.{quote(k)}" for k in key)
     return [

@@ -1,21 +1,22 @@
-"""What the apply side raises, inside DRC's one exception tree (drc.core.errors).
+"""What the target database's side raises, inside DRC's one exception tree (drc.core.errors).
 
-The server's own failures are drc.mysql.errors' (marked *): apply adds its leaves to them.
+Apply channels, conflict handling (drc.conflicts), the target session and bulk catch-up all
+raise or catch these, so they sit in the core below every one of them.
 
     DrcError
     +-- RetriableError
-    |   +-- LockConflictError *     deadlock (1213) or lock wait timeout (1205): re-apply the
+    |   +-- LockConflictError       deadlock (1213) or lock wait timeout (1205): re-apply the
     |   |                           whole target transaction, at most ChannelConfig.retries times
-    |   +-- TargetUnavailableError *  the target is down or dropped the connection (2003/2006/..)
-    |       +-- TargetReadOnlyError *  the target refuses writes (read_only, 1290/1836)
+    |   +-- TargetUnavailableError  the target is down or dropped the connection (2003/2006/2013..)
+    |       +-- TargetReadOnlyError the target refuses writes (read_only, 1290/1836)
     |       +-- CatchupRunningError a bulk catch-up holds the channel (drc.apply.lease)
     |       +-- CatchupUnfinishedError  an interrupted catch-up run applied part of its range
     |                               beyond the checkpoint: wait for `drc catchup` to finish it
     |                               all: wait and retry without limit, nothing is lost
     +-- FatalError                  the channel stops; its checkpoint was not advanced
-        +-- ApplyError *            the target rejected a statement for another reason
+        +-- ApplyError              the target rejected a statement for another reason
         |   +-- RetriesExhaustedError  a lock conflict that kept coming back
-        |   +-- TargetTlsError *    TLS refused the connection (untrusted certificate, wrong
+        |   +-- TargetTlsError      TLS refused the connection (untrusted certificate, wrong
         |                           host name, no TLS on the server): fix the tls keys
         +-- TargetSchemaError       the target's tables do not fit the stream
         |   +-- MissingTableError
@@ -32,8 +33,19 @@ server's own error text quotes them (e.g. the key of a duplicate entry).
 
 from __future__ import annotations
 
-from drc.core.errors import FatalError
-from drc.mysql.errors import ApplyError, TargetUnavailableError
+from drc.core.errors import FatalError, RetriableError
+
+
+class LockConflictError(RetriableError):
+    """The target aborted the transaction for a deadlock or lock wait timeout; retry it whole."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TargetUnavailableError(RetriableError):
+    """The target database cannot be reached or dropped the connection; wait and reconnect."""
 
 
 class CatchupRunningError(TargetUnavailableError):
@@ -44,6 +56,22 @@ class CatchupUnfinishedError(TargetUnavailableError):
     """An interrupted bulk catch-up run (drc.apply.catchup_journal) applied part of its range
     beyond the channel's checkpoint: streaming from the checkpoint would apply it twice (keyless
     tables' rows duplicated), so the channel first finishes the run (or waits while it cannot)."""
+
+
+class TargetReadOnlyError(TargetUnavailableError):
+    """The target is read-only (e.g. a demoted primary during a switchover); wait for writes."""
+
+
+class ApplyError(FatalError):
+    """The target rejected a statement; ``code`` is the server's error number (or None)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TargetTlsError(ApplyError):
+    """TLS refused the connection to the target; reconnecting cannot fix a certificate."""
 
 
 class RetriesExhaustedError(ApplyError):

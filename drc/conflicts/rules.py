@@ -1,8 +1,8 @@
 """The rules conflict resolution decides by: table policies, user resolvers and row versions.
 
-Pure. drc.apply.conflicts applies them to a group's changes; see its docstring for what each
-policy does. A version is ``(timestamp, datacenter)``: the newer timestamp wins, and equal ones
-go to the datacenter listed first in ``conflicts.priority``.
+Pure. drc.conflicts.engine applies them to a group's changes; drc.conflicts.resolve says what
+each policy does. A version is ``(timestamp, datacenter)``: the newer timestamp wins, and equal
+ones go to the datacenter listed first in ``conflicts.priority``.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from drc.apply import tombstones
+from drc.conflicts import tombstones
 from drc.core.errors import ConfigError
 from drc.core.scn import SCN
 from drc.core.tablefilter import TablePattern
+from drc.core.target_errors import ApplyError
 from drc.core.values import utc_naive
-from drc.mysql.errors import ApplyError
 
 Row = Mapping[str, Any]
 

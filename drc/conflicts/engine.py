@@ -2,7 +2,8 @@
 by the table's policy the same way on every side. Pure: decisions from rows already read.
 
 Detection, for every table with a policy (``[[conflicts.tables]]``). The target's row for the
-change's key is read with SELECT .. FOR UPDATE in the apply transaction; whether it equals an
+change's key is read with SELECT .. FOR UPDATE in the apply transaction (the probes
+:meth:`ConflictEngine.prepare` asks for: drc.conflicts.probes); whether it equals an
 incoming image is decided by the server (``<=>`` per column), so no value is ever compared
 across two Python type systems::
 
@@ -23,23 +24,15 @@ Columns are never merged: the winner's whole row is kept. A key-changing update 
 is handled as a delete of the old key and an insert of the new one. Within one target
 transaction later changes of a key are compared with the row the earlier ones left.
 
-Policies:
+Resolution is the table's policy, ``lww``, ``resolver``, ``overwrite`` or ``keep``
+(drc.conflicts.resolve says what each decides; drc.conflicts.rules holds the policies, versions
+and resolvers). The resolved changes, not the incoming ones, go on to the write planner
+(drc.apply.engine, drc.apply.plan).
 
-- ``lww``: the newer version wins. A row's version is ``(its timestamp column, datacenter
-  rank)``; a delete's is ``(when it was deleted, rank)``, taken from its tombstone
-  (drc.apply.tombstones: the origin's delete trigger writes it in the deleting transaction, so
-  it travels with the delete; a delete without one is dated by derived_delete_stamp). Equal
-  timestamps go to the datacenter listed first in ``conflicts.priority``; the target's row
-  counts as written by this datacenter, a tombstone by the datacenter it names. A delete is
-  never undone by an older update, and an older delete never removes a newer row.
-- ``resolver``: ``module:function(local, before, after, context)`` returns the row to keep (a
-  mapping with the same key) or None to delete it. An exception stops the channel; the change
-  is not skipped, it is decided again after a restart.
-- ``overwrite`` (incoming wins) and ``keep`` (local wins). Given to both sides they swap rows;
-  ``keep`` on one datacenter with ``overwrite`` on the other makes the first the authority.
-
-Every conflict becomes a :class:`drc.apply.conflict_log.ConflictEntry`, written in the same
-transaction as its resolution.
+Every conflict becomes a :class:`drc.conflicts.log.ConflictEntry`, written in the same
+transaction as its resolution, and every applied delete on a table with a timestamp column
+records its time as a :class:`TombstoneWrite` (when newer than the key's tombstone:
+drc.conflicts.tombstones).
 """
 
 from __future__ import annotations
@@ -51,228 +44,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.apply import tombstones
-from drc.apply.conflict_log import ConflictEntry
-from drc.apply.conflict_rules import (
+from drc.conflicts import resolve, tombstones
+from drc.conflicts.log import ConflictEntry
+from drc.conflicts.probes import Observed, Probe
+from drc.conflicts.rules import (
     ConflictContext,
     Policies,
     Ranks,
-    ResolverError,
-    ResolverFn,
     Row,
     TablePolicy,
     Version,
     derived_delete_stamp,
-    load_resolver,
     stamp_key,
 )
-from drc.apply.plan import TargetTable, key_of
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
-from drc.mysql import sql
-from drc.mysql.errors import ApplyError
-
-__all__ = [  # the rules are re-exported: callers need one import for conflict handling
-    "ConflictContext", "ConflictEngine", "Observed", "Policies", "Prepared", "Probe", "Ranks",
-    "ProbePlan", "Resolution", "ResolverError", "ResolverFn", "TablePolicy", "TombstoneWrite",
-    "Version",
-    "load_resolver", "observe", "stamp_key",
-]  # fmt: skip
-
-
-# ---------------------------------------------------------------------------- probes
-
-
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """A target row to read (and lock) before deciding, with the images to compare it with."""
-
-    table: TargetTable
-    key: tuple[Any, ...]
-    images: tuple[Row, ...]
-    tombstone: bool
-
-    def statements(self) -> list[sql.Statement]:
-        t = self.table
-        match = sql.by_keys(t.primary_key, [self.key], t.float_columns)
-        flags: list[str] = []
-        params: list[Any] = []
-        for image in self.images:
-            text, values = sql.whole_row(tuple(image), tuple(image.values()), t.float_columns)
-            flags.append(f"({text.removesuffix(' LIMIT 1')})")
-            params.extend(values)
-        name = sql.table_name(t.schema, t.table)
-        select = sql.Statement(
-            f"SELECT {', '.join(flags) or '1'}, {_row(t)} FROM {name} WHERE {match.sql} "
-            "FOR UPDATE", tuple(params) + match.params,
-        )  # fmt: skip
-        if not self.tombstone:
-            return [select]
-        stone = tombstones.lookup(t.schema, t.table, t.primary_key, self.key, t.float_columns)
-        return [select, stone]
-
-
-def _row(table: TargetTable) -> str:
-    """The SELECT list of a probed row: ``t.*``, or with FLOAT columns each column by name,
-    FLOATs read as doubles (drc.mysql.sql.read_columns: the row's key and values are
-    matched and written again)."""
-    if not table.float_columns:
-        return f"{sql.table_name(table.schema, table.table)}.*"
-    return sql.read_columns(table.columns, table.float_columns)
-
-
-def _row_read(table: TargetTable, names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
-    return dict(zip(names, sql.read_values(names, values, table.float_columns), strict=True))
-
-
-@dataclass(frozen=True, slots=True)
-class Observed:
-    """What a probe found: the row (None: no row), which images it equals, the tombstone."""
-
-    row: dict[str, Any] | None
-    same: tuple[bool, ...]
-    tombstone: Version | None = None
-
-
-def observe(probe: Probe, results: Sequence[tuple[list[str], list[tuple[Any, ...]]]]) -> Observed:
-    """Read a probe's result sets (from :meth:`Probe.statements`, in order)."""
-    names, rows = results[0]
-    tombstone = None
-    if probe.tombstone and results[1][1]:
-        stamp, origin = results[1][1][0]
-        tombstone = Version(stamp, origin)
-    if not rows:
-        return Observed(None, (False,) * len(probe.images), tombstone)
-    width = max(1, len(probe.images))
-    flags = tuple(bool(v) for v in rows[0][: len(probe.images)])
-    return Observed(_row_read(probe.table, names[width:], rows[0][width:]), flags, tombstone)
-
-
-PROBES_PER_STATEMENT = 500  # < SLOT
-MAX_FLAGS = 50  # distinct images of one key a batched probe reports on: mask * SLOT fits a BIGINT
-SLOT = 1024
-
-Results = Sequence[tuple[list[str], list[tuple[Any, ...]]]]
-
-
-class ProbePlan:
-    """Probes batched per table: one locking SELECT for the rows of up to
-    PROBES_PER_STATEMENT keys and one for their tombstones, instead of one or two per key.
-
-    In each, the server says which probe a row answers and, as a bit mask, which of that
-    key's images the row equals: ``CASE WHEN <key i> THEN <mask> * SLOT + i``, so keys match
-    by MySQL's collation rules, not Python's. A key with more distinct images than MAX_FLAGS
-    is probed alone.
-    """
-
-    def __init__(self, probes: Sequence[Probe]) -> None:
-        self.probes = tuple(probes)
-        self.statements: list[sql.Statement] = []
-        self._readers: list[tuple[str, Sequence[int]]] = []  # per statement: kind, probe indexes
-        self._bits: list[tuple[int, ...]] = []  # per probe: image -> bit of its mask
-        self._distinct: list[list[Row]] = []
-        batched: dict[tuple[str, str], list[int]] = {}
-        for i, probe in enumerate(self.probes):
-            distinct: list[Row] = []
-            bits = []
-            for image in probe.images:
-                found = next((b for b, seen in enumerate(distinct) if seen == image), None)
-                if found is None:
-                    distinct.append(image)
-                    found = len(distinct) - 1
-                bits.append(found)
-            self._bits.append(tuple(bits))
-            self._distinct.append(distinct)
-            if len(distinct) > MAX_FLAGS:
-                self._alone(i)
-            else:
-                batched.setdefault((probe.table.schema, probe.table.table), []).append(i)
-        for indexes in batched.values():
-            for start in range(0, len(indexes), PROBES_PER_STATEMENT):
-                self._batch(indexes[start : start + PROBES_PER_STATEMENT])
-
-    def _alone(self, i: int) -> None:
-        statements = self.probes[i].statements()
-        self.statements.extend(statements)
-        self._readers.append(("alone", [i]))
-        if len(statements) > 1:
-            self._readers.append(("alone-tombstone", [i]))
-
-    def _batch(self, indexes: Sequence[int]) -> None:
-        table = self.probes[indexes[0]].table
-        key, floats = table.primary_key, table.float_columns
-        keys = [sql.by_keys(key, [self.probes[i].key], floats) for i in indexes]
-        answers = _case(
-            [(k, self._mask(i, n)) for n, (i, k) in enumerate(zip(indexes, keys, strict=True))]
-        )
-        which = _case([(k, sql.Statement(str(n), ())) for n, k in enumerate(keys)])
-        where = sql.by_keys(key, [self.probes[i].key for i in indexes], floats)
-        name = sql.table_name(table.schema, table.table)
-        self.statements.append(sql.Statement(
-            f"SELECT {answers.sql} AS drc_answer, {_row(table)} FROM {name} WHERE {where.sql} "
-            "FOR UPDATE", answers.params + where.params,
-        ))  # fmt: skip
-        self._readers.append(("rows", indexes))
-        if self.probes[indexes[0]].tombstone:
-            companion = sql.table_name(
-                tombstones.SCHEMA, tombstones.name(table.schema, table.table)
-            )
-            self.statements.append(sql.Statement(
-                f"SELECT {which.sql} AS drc_probe, {sql.ident(tombstones.COL_DELETED_AT)}, "
-                f"{sql.ident(tombstones.COL_ORIGIN)} FROM {companion} WHERE {where.sql} "
-                "FOR UPDATE", which.params + where.params,
-            ))  # fmt: skip
-            self._readers.append(("tombstones", indexes))
-
-    def _mask(self, i: int, slot: int) -> sql.Statement:
-        """``<bit mask of the images the row equals> * SLOT + slot``."""
-        terms: list[str] = []
-        params: list[Any] = []
-        floats = self.probes[i].table.float_columns
-        for bit, image in enumerate(self._distinct[i]):
-            terms.append(f"({sql.same_row(tuple(image))}) * {(1 << bit) * SLOT}")
-            params.extend(sql.row_values(tuple(image), tuple(image.values()), floats))
-        return sql.Statement(" + ".join([*terms, str(slot)]), tuple(params))
-
-    def observe(self, results: Results) -> list[Observed]:
-        """What every probe found, in probe order, from the statements' result sets."""
-        rows: dict[int, tuple[dict[str, Any] | None, tuple[bool, ...]]] = {}
-        stones: dict[int, Version] = {}
-        alone: dict[int, list[tuple[list[str], list[tuple[Any, ...]]]]] = {}
-        for (kind, indexes), (names, found) in zip(self._readers, results, strict=True):
-            if kind.startswith("alone"):
-                alone.setdefault(indexes[0], []).append((names, found))
-            elif kind == "rows":
-                for values in found:
-                    mask, slot = divmod(int(values[0]), SLOT)
-                    i = indexes[slot]
-                    flags = tuple(bool(mask >> bit & 1) for bit in self._bits[i])
-                    rows[i] = (_row_read(self.probes[i].table, names[1:], values[1:]), flags)
-            else:
-                for n, stamp, origin in found:
-                    stones[indexes[int(n)]] = Version(stamp, origin)
-        out = []
-        for i, probe in enumerate(self.probes):
-            if i in alone:
-                out.append(observe(probe, alone[i]))
-                continue
-            row, flags = rows.get(i, (None, (False,) * len(probe.images)))
-            out.append(Observed(row, flags, stones.get(i)))
-        return out
-
-
-def _case(branches: Sequence[tuple[sql.Statement, sql.Statement]]) -> sql.Statement:
-    """CASE WHEN <match> THEN <value> ... END."""
-    parts: list[str] = []
-    params: list[Any] = []
-    for match, value in branches:
-        parts.append(f"WHEN {match.sql} THEN {value.sql}")
-        params.extend(match.params)
-        params.extend(value.params)
-    return sql.Statement(f"CASE {' '.join(parts)} END", tuple(params))
-
-
-# ---------------------------------------------------------------------------- the engine
+from drc.core.target_errors import ApplyError
+from drc.core.target_table import TargetTable, key_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,97 +317,41 @@ class ConflictEngine:
         out.changes.append(change)
         state.row, state.observed, state.version_dc = change.after, None, self.origin
 
-    def _resolve(self, item: _Item, state: _State, kind: str) -> tuple[str, str, Row | None]:
+    def _resolve(self, item: _Item, state: _State, kind: str) -> resolve.Choice:
         policy = item.policy
         assert policy is not None
-        if policy.name == "overwrite":
-            return "incoming", "policy overwrite: the incoming change always wins", None
-        if policy.name == "keep":
-            return "local", "policy keep: the local row always wins", None
+        if policy.name in ("overwrite", "keep"):
+            return resolve.fixed(policy.name)
         if policy.name == "lww":
-            return self._lww(item, state)
-        return self._call_resolver(item, state, kind)
-
-    def _lww(self, item: _Item, state: _State) -> tuple[str, str, Row | None]:
-        policy = item.policy
-        assert policy is not None and policy.column is not None
-        column = policy.column
-        incoming = self._incoming(item)
-        assert incoming is not None
-        local = self._local_version(state, column)
-        wins = self.ranks.newer(incoming, local)
-        what = "deleted at" if item.change.op is Op.DELETE else f"{column}"
-        mine = "local row"
-        if local is None:
-            return (
-                "incoming",
-                f"no local row or tombstone: the incoming {what} {_text(incoming.stamp)} wins",
-                None,
-            )
-        if state.row is None:
-            mine = f"local delete (by {local.datacenter})"
-            theirs = f"{mine} at {_text(local.stamp)}"
-        else:
-            theirs = f"{mine} {column} {_text(local.stamp)}"
-        if stamp_key(incoming.stamp) == stamp_key(local.stamp):
-            winner = incoming.datacenter if wins else local.datacenter
-            reason = (
-                f"equal timestamps {_text(incoming.stamp)}: {winner} comes first in "
-                f"conflicts.priority"
-            )
-        elif wins:
-            reason = f"incoming {what} {_text(incoming.stamp)} is newer than the {theirs}"
-        else:
-            reason = f"the {theirs} is newer than the incoming {what} {_text(incoming.stamp)}"
-        return ("incoming" if wins else "local"), reason, None
+            assert policy.column is not None
+            incoming = self._incoming(item)
+            assert incoming is not None
+            return resolve.lww(
+                incoming, self._local_version(state, policy.column), self.ranks,
+                column=policy.column, deleting=item.change.op is Op.DELETE,
+                row_present=state.row is not None,
+            )  # fmt: skip
+        table = item.table
+        assert table is not None
+        local = None if state.row is None else dict(state.row)
+        context = self._context(item, state, kind)
+        return resolve.by_resolver(policy, table, item.key, item.change, local, context)
 
     def _local_version(self, state: _State, column: str) -> Version | None:
         if state.row is None:
             return state.tombstone
         return Version(_get(state.row, column), state.version_dc)
 
-    def _call_resolver(self, item: _Item, state: _State, kind: str) -> tuple[str, str, Row | None]:
-        policy, change, table = item.policy, item.change, item.table
-        assert policy is not None and policy.resolver is not None and table is not None
+    def _context(self, item: _Item, state: _State, kind: str) -> ConflictContext:
+        """What a resolver is told about the conflict besides the rows."""
+        table = item.table
+        assert table is not None
         tombstone = state.tombstone if state.row is None else None
-        context = ConflictContext(
+        return ConflictContext(
             self.channel, self.origin, self.datacenter, item.txn.scn, _origin_time(item.txn),
             table.schema, table.table, kind, dict(zip(table.primary_key, item.key, strict=True)),
             None if tombstone is None else tombstone.stamp, item.delete_stamp,
         )  # fmt: skip
-        before, after = _adapted(change.before), _adapted(change.after)
-        local = None if state.row is None else dict(state.row)
-        try:
-            result = policy.resolver(local, before, after, context)
-        except Exception as exc:
-            raise ResolverError(
-                f"conflict resolver {policy.resolver_name} failed on {table.name} key "
-                f"{context.key} at SCN {item.txn.scn}: {type(exc).__name__}: {exc}. The channel "
-                "stopped without applying it; fix the resolver and restart"
-            ) from exc
-        name = policy.resolver_name
-        if result is None:
-            if local is None:
-                return "local", f"resolver {name} chose no row, and there is none", None
-            if change.op is Op.DELETE:
-                return "incoming", f"resolver {name} chose the incoming delete", None
-            return "delete", f"resolver {name} chose to delete the row", None
-        if not isinstance(result, Mapping):
-            raise ResolverError(
-                f"conflict resolver {name} returned {type(result).__name__} for {table.name} "
-                f"key {context.key}: it must return a row (a mapping) or None for a delete"
-            )
-        key = sql.row_values(table.primary_key, item.key, table.float_columns)
-        if _matched_key(table, result) != key:
-            raise ResolverError(
-                f"conflict resolver {name} returned a row with another primary key for "
-                f"{table.name} key {context.key}: it must keep the key"
-            )
-        if local is not None and dict(result) == local:
-            return "local", f"resolver {name} kept the local row", None
-        if after is not None and dict(result) == after:
-            return "incoming", f"resolver {name} chose the incoming row", None
-        return "custom", f"resolver {name} wrote its own row", result
 
     def _entry(
         self,
@@ -708,25 +440,7 @@ def _column(image: Row | None, column: str, change: RowChange) -> Any:
     )
 
 
-def _adapted(row: Row | None) -> dict[str, Any] | None:
-    return None if row is None else {k: sql.adapt(v) for k, v in row.items()}
-
-
-def _matched_key(table: TargetTable, row: Row) -> tuple[Any, ...] | None:
-    """The key of ``row`` as a lookup binds it (drc.mysql.sql.row_values)."""
-    try:
-        return sql.row_values(table.primary_key, key_of(table, row), table.float_columns)
-    except KeyError:
-        return None
-
-
 def _origin_time(txn: Transaction) -> dt.datetime | None:
     if not txn.timestamp:
         return None
     return dt.datetime.fromtimestamp(txn.timestamp, dt.UTC).replace(tzinfo=None)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, dt.datetime):
-        return value.isoformat(" ", timespec="microseconds" if value.microsecond else "seconds")
-    return "NULL" if value is None else str(value)

@@ -1,11 +1,12 @@
 """Conflict handling against the target: DRC's tables and triggers, the probes, the extra writes.
 
-The decisions are drc.apply.conflicts, through drc.apply.engine (pure); this module runs what
-they need through the channel's Target (drc.apply.sink.TargetSession):
+The edge of the package: the decisions are drc.conflicts.engine, through drc.apply.engine (both
+pure); this module runs what they need through the channel's Target (drc.apply.target, the
+pymysql one being drc.apply.sink.TargetSession):
 
-    setup      drc.conflicts; for every table with a timestamp column, its tombstone table and
-               triggers
-               (again after each DDL and every MAINTAIN_EVERY_S, for tables created since)
+    setup      the drc.conflicts table; for every table with a timestamp column, its tombstone
+               table and triggers (again after each DDL and every MAINTAIN_EVERY_S, for tables
+               created since)
     probe      the tables the probes name set up, then one locked read per key the group
                touches (SELECT .. FOR UPDATE, batched in a few round trips: Target.probe)
     maintain   purge tombstones and conflict log entries past their retention
@@ -17,10 +18,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from drc.apply import conflict_log, tombstones
-from drc.apply.conflicts import ConflictEngine, Observed, Policies, Probe
-from drc.apply.errors import NoPrimaryKeyError, TargetSchemaError
-from drc.mysql.errors import ApplyError
+from drc.conflicts import log as conflict_log
+from drc.conflicts import tombstones
+from drc.conflicts.engine import ConflictEngine
+from drc.conflicts.probes import Observed, Probe
+from drc.conflicts.rules import Policies
+from drc.core.target_errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
 from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)

@@ -43,12 +43,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from drc.apply.errors import MissingTableError
 from drc.core.errors import UnsupportedValueError
 from drc.core.jsonwire import JsonWireError, value_from_json, value_to_json
 from drc.core.markers import CHECKPOINT_SCHEMA
+from drc.core.target_errors import ApplyError, MissingTableError
 from drc.core.values import normalized, utc_aware
-from drc.mysql.errors import ApplyError
 from drc.mysql.sql import Statement, adapt, ident, quote
 
 SCHEMA = CHECKPOINT_SCHEMA  # the same `drc` database as the checkpoint table

@@ -1,4 +1,5 @@
-"""Helpers for the apply integration tests (no tests here).
+"""Helpers for the apply integration tests: the apply user, capture served over the pull API, a
+channel running in a thread, two servers' tables compared, `drc run` nodes in process.
 
 The setup of every test: the replicator captures dc1 in this process, the pull API serves its
 buffer on a free port, and an apply channel writes into dc2 as a user holding exactly the
@@ -8,11 +9,8 @@ privileges drc/apply/channel.py documents (no SUPER, so read_only applies to it)
 from __future__ import annotations
 
 import json
-import socket
 import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,8 +25,8 @@ from drc.mysql.driver import TargetSettings
 from drc.mysql.sql import quote
 from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import ServerInfo
-from tests.integration.capture import Capture, capturing, master_position
-from tests.integration.servers import connect
+from tests.support.capture import Capture, capturing
+from tests.support.servers import connect, query
 
 APPLY_USER = "drc_apply"
 APPLY_PASSWORD = "apply-secret"
@@ -51,19 +49,6 @@ def apply_user(server: ServerInfo) -> TargetSettings:
             cur.execute(grant.format(u=f"'{APPLY_USER}'@'%'"))
     conn.close()
     return TargetSettings(server.host, server.port, APPLY_USER, APPLY_PASSWORD)
-
-
-def execute(server: ServerInfo, *statements: str, **kwargs: Any) -> None:
-    conn = connect(server, **kwargs)
-    with conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
-    conn.close()
-
-
-def drop_everywhere(schema: str, *servers: ServerInfo) -> None:
-    for server in servers:
-        execute(server, f"DROP DATABASE IF EXISTS `{schema}`")
 
 
 @contextmanager
@@ -129,52 +114,6 @@ class Running:
         return self.channel.stats
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 60.0, *,
-             running: Running | None = None) -> None:  # fmt: skip
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if running is not None and running.error is not None:
-            raise AssertionError(f"channel stopped while waiting for {what}") from running.error
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def query(
-    server: ServerInfo, sql: str, params: Any = None, *, cursor_description: bool = False
-) -> list[Any]:
-    """Rows of a query (or, with ``cursor_description``, the result's column descriptions)."""
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute(sql, params)
-        rows = list(cur.description or ()) if cursor_description else list(cur.fetchall())
-    conn.close()
-    return rows
-
-
-def mark_end(server: ServerInfo, schema: str) -> str:
-    """Write a unique row at the end of the workload; seen on the target = all applied."""
-    token = uuid.uuid4().hex
-    execute(server, f"CREATE TABLE IF NOT EXISTS `{schema}`.done (token CHAR(32) PRIMARY KEY)")
-    conn = connect(server)
-    with conn.cursor() as cur:
-        cur.execute(f"INSERT INTO `{schema}`.done VALUES (%s)", (token,))
-    conn.close()
-    return token
-
-
-def wait_end(server: ServerInfo, schema: str, token: str, running: Running | None = None,
-             timeout: float = 90.0) -> None:  # fmt: skip
-    def seen() -> bool:
-        try:
-            return bool(query(server, f"SELECT 1 FROM `{schema}`.done WHERE token = %s", (token,)))
-        except Exception:  # the table may not exist yet on the target
-            return False
-
-    wait_for(seen, f"{schema}.done {token} on {server.datacenter}", timeout, running=running)
-
-
 def tables_of(server: ServerInfo, schema: str) -> list[str]:
     rows = query(server, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
                  "ORDER BY TABLE_NAME", (schema,))  # fmt: skip
@@ -194,84 +133,6 @@ def assert_same(source: ServerInfo, target: ServerInfo, schema: str) -> None:
         for a, b in zip(src, dst, strict=True):
             assert a == b, f"{table}: row {a!r} differs from {b!r}"
         assert query(source, f"CHECKSUM TABLE {table}") == query(target, f"CHECKSUM TABLE {table}")
-
-
-def position(server: ServerInfo) -> tuple[str, int]:
-    return master_position(server)
-
-
-class Proxy:
-    """A TCP forwarder to a server, which a test can cut (connections reset, new ones refused)
-    and restore: a target going down and coming back, seen from the apply channel."""
-
-    def __init__(self, host: str, port: int, listen: str = "127.0.0.1") -> None:
-        self.upstream = (host, port)
-        self.listen = listen
-        self.port = _free_port()
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._listener: socket.socket | None = None
-        self.restore()
-
-    def restore(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((self.listen, self.port))
-        listener.listen(16)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def cut(self) -> None:
-        with self._lock:
-            listener, self._listener = self._listener, None
-            sockets, self._sockets = self._sockets, []
-        if listener is not None:
-            try:  # wakes the accept() blocked on it; close() alone would keep it listening
-                listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            listener.close()
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # cut
-            upstream = socket.create_connection(self.upstream)
-            with self._lock:
-                self._sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
-
-
-def pipe(source: socket.socket, sink: socket.socket, lost: threading.Event | None = None) -> None:
-    """Forward ``source`` to ``sink`` until either ends; while ``lost`` is set what arrives is
-    read and dropped (a half-open link: the connection stays up, nothing gets through)."""
-    try:
-        while data := source.recv(65536):
-            if lost is None or not lost.is_set():
-                sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def apply_process_config(

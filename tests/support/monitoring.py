@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "drc.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 PENDING_ALERTS = DEPLOY / "prometheus" / "alerts-pending.yml"  # series not exported yet

@@ -23,11 +23,10 @@ from drc.core.events import Op
 from drc.core.scn import SCN
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.integration.capture import master_position
-from tests.integration.group import Group, Member, assert_identical_on_common_range, records
-from tests.integration.servers import fresh_database
-from tests.integration.test_apply_support import apply_process_config, apply_user
-from tests.integration.test_source_failover import Writer, sql
+from tests.support.apply import apply_process_config, apply_user
+from tests.support.failover import Writer
+from tests.support.group import Group, Member, assert_identical_on_common_range, records
+from tests.support.servers import fresh_database, master_position, sql
 
 # The table of the group fault tests (grp_db.t on both datacenters).
 GROUP_TABLE = "CREATE TABLE grp_db.t (id INT PRIMARY KEY, v VARCHAR(20))"

@@ -1,5 +1,6 @@
-"""Fakes shared by the apply unit tests (no tests here): a scripted target speaking just enough
-of pymysql's connection API, and a subscriber that hands out prepared batches."""
+"""Fakes shared by the apply unit tests: a scripted target speaking just enough
+of pymysql's connection API, a subscriber that hands out prepared batches, and a harness that
+runs a channel on them."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from drc.apply import checkpoint
+from drc.apply.channel import ApplyChannel
+from drc.apply.service import build_channel
 from drc.client import ApiUnavailableError, Batch
+from drc.config import ChannelConfig
 from drc.core.events import Op, RowChange, SchemaChange, Transaction
 from drc.core.scn import SCN
+from drc.mysql.driver import TargetSettings
 
 Failure = tuple[Callable[[str], bool], BaseException]
 
@@ -361,3 +366,53 @@ def batch(
 ) -> Batch:  # fmt: skip
     last = next_scn or (txns[-1].scn if txns else after or SCN.zero())
     return Batch(number, after or SCN.zero(), last, tuple(txns), "epoch-1", "http://x", newest)
+
+
+TABLES = {("db", "t"): (("id", "v"), ("id",)), ("db", "n"): (("a",), ())}
+SETTINGS = TargetSettings("127.0.0.1", 3306, "apply", "secret")
+
+
+class Harness:
+    """A channel (built by build_channel) on ``target`` and a FakeSubscriber of ``batches``, with
+    a clock the test sets (``now``), a fixed wall clock, and sleeps recorded, not slept."""
+
+    def __init__(
+        self,
+        target: FakeTarget,
+        batches: list[Batch],
+        *,
+        finish: Callable[[Callable[[], bool]], object] | None = None,
+        hold_on_error: bool = False,
+        **config: Any,
+    ) -> None:
+        self.target = target
+        self.stop = threading.Event()
+        self.subscriber = FakeSubscriber(batches, self.stop)
+        self.slept: list[float] = []
+        self.started_after: SCN | None = None
+        self.now = 1000.0
+        options = {"name": "from-dc1", "origin": "dc1", "remote": ("http://x",), **config}
+        self.channel = build_channel(
+            ChannelConfig(**options),
+            SETTINGS,
+            subscriber_factory=self._subscribe,
+            connect=target.connect,
+            clock=lambda: self.now,
+            wall_clock=lambda: 1_700_000_100.0,
+            sleep=self.slept.append,
+            finish=finish,
+            hold_on_error=hold_on_error,
+        )
+
+    def _subscribe(self, channel: ChannelConfig, after: SCN) -> FakeSubscriber:
+        self.started_after = after
+        return self.subscriber
+
+    def run(self) -> ApplyChannel:
+        self.channel.run(self.stop)
+        return self.channel
+
+
+def target(**kw: Any) -> FakeTarget:
+    """A FakeTarget holding db.t (id, v; keyed by id) and the keyless db.n (a)."""
+    return FakeTarget(tables=dict(TABLES), **kw)

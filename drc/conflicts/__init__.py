@@ -1,0 +1,18 @@
+"""Conflicts: write conflicts between datacenters, detected and resolved alike on every side.
+
+Beside apply, below it: a streaming channel and a bulk catch-up executor reach these decisions
+through apply's decision engine (drc.apply.engine), which plans the writes of the changes they
+resolve. Nothing here imports apply; SQL text is drc.mysql.sql's. The decisions are pure; only
+target.py reaches the database, through the session it is given.
+
+    engine.py      detection: each change against the target's row for its key; the kind of
+                   conflict, the resolved changes, the log entries and tombstones (start here)
+    resolve.py     what each policy (lww, resolver, overwrite, keep) decides, and why
+    rules.py       table policies, user resolvers, row versions and the lww tie-break
+    probes.py      the target rows detection reads and locks: their SQL, batched, and answers
+    log.py         the drc.conflicts table: a conflict's row written, rows read back
+    tombstones.py  when a row of a lww table was deleted: companion tables and triggers
+    target.py      the edge: DRC's tables and triggers set up, probes run, old entries purged
+
+The lww guard (drc.apply.lww_guard) is an apply channel and stays in apply.
+"""

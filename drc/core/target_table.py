@@ -1,0 +1,40 @@
+"""A table of the database apply writes into, as information_schema describes it. Pure.
+
+Apply's planner (drc.apply.plan), conflict handling (drc.conflicts), bulk catch-up and the
+target session that reads it all speak of target tables in these terms, so it sits in the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TargetTable:
+    """A target table as information_schema describes it (names in the target's spelling)."""
+
+    schema: str
+    table: str
+    columns: tuple[str, ...]
+    primary_key: tuple[str, ...]
+    float_columns: frozenset[str] = frozenset()  # lower-case names (drc.mysql.sql.row_values)
+
+    def missing(self, names: Sequence[str]) -> list[str]:
+        """Columns of ``names`` the table lacks (MySQL column names are case-insensitive)."""
+        have = {c.lower() for c in self.columns}
+        return [n for n in names if n.lower() not in have]
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+def key_of(table: TargetTable, image: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The primary key values of a row image, in the table's key order."""
+    try:
+        return tuple(image[k] for k in table.primary_key)
+    except KeyError:  # the source spells a key column with another case
+        folded = {name.lower(): value for name, value in image.items()}
+        return tuple(folded[k.lower()] for k in table.primary_key)
