@@ -7,8 +7,8 @@
 
 ``skip_replication = 1`` makes MariaDB flag every event this session writes, DDL included, so
 the local replicator recognises it as DRC-originated even where no checkpoint row rides along.
-``@drc_apply = 1`` tells DRC's tombstone triggers (drc.apply.tombstones) that the channel records
-its deletes itself.
+``@drc_apply = 1`` tells DRC's tombstone triggers (drc.conflicts.tombstones) that the channel
+records its deletes itself.
 
 One statement per command, never a multi-statement: the connection is opened without
 CLIENT.MULTI_STATEMENTS, so a ``;`` that got into a statement's text is a syntax error, never
