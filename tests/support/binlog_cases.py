@@ -4,7 +4,6 @@ the byte encoders (after MySQL's packing code) and the cases shared by the row-d
 from __future__ import annotations
 
 import datetime as dt
-import math
 import struct
 from decimal import Decimal
 from types import SimpleNamespace
@@ -52,39 +51,6 @@ def pack_decimal(text: str, precision: int, decimals: int) -> bytes:
 
 def datetime2_bytes(y: int, mo: int, d: int, h: int, mi: int, s: int) -> bytes:
     return (1 << 39 | (y * 13 + mo) << 22 | d << 17 | h << 12 | mi << 6 | s).to_bytes(5, "big")
-
-
-def time2_bytes(text: str, fsp: int) -> bytes:
-    """MySQL's TIME_to_longlong_time_packed + my_time_packed_to_binary, C arithmetic included.
-
-    ``text`` is '[-]H:MM:SS[.ffffff]' with at most ``fsp`` fraction digits.
-    """
-    negative, body = text.startswith("-"), text.lstrip("-")
-    hms, _, digits = body.partition(".")
-    assert len(digits) <= fsp
-    hour, minute, second = (int(p) for p in hms.split(":"))
-    micro = int(digits.ljust(6, "0")) if digits else 0
-    nr = ((hour << 12 | minute << 6 | second) << 24) + micro  # MY_PACKED_TIME_MAKE
-    nr = -nr if negative else nr
-    int_part = nr >> 24  # MY_PACKED_TIME_GET_INT_PART: an arithmetic shift
-    frac_part = int(math.fmod(nr, 1 << 24))  # MY_PACKED_TIME_GET_FRAC_PART: C's %, dividend sign
-    head = (0x800000 + int_part).to_bytes(3, "big")
-    if fsp == 0:
-        return head
-    if fsp <= 2:
-        return head + (int(frac_part / 10000) & 0xFF).to_bytes(1, "big")  # C division truncates
-    if fsp <= 4:
-        return head + (int(frac_part / 100) & 0xFFFF).to_bytes(2, "big")
-    return (nr + 0x800000000000).to_bytes(6, "big")  # mi_int6store(nr + TIMEF_OFS)
-
-
-def time2_value(text: str) -> dt.timedelta:
-    negative, body = text.startswith("-"), text.lstrip("-")
-    hms, _, digits = body.partition(".")
-    hour, minute, second = (int(p) for p in hms.split(":"))
-    micro = int(digits.ljust(6, "0")) if digits else 0
-    value = dt.timedelta(hours=hour, minutes=minute, seconds=second, microseconds=micro)
-    return -value if negative else value
 
 
 def _time2(sign: int, h: int, mi: int, s: int) -> bytes:

@@ -29,10 +29,8 @@ from tests.support.binlog_cases import (
     datetime2_bytes,
     pack_decimal,
     read,
-    time2_bytes,
-    time2_value,
 )
-from tests.support.values import identical
+from tests.support.values import identical, time2_bytes, time2_value
 
 
 @pytest.mark.parametrize(
