@@ -103,16 +103,12 @@ class Link:
         self.commit = conn.commit
         self.rollback = conn.rollback
         self.escape: Callable[[Any], str] = conn.escape
+        self.send: Callable[[Sequence[str]], None] = wire.send
+        self.receive: Callable[[], protocol.Reply | protocol.ServerError] = wire.receive
 
     @property
     def open(self) -> bool:
         return bool(self.conn.open)
-
-    def send(self, texts: Sequence[str]) -> None:
-        self.wire.send(texts)
-
-    def receive(self) -> protocol.Reply | protocol.ServerError:
-        return self.wire.receive()
 
     def close(self) -> None:
         """Close the connection; the Wire's reader too, which holds the socket open."""
