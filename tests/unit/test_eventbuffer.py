@@ -505,3 +505,30 @@ def test_a_commit_whose_check_fails_after_the_write_leaves_the_files_as_they_wer
         assert as_items(read_all(buf)) == items[:60]
         fill(buf, items[60:])  # the same records append again, once allowed
         assert as_items(read_all(buf)) == items
+
+
+def test_a_failed_write_stops_the_writer_until_it_is_reopened(
+    bufdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OSError mid-write (a full disk) may leave the writer's state half-applied: every
+    later write is refused, and a reopen keeps every committed record (and maybe more)."""
+    items = workload(30, fragments=False)
+    with EventBuffer.open(bufdir, segment_bytes=SEG) as buf:
+        fill(buf, items[:20])
+        buf.append_many(items[20:])
+
+        def full(*_args: object) -> int:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr("drc.eventbuffer.writer.os.pwrite", full)
+        with pytest.raises(BufferStateError, match="No space left"):
+            buf.commit()
+        monkeypatch.undo()
+        with pytest.raises(BufferStateError, match="stopped after a write failed"):
+            buf.append(scn(99), b"x", 1)
+        with pytest.raises(BufferStateError, match="stopped after a write failed"):
+            buf.commit()
+        assert as_items(read_all(buf)) == items[:20]
+    with EventBuffer.open(bufdir, segment_bytes=SEG) as buf:  # rotations wrote some of the rest
+        kept = as_items(read_all(buf))
+        assert kept[:20] == items[:20] and kept == items[: len(kept)]
