@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Iterable
 from os import PathLike
 from pathlib import Path
-from typing import TypeVar
 
 from drc.core.errors import BufferStateError, RetriableError
 from drc.core.scn import SCN
@@ -45,7 +44,6 @@ DEFAULT_INDEX_EVERY = 4096
 READ_ONLY_POLL_S = 0.05
 _READ_RETRIES = 5
 
-T = TypeVar("T")
 AppendItem = tuple[SCN, bytes, int] | tuple[SCN, bytes, int, bool]
 
 
@@ -170,7 +168,7 @@ class EventBuffer:
         check_record(scn, payload, timestamp_ms)
         writer = self._require_writer()
         with self._write_lock:
-            self._io(writer.append, scn, payload, timestamp_ms, more)
+            writer.append(scn, payload, timestamp_ms, more)
 
     def append_many(self, records: Iterable[AppendItem]) -> int:
         """Append ``(scn, payload, timestamp_ms[, more])`` items in order; returns how many.
@@ -184,7 +182,7 @@ class EventBuffer:
                 scn, payload, timestamp_ms = item[0], item[1], item[2]
                 more = bool(item[3]) if len(item) > 3 else False
                 check_record(scn, payload, timestamp_ms)
-                self._io(writer.append, scn, payload, timestamp_ms, more)
+                writer.append(scn, payload, timestamp_ms, more)
                 count += 1
         return count
 
@@ -198,7 +196,7 @@ class EventBuffer:
         """
         writer = self._require_writer()
         with self._write_lock:
-            self._io(writer.commit, check)
+            writer.commit(check)
             self._publish(writer.view())
         self._tell_listeners()
         self.enforce_retention()
@@ -210,12 +208,10 @@ class EventBuffer:
         if self._retain_bytes is None and self._retain_seconds is None:
             return []
         with self._write_lock:
-            gone = self._io(
-                writer.retention, self._retain_bytes, self._retain_seconds, self._clock()
-            )
+            gone = writer.retention(self._retain_bytes, self._retain_seconds, self._clock())
             if gone:
                 self._publish(writer.view())
-                self._io(writer.unlink, gone)
+                writer.unlink(gone)
         return [seg.seq for seg in gone]
 
     # -- reading -------------------------------------------------------------------------
@@ -347,8 +343,7 @@ class EventBuffer:
     @property
     def uncommitted(self) -> bool:
         """Writer: records were appended since the last commit (close drops them)."""
-        writer = self._require_writer()
-        return writer.records != writer.committed.records
+        return self._require_writer().uncommitted
 
     @property
     def oldest_servable(self) -> SCN:
@@ -410,26 +405,9 @@ class EventBuffer:
         self._check_open()
         if self._writer is None:
             raise BufferStateError(f"EventBuffer {self._directory} is open read-only")
-        if self._writer.failed is not None:
-            raise BufferStateError(
-                f"EventBuffer {self._directory} stopped after a write failed "
-                f"({self._writer.failed}); close and reopen it: recovery keeps every "
-                "committed record"
-            )
+        self._writer.check()
         return self._writer
 
     def _check_open(self) -> None:
         if self._closed:
             raise BufferStateError(f"EventBuffer {self._directory} is closed")
-
-    def _io(self, fn: Callable[..., T], *args: object) -> T:
-        """Run a writer step; an OSError stops the writer (its state may be half-applied)."""
-        assert self._writer is not None
-        try:
-            return fn(*args)
-        except OSError as exc:
-            self._writer.failed = exc
-            raise BufferStateError(
-                f"writing EventBuffer {self._directory} failed: {exc}; fix the cause, then "
-                "close and reopen it (recovery keeps every committed record)"
-            ) from exc

@@ -9,14 +9,15 @@ State is touched by one thread at a time (EventBuffer holds its write lock aroun
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from drc.core.errors import OutOfOrderAppendError
+from drc.core.errors import BufferStateError, OutOfOrderAppendError
 from drc.core.scn import SCN
 from drc.eventbuffer.format import (
     FLAG_MORE,
@@ -37,6 +38,7 @@ FLUSH_BYTES = 1 << 20
 MIN_SEGMENT_BYTES = 2 * HEADER_SIZE
 FSYNC_POLICIES = ("batch", "always", "never")
 _sync_data = getattr(os, "fdatasync", os.fsync)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,24 @@ class ActiveFile:
         os.close(self.fd)
 
 
+def _fail_stop(step: Callable[..., T]) -> Callable[..., T]:
+    """A writer step after which an OSError stops the writer: its state may be half-applied,
+    so it refuses every later step (:meth:`Writer.check`) until the buffer is reopened."""
+
+    @functools.wraps(step)
+    def run(writer: Writer, *args: Any) -> T:
+        try:
+            return step(writer, *args)
+        except OSError as exc:
+            writer.failed = exc
+            raise BufferStateError(
+                f"writing EventBuffer {writer.directory} failed: {exc}; fix the cause, then "
+                "close and reopen it (recovery keeps every committed record)"
+            ) from exc
+
+    return run
+
+
 class Writer:
     """Appends records to the newest segment of a recovered buffer."""
 
@@ -109,6 +129,20 @@ class Writer:
         )
         self.failed: BaseException | None = None
 
+    def check(self) -> None:
+        """BufferStateError once a step failed (:func:`_fail_stop`)."""
+        if self.failed is not None:
+            raise BufferStateError(
+                f"EventBuffer {self.directory} stopped after a write failed ({self.failed}); "
+                "close and reopen it: recovery keeps every committed record"
+            )
+
+    @property
+    def uncommitted(self) -> bool:
+        """Records were appended since the last commit."""
+        return self.records != self.committed.records
+
+    @_fail_stop
     def append(self, scn: SCN, payload: bytes, timestamp_ms: int, more: bool) -> None:
         """Add one record (not yet visible); OutOfOrderAppendError leaves nothing changed."""
         scn_bytes = scn.to_bytes()
@@ -136,6 +170,7 @@ class Writer:
         elif len(self.file.pending) >= FLUSH_BYTES:
             self.file.write()
 
+    @_fail_stop
     def commit(self, check: Callable[[], None] | None = None) -> Mark:
         """Write and (per policy) sync what was appended; the new end visible to readers.
 
@@ -205,6 +240,7 @@ class Writer:
         self.committed = self.committed._replace(records=self.committed.records - removed)
         return gone
 
+    @_fail_stop
     def unlink(self, gone: tuple[Segment, ...]) -> None:
         """Delete the files of segments :meth:`retention` dropped, oldest first."""
         for seg in gone:
