@@ -35,6 +35,7 @@ from drc.eventbuffer.recovery import (
     open_or_create,
     scanned_view,
 )
+from drc.eventbuffer.retention import KEEP_ALL, Retention
 from drc.eventbuffer.segment import Segment
 from drc.eventbuffer.writer import Writer, WriterOptions, check_options, check_record
 
@@ -62,9 +63,7 @@ class EventBuffer:
         *,
         writer: Writer | None = None,
         lock: DirectoryLock | None = None,
-        retain_bytes: int | None = None,
-        retain_seconds: float | None = None,
-        clock: Callable[[], float] = time.time,
+        retention: Retention = KEEP_ALL,
         index_every: int = DEFAULT_INDEX_EVERY,
     ) -> None:
         self._directory = directory
@@ -72,9 +71,7 @@ class EventBuffer:
         self._view = view
         self._writer = writer
         self._lock = lock
-        self._retain_bytes = retain_bytes
-        self._retain_seconds = retain_seconds
-        self._clock = clock
+        self._retention = retention
         self._index_every = index_every
         self._write_lock = threading.Lock()
         self._read_lock = threading.RLock()  # read-only: refresh and read one at a time
@@ -124,9 +121,7 @@ class EventBuffer:
             writer.view(),
             writer=writer,
             lock=lock,
-            retain_bytes=retain_bytes,
-            retain_seconds=retain_seconds,
-            clock=clock,
+            retention=Retention(retain_bytes, retain_seconds, clock),
             index_every=index_every_bytes,
         )
         try:
@@ -205,10 +200,10 @@ class EventBuffer:
         """Delete the oldest sealed, committed segments beyond ``retain_bytes`` or older than
         ``retain_seconds`` (newest record, by the injected clock); their sequence numbers."""
         writer = self._require_writer()
-        if self._retain_bytes is None and self._retain_seconds is None:
+        if self._retention.keeps_all:
             return []
         with self._write_lock:
-            gone = writer.retention(self._retain_bytes, self._retain_seconds, self._clock())
+            gone = writer.retention(self._retention)
             if gone:
                 self._publish(writer.view())
                 writer.unlink(gone)

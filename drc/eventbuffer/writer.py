@@ -29,7 +29,7 @@ from drc.eventbuffer.format import (
 )
 from drc.eventbuffer.layout import BufferMeta, fsync_dir, segment_path
 from drc.eventbuffer.reader import View
-from drc.eventbuffer.retention import SegmentAge, segments_to_delete
+from drc.eventbuffer.retention import Retention, SegmentAge
 from drc.eventbuffer.segment import Segment, create_segment_file
 
 log = logging.getLogger(__name__)
@@ -220,9 +220,7 @@ class Writer:
         self.size_bytes += HEADER_SIZE
         return seg
 
-    def retention(
-        self, retain_bytes: int | None, retain_seconds: float | None, now_s: float
-    ) -> tuple[Segment, ...]:
+    def retention(self, retention: Retention) -> tuple[Segment, ...]:
         """Drop the oldest committed, sealed segments retention no longer keeps from the state.
 
         The caller publishes the new view, then deletes the files with :meth:`unlink`: in that
@@ -230,7 +228,7 @@ class Writer:
         """
         deletable = self.segments[: self.committed.seq - self.segments[0].seq]
         ages = (SegmentAge(seg.end, seg.max_ts) for seg in deletable)
-        k = segments_to_delete(ages, self.size_bytes, retain_bytes, retain_seconds, now_s)
+        k = retention.segments_to_delete(ages, self.size_bytes)
         gone = self.segments[:k]
         removed = sum(seg.count for seg in gone)
         self.segments = self.segments[k:]
