@@ -18,7 +18,6 @@ prefix of what was appended. The format is specified in :mod:`drc.eventbuffer.fo
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,22 +26,14 @@ from pathlib import Path
 
 from drc.core.errors import BufferStateError, RetriableError
 from drc.core.scn import SCN
-from drc.eventbuffer.layout import BufferMeta, DirectoryLock, make_private_dir, read_meta
-from drc.eventbuffer.reader import Record, SegmentGone, View, read_batch, too_old
-from drc.eventbuffer.recovery import (
-    load_new_segments,
-    load_segments,
-    open_or_create,
-    scanned_view,
-)
+from drc.eventbuffer.reader import Record, SegmentGone, View, too_old
 from drc.eventbuffer.retention import KEEP_ALL, Retention
 from drc.eventbuffer.segment import Segment
+from drc.eventbuffer.views import Published, Rescanned, Views
 from drc.eventbuffer.writer import Writer, WriterOptions, check_options, check_record
 
-log = logging.getLogger(__name__)
 DEFAULT_SEGMENT_BYTES = 64 << 20
 DEFAULT_INDEX_EVERY = 4096
-READ_ONLY_POLL_S = 0.05
 _READ_RETRIES = 5
 
 AppendItem = tuple[SCN, bytes, int] | tuple[SCN, bytes, int, bool]
@@ -56,28 +47,13 @@ class EventBuffer:
     """
 
     def __init__(
-        self,
-        directory: Path,
-        meta: BufferMeta,
-        view: View,
-        *,
-        writer: Writer | None = None,
-        lock: DirectoryLock | None = None,
-        retention: Retention = KEEP_ALL,
-        index_every: int = DEFAULT_INDEX_EVERY,
+        self, views: Views, writer: Writer | None = None, retention: Retention = KEEP_ALL
     ) -> None:
-        self._directory = directory
-        self._meta = meta
-        self._view = view
+        self._directory = views.view.directory
+        self._views = views
         self._writer = writer
-        self._lock = lock
         self._retention = retention
-        self._index_every = index_every
         self._write_lock = threading.Lock()
-        self._read_lock = threading.RLock()  # read-only: refresh and read one at a time
-        self._cond = threading.Condition()
-        self._closed = False
-        self._listeners: list[Callable[[], None]] = []
 
     # -- opening -------------------------------------------------------------------------
 
@@ -102,28 +78,10 @@ class EventBuffer:
         another writer has the directory open.
         """
         check_options(segment_bytes, fsync, retain_bytes, retain_seconds, index_every_bytes)
-        path = Path(directory)
-        make_private_dir(path)
-        lock = DirectoryLock(path)
-        try:
-            sync = fsync != "never"
-            meta = open_or_create(path, base_scn, sync)
-            segments = load_segments(path, meta, index_every_bytes, repair=True, sync=sync)
-            view = scanned_view(path, meta, segments)
-            options = WriterOptions(segment_bytes, fsync, compress, index_every_bytes)
-            writer = Writer(path, meta, segments, view, options)
-        except BaseException:
-            lock.release()
-            raise
-        buffer = cls(
-            path,
-            meta,
-            writer.view(),
-            writer=writer,
-            lock=lock,
-            retention=Retention(retain_bytes, retain_seconds, clock),
-            index_every=index_every_bytes,
-        )
+        options = WriterOptions(segment_bytes, fsync, compress, index_every_bytes)
+        writer = Writer.open(Path(directory), base_scn, options)
+        retention = Retention(retain_bytes, retain_seconds, clock)
+        buffer = cls(Published(writer.view()), writer, retention)
         try:
             buffer.enforce_retention()
         except BaseException:
@@ -142,15 +100,7 @@ class EventBuffer:
         ``fsync="always"``, or once a writer has flushed more than FLUSH_BYTES, it may show
         transactions the writer appended but has not committed yet. Reads are serialised.
         """
-        path = Path(directory)
-        meta = read_meta(path) if path.is_dir() else None
-        if meta is None:
-            raise BufferStateError(f"{path} is not an EventBuffer directory (no buffer.json)")
-        segments = load_segments(path, meta, index_every_bytes, repair=False, sync=False)
-        if not segments:
-            raise BufferStateError(f"EventBuffer {path} has no readable segment")
-        view = scanned_view(path, meta, segments)
-        return cls(path, meta, view, index_every=index_every_bytes)
+        return cls(Rescanned.open(Path(directory), index_every_bytes))
 
     # -- writing -------------------------------------------------------------------------
 
@@ -190,10 +140,11 @@ class EventBuffer:
         the files are cut back to the last commit and the buffer must be reopened.
         """
         writer = self._require_writer()
+        published = self._published()
         with self._write_lock:
             writer.commit(check)
-            self._publish(writer.view())
-        self._tell_listeners()
+            published.publish(writer.view())
+        published.tell()
         self.enforce_retention()
 
     def enforce_retention(self) -> list[int]:
@@ -205,7 +156,7 @@ class EventBuffer:
         with self._write_lock:
             gone = writer.retention(self._retention)
             if gone:
-                self._publish(writer.view())
+                self._published().publish(writer.view())
                 writer.unlink(gone)
         return [seg.seq for seg in gone]
 
@@ -224,13 +175,10 @@ class EventBuffer:
             raise TypeError(f"after must be an SCN, got {type(after).__name__}")
         for _ in range(_READ_RETRIES):
             try:
-                if self._writer is not None:
-                    return read_batch(self._current(), after, max_records, max_bytes)
-                with self._read_lock:
-                    return read_batch(self.refresh(), after, max_records, max_bytes)
+                return self._views.read(after, max_records, max_bytes)
             except SegmentGone:
                 continue  # retention deleted a segment mid-read: look again with a fresh view
-        oldest = self._current().oldest_servable
+        oldest = self._views.current().oldest_servable
         if after < oldest:
             raise too_old(self._directory, after, oldest)
         raise RetriableError(
@@ -244,61 +192,22 @@ class EventBuffer:
         True if there is one. A writer's commit wakes the waiters (no polling); a read-only
         buffer polls every READ_ONLY_POLL_S, since another process does the commits.
         """
-        deadline = time.monotonic() + timeout_s
-        if self._writer is None:
-            return self._poll_for_commit(after, deadline)
-        with self._cond:
-            while True:
-                last = self._view.last_scn
-                if last is not None and last > after:
-                    return True
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._closed:
-                    return False
-                self._cond.wait(remaining)
+        return self._views.wait_past(after, time.monotonic() + timeout_s)
 
     def on_commit(self, listener: Callable[[], None]) -> bool:
         """Call ``listener()`` in the committing thread after each commit (and on close), once
         its records are visible: an in-process reader learns of them without a thread of its
         own waiting. False on a read-only buffer (another process commits): poll instead.
         The listener must be quick and must not raise."""
-        if self._writer is None:
-            return False
-        self._listeners.append(listener)
-        return True
-
-    def _tell_listeners(self) -> None:
-        for listener in self._listeners:
-            try:
-                listener()
-            except Exception:  # a reader's bug must not fail the writer's commit
-                log.exception("an EventBuffer commit listener failed")
-
-    def _poll_for_commit(self, after: SCN, deadline: float) -> bool:
-        while True:
-            with self._read_lock:
-                last = self.refresh().last_scn
-            if last is not None and last > after:
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._closed:
-                return False
-            time.sleep(min(READ_ONLY_POLL_S, remaining))
+        return self._views.listen(listener)
 
     def refresh(self) -> View:
         """Read-only: look at the directory again (new commits, deleted segments); the view."""
-        self._check_open()
-        if self._writer is None:
-            with self._read_lock:
-                segments = load_new_segments(
-                    self._directory, self._meta, list(self._view.segments), self._index_every
-                )
-                self._view = scanned_view(self._directory, self._meta, segments)
-        return self._view
+        return self._views.fresh()
 
     def view(self) -> View:
         """What readers may see now (a read-only buffer looks at the directory again first)."""
-        return self.refresh() if self._writer is None else self._current()
+        return self._views.fresh()
 
     # -- state -----------------------------------------------------------------------------
 
@@ -313,24 +222,24 @@ class EventBuffer:
     @property
     def epoch(self) -> str:
         """The buffer's identity (uuid4 hex); a new one whenever it is created from scratch."""
-        return self._view.epoch
+        return self._views.view.epoch
 
     @property
     def first_scn(self) -> SCN | None:
         """SCN of the oldest committed record still stored, None when there is none."""
-        return self._current().first_scn
+        return self._views.current().first_scn
 
     @property
     def last_scn(self) -> SCN | None:
         """SCN of the newest committed transaction, None when there is none."""
-        return self._current().last_scn
+        return self._views.current().last_scn
 
     @property
     def resume_scn(self) -> SCN | None:
         """Where the buffer's history ends, so capture continues after it: the last SCN, or
         when no record is stored the oldest servable SCN (a repair or a cut tail may leave
         only an empty segment). None only for a new buffer, whose start is not fixed yet."""
-        view = self._current()
+        view = self._views.current()
         if view.last_scn is not None:
             return view.last_scn
         return None if view.oldest_servable == SCN.ZERO else view.oldest_servable
@@ -343,37 +252,32 @@ class EventBuffer:
     @property
     def oldest_servable(self) -> SCN:
         """The oldest SCN a reader may read after (prev_scn of the oldest segment)."""
-        return self._current().oldest_servable
+        return self._views.current().oldest_servable
 
     @property
     def record_count(self) -> int:
         """Committed records stored (fragments count one each)."""
-        return self._current().record_count
+        return self._views.current().record_count
 
     @property
     def size_bytes(self) -> int:
         """Bytes of segment data on disk (headers and records, appended ones included)."""
-        return self._current().size_bytes
+        return self._views.current().size_bytes
 
     def segments(self) -> tuple[Segment, ...]:
         """The segments of the current view, oldest first (for inspection)."""
-        return self._current().segments
+        return self._views.current().segments
 
     def close(self) -> None:
         """Release the directory; appends not committed are dropped. Idempotent."""
         with self._write_lock:
-            if self._closed:
+            if self._views.closed:
                 return
-            self._closed = True
+            self._views.closed = True  # first: a close that fails half-way is not redone
             if self._writer is not None:
                 self._writer.close()
-            if self._lock is not None:
-                self._lock.release()
-            with self._cond:
-                self._cond.notify_all()
-            for seg in self._view.segments:
-                seg.close()
-        self._tell_listeners()
+            self._views.release()
+        self._views.tell()
 
     def __enter__(self) -> EventBuffer:
         return self
@@ -383,26 +287,17 @@ class EventBuffer:
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"
-        return f"EventBuffer({str(self._directory)!r}, {mode}, epoch={self._view.epoch})"
+        return f"EventBuffer({str(self._directory)!r}, {mode}, epoch={self.epoch})"
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _current(self) -> View:
-        self._check_open()
-        return self._view
-
-    def _publish(self, view: View) -> None:
-        with self._cond:
-            self._view = view
-            self._cond.notify_all()
-
     def _require_writer(self) -> Writer:
-        self._check_open()
+        self._views.check_open()
         if self._writer is None:
             raise BufferStateError(f"EventBuffer {self._directory} is open read-only")
         self._writer.check()
         return self._writer
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise BufferStateError(f"EventBuffer {self._directory} is closed")
+    def _published(self) -> Published:
+        assert isinstance(self._views, Published)  # a writer's buffer publishes its commits
+        return self._views

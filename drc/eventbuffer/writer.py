@@ -1,4 +1,5 @@
-"""The append side of an EventBuffer: the active segment, commit, rotation and retention.
+"""The append side of an EventBuffer: the locked, recovered directory, the active segment,
+commit, rotation and retention.
 
 Appended frames collect in memory and reach the active segment's file at commit (one write,
 then one fdatasync under ``fsync="batch"``), at rotation, or once ``FLUSH_BYTES`` are pending.
@@ -27,8 +28,15 @@ from drc.eventbuffer.format import (
     encode_payload,
     order_error,
 )
-from drc.eventbuffer.layout import BufferMeta, fsync_dir, segment_path
+from drc.eventbuffer.layout import (
+    BufferMeta,
+    DirectoryLock,
+    fsync_dir,
+    make_private_dir,
+    segment_path,
+)
 from drc.eventbuffer.reader import View
+from drc.eventbuffer.recovery import load_segments, open_or_create, scanned_view
 from drc.eventbuffer.retention import Retention, SegmentAge
 from drc.eventbuffer.segment import Segment, create_segment_file
 
@@ -103,7 +111,7 @@ def _fail_stop(step: Callable[..., T]) -> Callable[..., T]:
 
 
 class Writer:
-    """Appends records to the newest segment of a recovered buffer."""
+    """Appends records to the newest segment of a recovered buffer, holding its lock."""
 
     def __init__(
         self,
@@ -112,8 +120,10 @@ class Writer:
         segments: Sequence[Segment],
         start: View,
         options: WriterOptions,
+        lock: DirectoryLock,
     ) -> None:
         self.directory = directory
+        self.lock = lock
         self.meta = meta
         self.options = options
         self.sync = options.fsync != "never"
@@ -128,6 +138,23 @@ class Writer:
             start.end_seq, start.end_offset, start.last_scn, start.record_count
         )
         self.failed: BaseException | None = None
+
+    @classmethod
+    def open(cls, directory: Path, base_scn: SCN, options: WriterOptions) -> Writer:
+        """Lock ``directory`` (BufferLockedError if another writer has it), create the buffer
+        (a new epoch after ``base_scn``) if there is none, recover its tail (see the format's
+        recovery rule) and start after it. The lock is released if that fails."""
+        make_private_dir(directory)
+        lock = DirectoryLock(directory)
+        try:
+            sync = options.fsync != "never"
+            meta = open_or_create(directory, base_scn, sync)
+            segments = load_segments(directory, meta, options.index_every, repair=True, sync=sync)
+            start = scanned_view(directory, meta, segments)
+            return cls(directory, meta, segments, start, options, lock)
+        except BaseException:
+            lock.release()
+            raise
 
     def check(self) -> None:
         """BufferStateError once a step failed (:func:`_fail_stop`)."""
@@ -270,9 +297,11 @@ class Writer:
         )
 
     def close(self) -> None:
-        """Close the active file. Appends not committed are not written."""
+        """Close the active file and release the directory. Appends not committed are not
+        written."""
         self.file.pending = bytearray()
         self.file.close()
+        self.lock.release()
 
 
 def check_options(
