@@ -131,6 +131,29 @@ def _close(client: KazooClient) -> None:
         pass
 
 
+class DataChanges:
+    """A kazoo DataWatch function: calls ``on_change()`` (on ZooKeeper's thread: it must not
+    block) each time the node's data differs from its last reading (the first is no change),
+    until ``ended()``, which ends the watch. ``what`` names the handler in the log."""
+
+    def __init__(self, on_change: Callable[[], None], ended: Callable[[], bool], what: str):
+        self._on_change = on_change
+        self._ended = ended
+        self._what = what
+        self._seen: tuple[bytes | None] | None = None  # the node's data when last read
+
+    def __call__(self, data: bytes | None, _stat: object) -> bool:
+        if self._ended():
+            return False  # ends the watch
+        seen, self._seen = self._seen, (data,)
+        if seen is not None and seen != (data,):
+            try:
+                self._on_change()
+            except Exception:  # a handler's bug must not end the watch
+                log.exception("%s failed", self._what)
+        return True
+
+
 class LeaderWatch:
     """Calls ``on_change()`` (on ZooKeeper's thread: it must not block) each time the group's
     ``leader`` node changes after the watch began: the leader's session ended (the node is
@@ -145,10 +168,10 @@ class LeaderWatch:
     ) -> None:
         self.spec = spec
         hosts, self._path = split(spec)
-        self._on_change = on_change
         self._timeout_s = timeout_s
         self._stop = threading.Event()
-        self._seen: tuple[bytes | None] | None = None  # the leader node's data when last read
+        what = f"leader change handler of {spec}"
+        self._changes = DataChanges(on_change, self._stop.is_set, what)
         self._client = KazooClient(hosts=hosts, timeout=timeout_s)
         self._thread = threading.Thread(target=self._start, name="drc-leader-watch", daemon=True)
         self._thread.start()
@@ -165,21 +188,10 @@ class LeaderWatch:
                 _close(self._client)  # close() ran while this was connecting
                 return
             try:
-                self._client.DataWatch(f"{self._path}/{LEADER}", self._changed)
+                self._client.DataWatch(f"{self._path}/{LEADER}", self._changes)
             except KazooException as exc:  # closed meanwhile
                 log.debug("leader watch of %s not set: %s", self.spec, exc)
             return
-
-    def _changed(self, data: bytes | None, _stat: object) -> bool:
-        if self._stop.is_set():
-            return False  # ends the watch
-        seen, self._seen = self._seen, (data,)
-        if seen is not None and seen != (data,):
-            try:
-                self._on_change()
-            except Exception:  # a reader's bug must not end the watch
-                log.exception("leader change handler of %s failed", self.spec)
-        return True
 
     def urls(self) -> list[str]:
         """The group's URLs, leader first, read over the watch's session; DiscoveryError

@@ -139,7 +139,6 @@ class ZkGroup:
         # Called (on kazoo's threads: it must not block) when this member is elected, its
         # session ends, or the leader node changes: a follower hangs up its read of the leader.
         self.on_change: Callable[[], None] = lambda: None
-        self._leader_seen: tuple[bytes | None] | None = None
 
     # -- session -------------------------------------------------------------------------
 
@@ -343,19 +342,12 @@ class ZkGroup:
         except Exception:  # never into kazoo's threads
             log.exception("group change handler of member %s failed", self.settings.member_id)
 
-    def _leader_node(self, data: bytes | None, _stat: object) -> bool:
-        if self._release.is_set():
-            return False  # this session is over: end the watch
-        seen, self._leader_seen = self._leader_seen, (data,)
-        if seen is not None and seen != (data,):
-            self._changed()
-        return True
-
     def campaign(self) -> None:
         """Enter the election in the background; ``elected`` is set when this member wins.
         The leader node is watched from now on (:attr:`on_change`)."""
         s = self.settings
-        self._client.DataWatch(f"{s.path}/leader", self._leader_node)
+        changed = discovery.DataChanges(self._changed, self._release.is_set, "group change")
+        self._client.DataWatch(f"{s.path}/leader", changed)  # until this session is released
         self._election = self._client.Election(f"{s.path}/election", s.member_id)
 
         def run() -> None:

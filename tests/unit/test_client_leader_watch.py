@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from drc.client import http
+from drc.client.discovery import DataChanges
 from drc.client.fetcher import Fetcher
 from drc.core.scn import SCN
 from tests.support.fake_api import FakeApi, stream
@@ -225,3 +226,24 @@ def test_a_request_hung_up_by_a_leadership_change_is_not_tried_again_on_a_new_co
     assert not thread.is_alive() and time.monotonic() - started < 2, "tried again"
     assert isinstance(got[0], http.Transient)
     http.close_client(client)
+
+
+def test_a_data_watch_tells_each_change_after_the_first_reading_until_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    told: list[str] = []
+    ended = threading.Event()
+
+    def on_change() -> None:
+        told.append("changed")
+        if len(told) == 2:
+            raise RuntimeError("a handler's bug")
+
+    watch = DataChanges(on_change, ended.is_set, "the test's handler")
+    assert watch(b"a", None) and told == []  # the first reading is no change
+    assert watch(b"a", None) and told == []
+    assert watch(None, None) and len(told) == 1  # deleted
+    assert watch(b"b", None) and len(told) == 2  # created; the handler's bug is only logged
+    assert "the test's handler failed" in caplog.text
+    ended.set()
+    assert not watch(b"c", None) and len(told) == 2  # ends the watch
