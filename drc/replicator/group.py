@@ -116,6 +116,48 @@ def _dump(data: dict[str, Any]) -> bytes:
 _load = discovery.load
 
 
+def _create(client: KazooClient, path: str, data: bytes) -> None:
+    """Create the persistent node ``path`` unless it exists (its data then stays)."""
+    try:
+        client.create(path, data)
+    except NodeExistsError:
+        pass
+
+
+def _put(client: KazooClient, path: str, data: bytes) -> None:
+    """Set the persistent node ``path`` to ``data``, creating it if need be."""
+    try:
+        client.create(path, data)
+    except NodeExistsError:
+        client.set(path, data)
+
+
+def connect(client: KazooClient, settings: GroupSettings, stop: threading.Event) -> bool:
+    """Start ``client``'s session, retrying at a steady pace with a clear message while
+    ZooKeeper is unreachable; False if ``stop`` came first."""
+    every = Backoff(settings.connect_retry_s, settings.connect_retry_s)  # steady, no growth
+    policy = Policy(every, retriable=(KazooTimeoutError, KazooException, OSError))
+
+    def unreachable(retrying: Retrying) -> None:
+        log.error(
+            "ZooKeeper %s unreachable (%s); member %s retries in %.0fs: check that "
+            "[group] zookeeper names this datacenter's ensemble and that it runs",
+            settings.hosts,
+            type(retrying.error).__name__,
+            settings.member_id,
+            retrying.delay,
+        )
+
+    if stop.is_set():
+        return False
+    try:
+        start = partial(client.start, timeout=max(settings.session_timeout_s, 2.0))
+        retry(start, policy, sleep=stop.wait, stopped=stop.is_set, on_retry=unreachable)
+    except Stopped:
+        return False
+    return True
+
+
 class ZkGroup:
     """One ZooKeeper session of one member. A new session (after a loss) is a new ZkGroup."""
 
@@ -143,30 +185,8 @@ class ZkGroup:
     # -- session -------------------------------------------------------------------------
 
     def connect(self, stop: threading.Event) -> bool:
-        """Connect, retrying with a clear message while ZooKeeper is unreachable; False if
-        ``stop`` came first."""
-        s = self.settings
-        every = Backoff(s.connect_retry_s, s.connect_retry_s)  # a steady pace, no growth
-        policy = Policy(every, retriable=(KazooTimeoutError, KazooException, OSError))
-
-        def unreachable(retrying: Retrying) -> None:
-            log.error(
-                "ZooKeeper %s unreachable (%s); member %s retries in %.0fs: check that "
-                "[group] zookeeper names this datacenter's ensemble and that it runs",
-                s.hosts,
-                type(retrying.error).__name__,
-                s.member_id,
-                retrying.delay,
-            )
-
-        if stop.is_set():
-            return False
-        try:
-            start = partial(self._client.start, timeout=max(s.session_timeout_s, 2.0))
-            retry(start, policy, sleep=stop.wait, stopped=stop.is_set, on_retry=unreachable)
-        except Stopped:
-            return False
-        return True
+        """Start the session (:func:`connect`); False if ``stop`` came first."""
+        return connect(self._client, self.settings, stop)
 
     def _state_changed(self, state: str) -> None:
         # Called on kazoo's thread: flags only, never a blocking call.
@@ -213,7 +233,7 @@ class ZkGroup:
         c = self._client
         c.ensure_path(f"{s.path}/members")
         c.ensure_path(f"{s.path}/election")
-        self._create_or_check(f"{s.path}/group", {"datacenter": s.datacenter})
+        _create(c, f"{s.path}/group", _dump({"datacenter": s.datacenter}))
         group = _load(c.get(f"{s.path}/group")[0])
         if group.get("datacenter") != s.datacenter:
             raise GroupConfigError(
@@ -252,27 +272,13 @@ class ZkGroup:
 
     def record_source(self, server_ids: frozenset[int]) -> None:
         """Add ``server_ids`` (a leader's answering source servers) to the group's."""
-        path = f"{self.settings.path}/source"
         data = _dump({"server_ids": sorted(self.source_server_ids() | server_ids)})
-        try:
-            self._client.create(path, data)
-        except NodeExistsError:
-            self._client.set(path, data)
+        _put(self._client, f"{self.settings.path}/source", data)
 
     def record_halt(self, halt: Halt) -> None:
-        path = f"{self.settings.path}/halt"
-        data = _dump(
-            {
-                "member": halt.member_id,
-                "term": halt.term,
-                "scn": None if halt.scn is None else str(halt.scn),
-                "message": halt.message,
-            }
-        )
-        try:
-            self._client.create(path, data)
-        except NodeExistsError:
-            self._client.set(path, data)
+        scn = None if halt.scn is None else str(halt.scn)
+        data = {"member": halt.member_id, "term": halt.term, "scn": scn, "message": halt.message}
+        _put(self._client, f"{self.settings.path}/halt", _dump(data))
 
     def halt(self) -> Halt | None:
         """The group's last source refusal (None: there was none). Unreadable content counts
@@ -287,12 +293,6 @@ class ZkGroup:
             return Halt(str(data["member"]), int(data["term"]), scn, str(data["message"]))
         except (KeyError, TypeError, ValueError, MalformedScnError):
             return Halt("?", 0, None, f"(unreadable halt node: {raw[:200]!r})")
-
-    def _create_or_check(self, path: str, data: dict[str, Any]) -> None:
-        try:
-            self._client.create(path, _dump(data))
-        except NodeExistsError:
-            pass
 
     def _register(self) -> None:
         """Our ephemeral member node. One left by our own killed process goes away when its
@@ -371,10 +371,7 @@ class ZkGroup:
         s = self.settings
         c = self._client
         path = f"{s.path}/term"
-        try:
-            c.create(path, b"0")
-        except NodeExistsError:
-            pass
+        _create(c, path, b"0")
         while True:
             raw, stat = c.get(path)
             term = next_term(int(raw or b"0"))

@@ -10,13 +10,7 @@ import pytest
 from kazoo.handlers.threading import KazooTimeoutError
 
 from drc.core.scn import SCN
-from drc.replicator.group import (
-    GroupSettings,
-    Halt,
-    ZkGroup,
-    halt_refusal,
-    source_mismatch,
-)
+from drc.replicator.group import GroupSettings, Halt, connect, halt_refusal, source_mismatch
 
 HALTED_AT = SCN(3, 1, 2, 900)
 
@@ -71,18 +65,14 @@ class Refusing:
         raise KazooTimeoutError("connection time-out")
 
 
-def group(client: Refusing) -> ZkGroup:
-    settings = GroupSettings("zk:2181", "/g/dc1", "r1", "dc1", "http://r1", connect_retry_s=0.01)
-    member = ZkGroup(settings)
-    member._client = client  # type: ignore[assignment]
-    return member
+SETTINGS = GroupSettings("zk:2181", "/g/dc1", "r1", "dc1", "http://r1", connect_retry_s=0.01)
 
 
 def test_connect_retries_at_a_steady_pace_naming_zookeeper_until_it_answers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     client = Refusing(failures=3)
-    assert group(client).connect(threading.Event())
+    assert connect(client, SETTINGS, threading.Event())
     assert client.starts == 4
     unreachable = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
     assert len(unreachable) == 3
@@ -95,6 +85,6 @@ def test_connect_retries_at_a_steady_pace_naming_zookeeper_until_it_answers(
 def test_connect_gives_up_when_stopped_while_zookeeper_is_unreachable() -> None:
     stop = threading.Event()
     client = Refusing(failures=10, stop=stop)
-    assert not group(client).connect(stop)
+    assert not connect(client, SETTINGS, stop)
     assert client.starts == 1
-    assert not group(Refusing(failures=0)).connect(stop)  # stopped before the first try
+    assert not connect(Refusing(failures=0), SETTINGS, stop)
