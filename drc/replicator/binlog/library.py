@@ -20,6 +20,21 @@ from drc.replicator.binlog.events import HEADER_SIZE, EventDecoder, TableEntry
 from drc.replicator.schema_types import table_schema_from_map
 
 PARSED = frozenset({FormatDescriptionEvent, TableMapEvent, QueryEvent, MariadbGtidListEvent})
+# The wrapper's arguments that are the same for every packet: the library reader's defaults
+# (no filters, no checks of its own) but no logging, and the full row metadata (the source was
+# checked for binlog_row_metadata=FULL).
+_FIXED: dict[str, Any] = {
+    "only_tables": None,
+    "ignored_tables": None,
+    "only_schemas": None,
+    "ignored_schemas": None,
+    "freeze_schema": False,
+    "ignore_decode_errors": False,
+    "verify_checksum": False,
+    "optional_meta_data": True,
+    "enable_logging": False,
+    "use_column_name_cache": False,
+}
 
 
 class LibraryParser:
@@ -42,17 +57,8 @@ class LibraryParser:
             mysql_version=self.mysql_version,
             use_checksum=self._decoder.checksum,
             allowed_events=PARSED,
-            only_tables=None,
-            ignored_tables=None,
-            only_schemas=None,
-            ignored_schemas=None,
-            freeze_schema=False,
-            ignore_decode_errors=False,
-            verify_checksum=False,
-            optional_meta_data=True,  # the source was checked for binlog_row_metadata=FULL
-            enable_logging=False,
-            use_column_name_cache=False,
             post_header_lengths=self._decoder.post_header_lengths or None,
+            **_FIXED,
         )
         event = wrapper.event
         if isinstance(event, FormatDescriptionEvent):
