@@ -14,7 +14,8 @@ from drc.core.ddl import parse_table_name
 from drc.core.errors import DrcError, MalformedScnError
 from drc.core.events import TableSchema
 from drc.core.scn import SCN
-from drc.metastore.store import DEFAULT_FILENAME, HistoryEntry, MetaStore
+from drc.metastore.file import DEFAULT_FILENAME
+from drc.metastore.store import HistoryEntry, MetaStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 

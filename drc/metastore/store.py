@@ -3,19 +3,7 @@
 A row change is decoded with its table's schema *as of its SCN*, so the replicator records every
 version a table goes through, and readers ask "what was db.t at SCN s?" (:meth:`schema_at`).
 
-File format (``DIR/metastore.sqlite3`` beside the event buffer; format version 1)::
-
-    meta(key TEXT PRIMARY KEY, value TEXT)      key 'format' = '1'
-    history(
-      id        INTEGER PRIMARY KEY   insertion order: orders entries that share an SCN
-      db, tbl   TEXT                  tbl = '' holds schema-level DDL (CREATE DATABASE, ...)
-      scn       BLOB(20)              SCN.to_bytes(): byte order is SCN order
-      kind      'schema' | 'ddl' | 'drop'
-      columns   TEXT                  kind 'schema': {"columns": [{name, type, nullable,
-                                      charset}], "primary_key": [...]} as JSON
-      statement TEXT                  kind 'ddl' and 'drop': the statement as the source ran it
-    )
-    index history_by_table (db, tbl, scn, id)
+The file, its format and durability are :mod:`drc.metastore.file`'s.
 
 The version in force at SCN s is the newest 'schema' or 'drop' entry at an SCN <= s (later id
 wins at equal SCN); a 'drop' means "no such table" (None). 'ddl' entries are the record of what
@@ -29,59 +17,25 @@ with another server_id (typed by an operator, say) still finds the same point.
 History is append-only. Recording again what is already there (a restarted replicator replaying
 events from its resume point) changes nothing; recording something different at an SCN older
 than the newest entry of a table raises :class:`SchemaHistoryConflictError` instead of rewriting.
-
-Durability: WAL journal, synchronous=FULL. NORMAL would be safe against a process crash but may
-lose the last commits on power loss, which is only harmless if the replicator never resumes after
-an SCN whose history was lost, i.e. if this file were always synced before the event buffer. FULL
-drops that coupling for the price of one fsync per history write, and writes are rare (one per
-DDL or newly seen table), so it costs nothing measurable.
-
-Threads: one connection (``check_same_thread=False``) guarded by a lock, so one writer thread and
-any number of reader threads (the HTTP API) can share a MetaStore; every call is a few indexed
-row reads, so serialising them is cheaper than a connection per thread. Other processes (the
-``drc schema`` CLI) open the file read-only; WAL lets them read while the replicator writes.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
 from drc.core import ddl
-from drc.core.errors import (
-    MetaStoreCorruptError,
-    MetaStoreError,
-    MetaStoreUnavailableError,
-    SchemaHistoryConflictError,
-)
+from drc.core.errors import MetaStoreCorruptError, SchemaHistoryConflictError
 from drc.core.events import Column, SchemaChange, TableSchema
 from drc.core.scn import SCN
 from drc.core.statements import for_log
+from drc.metastore.file import MetaStoreFile, corrupt_message
 
-DEFAULT_FILENAME = "metastore.sqlite3"
-FORMAT_VERSION = "1"
-BUSY_TIMEOUT_S = 5.0
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    """CREATE TABLE IF NOT EXISTS history (
-        id INTEGER PRIMARY KEY,
-        db TEXT NOT NULL,
-        tbl TEXT NOT NULL,
-        scn BLOB NOT NULL CHECK (length(scn) = 20),
-        kind TEXT NOT NULL CHECK (kind IN ('schema', 'ddl', 'drop')),
-        columns TEXT,
-        statement TEXT)""",
-    "CREATE INDEX IF NOT EXISTS history_by_table ON history (db, tbl, scn, id)",
-)
 _LOW, _HIGH = b"\x00" * 4, b"\xff" * 4  # server_id bytes: compared SCN fields come first
 _AFTER_ALL = b"\xff" * 20
 
@@ -113,10 +67,8 @@ class RawEntry:
 class MetaStore:
     """Schema history by SCN in one SQLite file; create with :meth:`open`."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
-        self._conn: sqlite3.Connection | None = conn
-        self._path = path
-        self._lock = threading.Lock()
+    def __init__(self, file: MetaStoreFile) -> None:
+        self._file = file
 
     @classmethod
     def open(cls, path: str | Path, *, read_only: bool = False) -> MetaStore:
@@ -125,45 +77,14 @@ class MetaStore:
         Raises MetaStoreError if the file is missing (read-only) or its directory is, and
         MetaStoreCorruptError if it is not a readable DRC metastore.
         """
-        path = Path(path)
-        if read_only and not path.is_file():
-            raise MetaStoreError(
-                f"no metastore at {path}; point at the replicator's buffer directory "
-                f"(it holds {DEFAULT_FILENAME}) or at the file itself"
-            )
-        if not read_only and not path.parent.is_dir():
-            raise MetaStoreError(f"cannot create metastore {path}: {path.parent} does not exist")
-        target = f"{path.resolve().as_uri()}?mode=ro" if read_only else str(path)
-        try:
-            if not read_only:
-                _make_private(path)
-            conn = sqlite3.connect(
-                target,
-                uri=read_only,
-                timeout=BUSY_TIMEOUT_S,
-                isolation_level=None,  # autocommit; writes use explicit BEGIN IMMEDIATE
-                check_same_thread=False,
-            )
-        except (sqlite3.Error, OSError) as exc:
-            raise MetaStoreError(f"cannot open metastore {path}: {exc}") from exc
-        store = cls(conn, path)
-        try:
-            with store._translated("open"):
-                store._prepare(conn, read_only)
-        except BaseException:
-            conn.close()
-            raise
-        return store
+        return cls(MetaStoreFile.open(Path(path), read_only=read_only))
 
     @property
     def path(self) -> Path:
-        return self._path
+        return self._file.path
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._file.close()
 
     def __enter__(self) -> MetaStore:
         return self
@@ -189,7 +110,7 @@ class MetaStore:
         if not table.table:
             raise ValueError(f"table name of {table.schema!r} is empty; '' is reserved for DDL")
         db, tbl = table.schema, table.table
-        with self._writing("record a schema") as conn:
+        with self._file.writing("record a schema") as conn:
             entry = self._version_at(conn, db, tbl, _high(scn))
             if entry is not None and entry.schema == table:
                 return False
@@ -215,7 +136,7 @@ class MetaStore:
         Replaying a statement already recorded at ``scn`` changes nothing.
         """
         wanted = None if tables is None else set(tables)
-        with self._writing("record DDL") as conn:
+        with self._file.writing("record DDL") as conn:
             steps = self._ddl_steps(conn, scn, change, wanted)
             todo = [s for s in steps if not self._has_statement(conn, s[0], s[1], scn, change)]
             for db, tbl in dict.fromkeys(step[:2] for step in todo):
@@ -278,7 +199,7 @@ class MetaStore:
         skipping any already held; returns how many were added. Followers copy the leader's
         history this way, so every member answers every schema question alike."""
         added = 0
-        with self._writing("copy history") as conn:
+        with self._file.writing("copy history") as conn:
             for e in entries:
                 found = conn.execute(
                     "SELECT 1 FROM history WHERE db = ? AND tbl = ? AND scn = ? AND kind = ?"
@@ -298,7 +219,7 @@ class MetaStore:
 
     def entries_between(self, after: SCN, upto: SCN) -> list[RawEntry]:
         """Every entry at an SCN in (``after``, ``upto``], as stored, in recording order."""
-        with self._reading("read history") as conn:
+        with self._file.reading("read history") as conn:
             rows = conn.execute(
                 "SELECT db, tbl, scn, kind, columns, statement FROM history"
                 " WHERE scn > ? AND scn <= ? ORDER BY id",
@@ -312,18 +233,18 @@ class MetaStore:
     def schema_at(self, schema: str, table: str, scn: SCN) -> TableSchema | None:
         """The schema in force at ``scn``: newest recorded at an SCN <= scn; None if unknown
         or dropped."""
-        with self._reading("read a schema") as conn:
+        with self._file.reading("read a schema") as conn:
             return self._schema_at(conn, schema, table, scn)
 
     def version_at(self, schema: str, table: str, scn: SCN | None = None) -> HistoryEntry | None:
         """The 'schema' or 'drop' entry in force at ``scn`` (default: the newest), or None."""
         high = None if scn is None else _high(scn)
-        with self._reading("read a schema") as conn:
+        with self._file.reading("read a schema") as conn:
             return self._version_at(conn, schema, table, high)
 
     def history(self, schema: str, table: str) -> list[HistoryEntry]:
         """Every entry of ``schema``.``table`` in SCN order (recording order at one SCN)."""
-        with self._reading("read history") as conn:
+        with self._file.reading("read history") as conn:
             rows = conn.execute(
                 "SELECT scn, kind, columns, statement FROM history"
                 " WHERE db = ? AND tbl = ? ORDER BY scn, id",
@@ -333,83 +254,10 @@ class MetaStore:
 
     def tables(self) -> list[tuple[str, str]]:
         """Every (schema, table) with history, dropped ones included, sorted."""
-        with self._reading("list tables") as conn:
+        with self._file.reading("list tables") as conn:
             return self._tables(conn)
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _prepare(self, conn: sqlite3.Connection, read_only: bool) -> None:
-        if not read_only:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-        check = conn.execute("PRAGMA quick_check").fetchall()
-        if check != [("ok",)]:
-            raise MetaStoreCorruptError(_corrupt(self._path, "; ".join(r[0] for r in check[:3])))
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not names and not read_only:
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('format', ?)", (FORMAT_VERSION,)
-            )
-            conn.execute("COMMIT")
-        elif not {"meta", "history"} <= names:
-            raise MetaStoreCorruptError(
-                f"{self._path} is an SQLite file but not a DRC metastore "
-                f"(tables: {', '.join(sorted(names)) or 'none'}); check the path"
-            )
-        row = conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        if row is None or row[0] != FORMAT_VERSION:
-            found = "no format version" if row is None else f"format version {row[0]!r}"
-            raise MetaStoreError(
-                f"metastore {self._path} has {found}; this DRC reads format "
-                f"{FORMAT_VERSION}: run the DRC version that wrote it"
-            )
-
-    @contextmanager
-    def _translated(self, doing: str) -> Iterator[None]:
-        """Turn sqlite3 errors into the DRC error tree, naming the file."""
-        try:
-            yield
-        except sqlite3.OperationalError as exc:
-            text = str(exc)
-            if "locked" in text or "busy" in text:
-                raise MetaStoreUnavailableError(
-                    f"cannot {doing}: metastore {self._path} stayed locked by another writer "
-                    f"for {BUSY_TIMEOUT_S:g}s; is a second replicator using this directory?"
-                ) from exc
-            if "malformed" in text or "not a database" in text:
-                raise MetaStoreCorruptError(_corrupt(self._path, text)) from exc
-            raise MetaStoreError(
-                f"cannot {doing} in metastore {self._path}: {text}; "
-                "check the disk (space, permissions, read-only mount)"
-            ) from exc
-        except sqlite3.DatabaseError as exc:
-            raise MetaStoreCorruptError(_corrupt(self._path, str(exc))) from exc
-
-    @contextmanager
-    def _reading(self, doing: str) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._translated(doing):
-            yield self._connection()
-
-    @contextmanager
-    def _writing(self, doing: str) -> Iterator[sqlite3.Connection]:
-        """One write transaction; rolled back if the body raises."""
-        with self._lock, self._translated(doing):
-            conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise MetaStoreError(f"metastore {self._path} is closed")
-        return self._conn
 
     def _tables(self, conn: sqlite3.Connection) -> list[tuple[str, str]]:
         rows = conn.execute(
@@ -463,7 +311,7 @@ class MetaStore:
             return
         newest = SCN.from_bytes(row[0])
         raise SchemaHistoryConflictError(
-            f"refusing to rewrite the history of {db}.{tbl} in {self._path}: it has entries up "
+            f"refusing to rewrite the history of {db}.{tbl} in {self.path}: it has entries up "
             f"to SCN {newest}, and {what} at the older SCN {scn} differs from what is recorded "
             "there. The source's history is not the one recorded (another source, a restored "
             "backup, or a replicator resumed from a wrong SCN); check the replicator's source "
@@ -496,7 +344,7 @@ class MetaStore:
             table = _decode(db, tbl, columns) if kind == "schema" else None
         except (ValueError, TypeError, KeyError) as exc:
             raise MetaStoreCorruptError(
-                _corrupt(self._path, f"bad history entry of {db}.{tbl}: {exc}")
+                corrupt_message(self._file.path, f"bad history entry of {db}.{tbl}: {exc}")
             ) from exc
         return HistoryEntry(scn, kind, table, statement)  # type: ignore[arg-type]
 
@@ -536,22 +384,3 @@ def _decode(db: str, tbl: str, text: str | None) -> TableSchema:
 
 def _describe(table: TableSchema) -> str:
     return f"({', '.join(f'{c.name} {c.type}' for c in table.columns)})"
-
-
-def _corrupt(path: Path, detail: str) -> str:
-    return (
-        f"metastore {path} is unreadable ({detail}). It holds only schema history: stop the "
-        "replicator, move the file aside for diagnosis and restore it from a backup or a "
-        "follower's copy; a new empty metastore knows only schemas recorded from the "
-        "replicator's resume point on"
-    )
-
-
-def _make_private(path: Path) -> None:
-    """Create the file owner-only (it holds table schemas and DDL text). SQLite gives its WAL
-    and shared-memory files the database file's permissions, so they follow."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
