@@ -15,7 +15,8 @@ from drc.core.errors import DrcError, MalformedScnError
 from drc.core.events import TableSchema
 from drc.core.scn import SCN
 from drc.metastore.file import DEFAULT_FILENAME
-from drc.metastore.store import HistoryEntry, MetaStore
+from drc.metastore.history import HistoryEntry
+from drc.metastore.store import MetaStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -7,7 +7,8 @@ from drc.core.errors import (
     SchemaHistoryConflictError,
 )
 from drc.metastore.file import DEFAULT_FILENAME
-from drc.metastore.store import HistoryEntry, MetaStore
+from drc.metastore.history import HistoryEntry
+from drc.metastore.store import MetaStore
 
 __all__ = [
     "DEFAULT_FILENAME",

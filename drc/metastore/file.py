@@ -14,7 +14,7 @@ File format (``DIR/metastore.sqlite3`` beside the event buffer; format version 1
     )
     index history_by_table (db, tbl, scn, id)
 
-What the entries mean is :mod:`drc.metastore.store`'s.
+What the entries mean is :mod:`drc.metastore.history`'s.
 
 Durability: WAL journal, synchronous=FULL. NORMAL would be safe against a process crash but may
 lose the last commits on power loss, which is only harmless if the replicator never resumes after
