@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from drc.core import ddl
 from drc.core.events import SchemaChange, TableSchema
 from drc.core.scn import SCN
 from drc.core.statements import for_log
+from drc.metastore import ddl_steps
 from drc.metastore.file import MetaStoreFile
 from drc.metastore.history import HistoryEntry, HistoryRows, RawEntry
 
@@ -88,69 +88,17 @@ class MetaStore:
 
         ``tables`` are the (schema, table) pairs to attach it to (the captured ones); None
         means every table :func:`~drc.core.ddl.ddl_tables` finds in the statement. With
-        no table it is kept as schema-level DDL under ``(change.schema, '')``. A DROP TABLE (or
-        the old name of a RENAME) ends the table's version at ``scn``; the new name of a plain
-        RENAME gets the old columns; DROP DATABASE ends every known table of that database.
-        Replaying a statement already recorded at ``scn`` changes nothing.
+        no table it is kept as schema-level DDL under ``(change.schema, '')``. What each table
+        gets is :mod:`drc.metastore.ddl_steps`'s (a DROP or the old name of a RENAME ends its
+        version at ``scn``). Replaying a statement already recorded at ``scn`` changes nothing.
         """
         wanted = None if tables is None else set(tables)
         with self._writing("record DDL") as rows:
-            steps = self._ddl_steps(rows, scn, change, wanted)
-            todo = [s for s in steps if not rows.has_statement(s[0], s[1], scn, change.statement)]
-            for db, tbl in dict.fromkeys(step[:2] for step in todo):
+            steps = ddl_steps.plan(rows, scn, change, wanted)
+            todo = [s for s in steps if not rows.has_statement(s.db, s.tbl, scn, change.statement)]
+            for db, tbl in dict.fromkeys((s.db, s.tbl) for s in todo):
                 rows.refuse_rewrite(db, tbl, scn, f"DDL {for_log(change.statement)!r}")
-            self._apply_ddl(rows, scn, change, todo)
-
-    def _ddl_steps(
-        self,
-        rows: HistoryRows,
-        scn: SCN,
-        change: SchemaChange,
-        wanted: set[tuple[str, str]] | None,
-    ) -> list[tuple[str, str, str, TableSchema | None]]:
-        """(db, tbl, kind, moved schema) to record, in statement order.
-
-        For a rename the old table's schema rides along to its new name, taken as the earlier
-        steps of this same statement leave it (RENAME a TO tmp, b TO a, tmp TO b swaps).
-        """
-        parsed = ddl.ddl_tables(change)
-        state: dict[tuple[str, str], TableSchema | None] = {}  # as earlier steps leave it
-        steps: list[tuple[str, str, str, TableSchema | None]] = []
-        carried: TableSchema | None = None
-        for db, tbl, kind in parsed:
-            schema = None
-            if kind == ddl.RENAME_FROM:
-                known = (db, tbl) in state
-                carried = state[db, tbl] if known else rows.schema_at(db, tbl, scn)
-            elif kind == ddl.RENAME_TO:
-                schema = _renamed(carried, db, tbl)
-            if kind in (ddl.DROP, ddl.RENAME_FROM, ddl.RENAME_TO):
-                state[db, tbl] = schema
-            steps.append((db, tbl, kind, schema))
-        if wanted is not None:
-            steps = [s for s in steps if s[:2] in wanted]
-            named = {(db, tbl) for db, tbl, _ in parsed}
-            steps += [(db, tbl, "ddl", None) for db, tbl in sorted(wanted - named)]
-        dropped_db = ddl.dropped_database(change)
-        if dropped_db is not None:
-            for db, tbl in rows.tables():
-                if db == dropped_db and rows.schema_at(db, tbl, scn) is not None:
-                    steps.append((db, tbl, ddl.DROP, None))
-        steps = [s for s in steps if s[1]] or [(change.schema, "", "ddl", None)]
-        return steps
-
-    def _apply_ddl(
-        self,
-        rows: HistoryRows,
-        scn: SCN,
-        change: SchemaChange,
-        steps: list[tuple[str, str, str, TableSchema | None]],
-    ) -> None:
-        for db, tbl, kind, carried in steps:
-            ends = kind in (ddl.DROP, ddl.RENAME_FROM)
-            rows.insert(db, tbl, scn, "drop" if ends else "ddl", None, change.statement)
-            if kind == ddl.RENAME_TO and carried is not None:
-                rows.insert(db, tbl, scn, "schema", carried, None)
+            ddl_steps.record(rows, scn, change, todo)
 
     def import_entries(self, entries: Sequence[RawEntry]) -> int:
         """Add another member's entries (from :meth:`entries_between`) exactly as they are,
@@ -197,12 +145,6 @@ class MetaStore:
         """One write transaction; rolled back if the body raises."""
         with self._file.writing(doing) as conn:
             yield HistoryRows(conn, self.path)
-
-
-def _renamed(table: TableSchema | None, db: str, tbl: str) -> TableSchema | None:
-    if table is None:
-        return None
-    return TableSchema(db, tbl, table.columns, table.primary_key)
 
 
 def _describe(table: TableSchema) -> str:
