@@ -77,7 +77,7 @@ from drc.apply.stats import ApplyStats
 from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.client import ApiUnavailableError
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.conflicts.probes import Observed
 from drc.conflicts.target import ConflictTarget
 from drc.core.errors import DrcError, FatalError

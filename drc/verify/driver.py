@@ -28,7 +28,8 @@ from typing import Any
 from drc.apply.lww_guard import GUARD_NAME, local_api_url
 from drc.apply.service import target_settings
 from drc.bulk.planner import CHUNK_ROWS, TablePlan, list_tables, plan_table
-from drc.config import ChannelConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
 from drc.core.chunks import Chunk, split_even
 from drc.core.rowsum import Difference, TableReport
 from drc.core.tablefilter import TableFilter
