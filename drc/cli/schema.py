@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from drc.cli.options import format_option, stacked
 from drc.core.ddl import parse_table_name
 from drc.core.errors import DrcError, MalformedScnError
 from drc.core.events import TableSchema
 from drc.core.scn import SCN
 from drc.metastore.store import DEFAULT_FILENAME, HistoryEntry, MetaStore
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class TableNameType(click.ParamType):
@@ -43,33 +42,22 @@ class ScnType(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-def _store_options(command: F) -> F:
-    """--dir / --metastore / --format, shared by every command here."""
-    options = [
-        click.option(
-            "--dir",
-            "directory",
-            type=click.Path(file_okay=False, path_type=Path),
-            help=f"The replicator's buffer directory (holds {DEFAULT_FILENAME}).",
-        ),
-        click.option(
-            "--metastore",
-            "metastore",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="The metastore file itself, instead of --dir.",
-        ),
-        click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(["text", "json"]),
-            default="text",
-            show_default=True,
-            help="Readable blocks, or one JSON document.",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+# --dir / --metastore / --format, shared by every command here.
+_store_options = stacked(
+    click.option(
+        "--dir",
+        "directory",
+        type=click.Path(file_okay=False, path_type=Path),
+        help=f"The replicator's buffer directory (holds {DEFAULT_FILENAME}).",
+    ),
+    click.option(
+        "--metastore",
+        "metastore",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The metastore file itself, instead of --dir.",
+    ),
+    format_option("text", "Readable blocks, or one JSON document."),
+)
 
 
 @contextmanager
