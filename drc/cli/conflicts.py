@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drc.cli.options import config_option, format_option, range_option, stacked
-from drc.cli.schema import TableNameType
+from drc.cli.options import Parsed, config_option, format_option, range_option, stacked
+from drc.cli.schema import TABLE_NAME
 from drc.config import load_config
 from drc.core.errors import DrcError
 from drc.core.jsonwire import value_to_json
@@ -52,21 +52,9 @@ def parse_since(text: str, now: dt.datetime) -> dt.datetime:
     return utc_aware(when)
 
 
-class SinceType(click.ParamType):
-    name = "WHEN"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, dt.datetime):
-            return value
-        try:
-            return parse_since(value, _utcnow())
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
 _since = click.option(
     "--since",
-    type=SinceType(),
+    type=Parsed("WHEN", lambda text: parse_since(text, _utcnow())),
     default=None,
     help=f"Only conflicts detected at or after WHEN: {SINCE_FORMS}.",
 )
@@ -107,9 +95,7 @@ def conflicts() -> None:
 @conflicts.command("list")
 @stacked(config_option, _since, _format)
 @click.option("--channel", default=None, help="Only conflicts of this apply channel.")
-@click.option(
-    "--table", type=TableNameType(), default=None, metavar="DB.TABLE", help="Only this table."
-)
+@click.option("--table", type=TABLE_NAME, default=None, metavar="DB.TABLE", help="Only this table.")
 @range_option("--limit", 50, 1, help="Show at most N (the newest).")
 def list_command(
     config_path: str,

@@ -33,6 +33,22 @@ token_option = click.option(
 _pem = click.Path(exists=True, dir_okay=False)
 
 
+class Parsed(click.ParamType):
+    """A value read from its text by ``parse``, whose ValueError is the option's usage error."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self._parse = parse
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value  # read already: click may convert a value twice
+        try:
+            return self._parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 def stacked(*options: Callable[[F], F]) -> Callable[[F], F]:
     """The options as one decorator, in the order given (the first is listed first)."""
 

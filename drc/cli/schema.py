@@ -10,37 +10,14 @@ from typing import Any
 
 import click
 
-from drc.cli.options import format_option, stacked
+from drc.cli.options import Parsed, format_option, stacked
 from drc.core.ddl import parse_table_name
-from drc.core.errors import DrcError, MalformedScnError
+from drc.core.errors import DrcError
 from drc.core.events import TableSchema
 from drc.core.scn import SCN
 from drc.metastore.store import DEFAULT_FILENAME, HistoryEntry, MetaStore
 
-
-class TableNameType(click.ParamType):
-    name = "DB.TABLE"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, tuple):
-            return value
-        try:
-            return parse_table_name(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class ScnType(click.ParamType):
-    name = "SCN"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, SCN):
-            return value
-        try:
-            return SCN.parse(value)
-        except MalformedScnError as exc:
-            self.fail(str(exc), param, ctx)
-
+TABLE_NAME = Parsed("DB.TABLE", parse_table_name)
 
 # --dir / --metastore / --format, shared by every command here.
 _store_options = stacked(
@@ -84,7 +61,7 @@ def schema() -> None:
 
 
 @schema.command()
-@click.argument("table", type=TableNameType(), metavar="DB.TABLE")
+@click.argument("table", type=TABLE_NAME, metavar="DB.TABLE")
 @_store_options
 def history(
     table: tuple[str, str], directory: Path | None, metastore: Path | None, fmt: str
@@ -110,11 +87,11 @@ def history(
 
 
 @schema.command()
-@click.argument("table", type=TableNameType(), metavar="DB.TABLE")
+@click.argument("table", type=TABLE_NAME, metavar="DB.TABLE")
 @_store_options
 @click.option(
     "--scn",
-    type=ScnType(),
+    type=Parsed("SCN", SCN.parse),
     default=None,
     help="Show the schema in force at this SCN (change_id:server_id:log_index:log_pos); "
     "default: the newest.",
