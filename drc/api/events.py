@@ -31,7 +31,7 @@ from drc.api.pull import (
     render_json,
     render_records,
 )
-from drc.api.query import BadQuery, PullQuery, parse_pull_query
+from drc.api.pullquery import BadQuery, PullQuery, parse_pull_query
 from drc.core.errors import RetriableError, ScnTooOldError, shown
 
 router = APIRouter(dependencies=[Depends(require_token)])

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from drc.api import wire
 from drc.api.batching import BatchBuilder, Item
-from drc.api.query import PullQuery
+from drc.api.pullquery import PullQuery
 from drc.core.errors import ScnTooOldError
 from drc.core.jsonwire import transaction_to_json
 from drc.core.scn import SCN

@@ -35,7 +35,7 @@ from fastapi.responses import StreamingResponse
 from drc.api import accept, wire
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
-from drc.api.query import BadQuery, single_values
+from drc.api.pullquery import BadQuery, single_values
 from drc.api.ranges import Unsatisfiable, parse_range
 from drc.core.errors import MalformedScnError, shown
 from drc.core.scn import SCN

@@ -46,7 +46,7 @@ from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
 from drc.api.events import pull_failure, request_query
 from drc.api.pull import STOP_CHECK_S, EpochMismatch, Pull, render_records
-from drc.api.query import PullQuery
+from drc.api.pullquery import PullQuery
 from drc.core.errors import DrcError, RetriableError, ScnTooOldError
 
 router = APIRouter(dependencies=[Depends(require_token)])

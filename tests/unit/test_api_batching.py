@@ -1,4 +1,4 @@
-"""Filtering and batching of pulls (drc.api.batching, drc.api.query): pure, no buffer, no HTTP."""
+"""Filtering and batching of pulls (drc.api.batching, drc.api.pullquery): pure, no I/O."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from drc.api import batching, wire
 from drc.api.batching import BatchBuilder, Limits, Selection, select, transactions
-from drc.api.query import BadQuery, ServerLimits, parse_pull_query
+from drc.api.pullquery import BadQuery, ServerLimits, parse_pull_query
 from drc.core.codec import decode_transaction, encode_transaction
 from drc.core.events import SchemaChange, Transaction
 from drc.core.scn import SCN
