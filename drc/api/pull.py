@@ -2,7 +2,7 @@
 waits; :func:`pull` waits blocking in the calling thread, while the events handler reads in
 worker threads and waits on the event loop (drc.api.commits), holding no thread meanwhile.
 
-Waiting (``wait_ms``, see :mod:`drc.api.wire`):
+Waiting (``wait_ms``, see :mod:`drc.api.pullquery`):
 
 - ``-1``: one pass over what is committed now.
 - ``>0``: latency first: as soon as the batch holds one matching transaction it is returned;
@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
-from drc.api import wire
+from drc.api import pullquery, wire
 from drc.api.batching import BatchBuilder, Item
 from drc.api.pullquery import PullQuery
 from drc.core.errors import ScnTooOldError
@@ -202,7 +202,7 @@ def pull(
 
 
 def _answered(wait_ms: int, builder: BatchBuilder) -> bool:
-    if wait_ms == wire.WAIT_NONE:
+    if wait_ms == pullquery.WAIT_NONE:
         return True
     return wait_ms > 0 and builder.transactions > 0
 

@@ -1,9 +1,24 @@
-"""The query of ``GET /v1/events``, parsed strictly from raw text into a :class:`PullQuery`.
+"""The query of ``GET /v1/events`` and ``GET /v1/stream``: each parameter's name, values,
+default and meaning, parsed strictly from raw text into a :class:`PullQuery`.
 
-Pure. Every problem raises :class:`BadQuery` naming the parameter, the value and what is
-expected; the handler answers 400 with that message. Unknown and repeated parameters are
-refused (a typo never silently falls back to a default). Limits above the server's are clamped
-to them, not refused: the server's limits are an operator's choice a client cannot know.
+Pure (no FastAPI, no I/O): the SDK imports the names from here. Every problem raises
+:class:`BadQuery` naming the parameter, the value and what is expected; the handler answers 400
+with that message. Unknown and repeated parameters are refused (a typo never silently falls back
+to a default). Limits above the server's are clamped to them, not refused: the server's limits
+are an operator's choice a client cannot know.
+
+DRC-applied transactions stored without their rows (``[replicator] drc_applied = "marker"``,
+records flagged ``rows_omitted``, see drc.core.codec): ``skip_drc=1`` leaves them out like any
+DRC-originated transaction. Without it a pull must say ``drc_applied=marker`` to receive them
+(they pass any ``tables`` filter, as which tables they wrote is not stored); otherwise a
+replicator in marker mode refuses the pull at once, and any replicator refuses a batch that
+would hold such a record, with 409 ``rows_omitted``, so no subscriber takes a transaction
+without its rows for one that wrote nothing.
+
+``wait_ms``: ``-1`` answers with what is there now; ``>0`` waits up to that many ms but answers
+as soon as one matching transaction is there (latency first); ``0`` waits until the batch is
+full (``max_events`` transactions or ``max_bytes`` record bytes), at most the server's
+``max_wait_ms`` (Canal's "wait until full").
 """
 
 from __future__ import annotations
@@ -12,26 +27,44 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from drc.api import wire
 from drc.api.batching import Limits, Selection
 from drc.core.errors import MalformedScnError, shown
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter, TableFilterError
 
+PARAM_AFTER = "after"
+PARAM_TABLES = "tables"
+PARAM_MAX_EVENTS = "max_events"
+PARAM_MAX_BYTES = "max_bytes"
+PARAM_WAIT_MS = "wait_ms"
+PARAM_EPOCH = "epoch"
+PARAM_SKIP_DRC = "skip_drc"
+# How a pull without skip_drc takes DRC-originated transactions stored without their rows
+# (a replicator with [replicator] drc_applied = "marker"): "full" (the default) refuses them
+# with 409 rows_omitted, "marker" receives them as records flagged rows_omitted.
+PARAM_DRC_APPLIED = "drc_applied"
+DRC_APPLIED_FULL = "full"
+DRC_APPLIED_MARKER = "marker"
+_KNOWN = (
+    PARAM_AFTER,
+    PARAM_TABLES,
+    PARAM_MAX_EVENTS,
+    PARAM_MAX_BYTES,
+    PARAM_WAIT_MS,
+    PARAM_EPOCH,
+    PARAM_SKIP_DRC,
+    PARAM_DRC_APPLIED,
+)
+
+# wait_ms values with a special meaning; any other positive value waits up to that many ms
+# but returns as soon as one matching transaction is there (latency first).
+WAIT_NONE = -1  # return what is there now
+WAIT_FULL = 0  # wait until the batch is full, capped at the server's max_wait_ms
+
 DEFAULT_MAX_EVENTS = 1000
 _INT = re.compile(r"-?[0-9]{1,18}", re.ASCII)  # bounded: no huge-int parsing of hostile input
 _EPOCH = re.compile(r"[0-9A-Za-z-]{1,64}", re.ASCII)
 _BOOLS = {"0": False, "1": True, "false": False, "true": True}
-_KNOWN = (
-    wire.PARAM_AFTER,
-    wire.PARAM_TABLES,
-    wire.PARAM_MAX_EVENTS,
-    wire.PARAM_MAX_BYTES,
-    wire.PARAM_WAIT_MS,
-    wire.PARAM_EPOCH,
-    wire.PARAM_SKIP_DRC,
-    wire.PARAM_DRC_APPLIED,
-)
 _MAX_SHOWN = 60
 
 
@@ -53,7 +86,7 @@ class PullQuery:
     after: SCN
     selection: Selection
     limits: Limits
-    wait_ms: int  # wire.WAIT_NONE, wire.WAIT_FULL, or a positive wait (clamped)
+    wait_ms: int  # WAIT_NONE, WAIT_FULL, or a positive wait (clamped)
     epoch: str | None
     max_wait_ms: int = 0  # the longest this pull may wait, whatever the mode
 
@@ -65,22 +98,22 @@ class PullQuery:
 def parse_pull_query(params: Sequence[tuple[str, str]], server: ServerLimits) -> PullQuery:
     """Parse the query's (name, value) pairs, in order as sent."""
     values = single_values(params)
-    text = values.get(wire.PARAM_AFTER)
+    text = values.get(PARAM_AFTER)
     if text is None:
         raise BadQuery("after is required: the SCN to read after (0:0:0:0 for the beginning)")
     try:
         after = SCN.parse(text)
-        tables = TableFilter.parse_list(values.get(wire.PARAM_TABLES, ""))
+        tables = TableFilter.parse_list(values.get(PARAM_TABLES, ""))
     except (MalformedScnError, TableFilterError) as exc:
-        name = wire.PARAM_TABLES if isinstance(exc, TableFilterError) else wire.PARAM_AFTER
+        name = PARAM_TABLES if isinstance(exc, TableFilterError) else PARAM_AFTER
         raise BadQuery(f"{name}: {exc}") from exc
-    max_events = _int(values, wire.PARAM_MAX_EVENTS, 1, min(DEFAULT_MAX_EVENTS, server.max_events))
-    max_bytes = _int(values, wire.PARAM_MAX_BYTES, 1, server.max_bytes)
-    wait_ms = _int(values, wire.PARAM_WAIT_MS, wire.WAIT_NONE, wire.WAIT_NONE)
+    max_events = _int(values, PARAM_MAX_EVENTS, 1, min(DEFAULT_MAX_EVENTS, server.max_events))
+    max_bytes = _int(values, PARAM_MAX_BYTES, 1, server.max_bytes)
+    wait_ms = _int(values, PARAM_WAIT_MS, WAIT_NONE, WAIT_NONE)
     return PullQuery(
         after=after,
         selection=Selection(
-            tables, _bool(values, wire.PARAM_SKIP_DRC), _drc_applied(values) == "marker"
+            tables, _bool(values, PARAM_SKIP_DRC), _drc_applied(values) == DRC_APPLIED_MARKER
         ),
         limits=Limits(min(max_events, server.max_events), min(max_bytes, server.max_bytes)),
         wait_ms=min(wait_ms, server.max_wait_ms) if wait_ms > 0 else wait_ms,
@@ -90,9 +123,9 @@ def parse_pull_query(params: Sequence[tuple[str, str]], server: ServerLimits) ->
 
 
 def _longest_wait(wait_ms: int, server_max_ms: int) -> int:
-    if wait_ms == wire.WAIT_NONE:
+    if wait_ms == WAIT_NONE:
         return 0
-    return server_max_ms if wait_ms == wire.WAIT_FULL else min(wait_ms, server_max_ms)
+    return server_max_ms if wait_ms == WAIT_FULL else min(wait_ms, server_max_ms)
 
 
 def single_values(
@@ -129,17 +162,17 @@ def _bool(values: dict[str, str], name: str) -> bool:
 
 
 def _drc_applied(values: dict[str, str]) -> str:
-    text = values.get(wire.PARAM_DRC_APPLIED, wire.DRC_APPLIED_FULL)
-    if text not in (wire.DRC_APPLIED_FULL, wire.DRC_APPLIED_MARKER):
+    text = values.get(PARAM_DRC_APPLIED, DRC_APPLIED_FULL)
+    if text not in (DRC_APPLIED_FULL, DRC_APPLIED_MARKER):
         raise BadQuery(
-            f"{wire.PARAM_DRC_APPLIED} must be {wire.DRC_APPLIED_FULL!r} or "
-            f"{wire.DRC_APPLIED_MARKER!r}, got {_show(text)}"
+            f"{PARAM_DRC_APPLIED} must be {DRC_APPLIED_FULL!r} or "
+            f"{DRC_APPLIED_MARKER!r}, got {_show(text)}"
         )
     return text
 
 
 def _epoch(values: dict[str, str]) -> str | None:
-    text = values.get(wire.PARAM_EPOCH)
+    text = values.get(PARAM_EPOCH)
     if text is not None and not _EPOCH.fullmatch(text):
         raise BadQuery(
             f"epoch must be a buffer epoch (hex text) from an earlier answer, got {_show(text)}"

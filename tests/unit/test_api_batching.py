@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drc.api import batching, wire
+from drc.api import batching, pullquery
 from drc.api.batching import BatchBuilder, Limits, Selection, select, transactions
 from drc.api.pullquery import BadQuery, ServerLimits, parse_pull_query
 from drc.core.codec import decode_transaction, encode_transaction
@@ -196,7 +196,7 @@ def test_defaults_and_clamps() -> None:
     q = parse(after="1:2:3:4", max_events="999", max_bytes="99999", wait_ms="60000")
     assert (q.limits.max_events, q.limits.max_bytes, q.wait_ms, q.wait_s) == (50, 1000, 2000, 2)
     q = parse(after="1:2:3:4", wait_ms="0", skip_drc="1", tables="shop.orders, shop.x*")
-    assert q.wait_ms == wire.WAIT_FULL and q.wait_s == 2 and q.selection.skip_drc
+    assert q.wait_ms == pullquery.WAIT_FULL and q.wait_s == 2 and q.selection.skip_drc
     assert q.selection.tables.matches("shop", "xy") and not q.selection.tables.matches("a", "b")
 
 
