@@ -128,7 +128,7 @@ async def _serve(
         return pull_failure(deps, query, exc).response()
     if not batch.items or sum(len(i.record()) for i in batch.items) <= INLINE_BYTES:
         return _response(deps, batch, records)  # small: rendering beats a thread hand-off
-    limiter = deps.limiter if query.wait_ms == pullquery.WAIT_NONE else deps.long_poll_limiter
+    limiter = deps.long_poll_limiter if query.waits else deps.limiter
     return await anyio.to_thread.run_sync(_response, deps, batch, records, limiter=limiter)
 
 
@@ -187,8 +187,7 @@ def rows_omitted_error(found: RowsOmitted | None) -> ApiError:
 
 async def _collect(deps: ApiDeps, commits: CommitSignal, caller: str, query: PullQuery) -> Batch:
     """Scan, and while the query allows, wait for commits and scan again."""
-    waits = query.wait_ms != pullquery.WAIT_NONE
-    limiter = deps.long_poll_limiter if waits else deps.limiter
+    limiter = deps.long_poll_limiter if query.waits else deps.limiter
     state = Pull(deps.pull_buffer(), query)
     with ExitStack() as held:
         slot = False

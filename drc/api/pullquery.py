@@ -23,13 +23,15 @@ full (``max_events`` transactions or ``max_bytes`` record bytes), at most the se
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from drc.api.batching import Limits, Selection
 from drc.core.errors import MalformedScnError, shown
+from drc.core.events import Transaction
 from drc.core.scn import SCN
+from drc.core.selection import selects_ddl
 from drc.core.tablefilter import TableFilter, TableFilterError
 
 PARAM_AFTER = "after"
@@ -72,6 +74,92 @@ class BadQuery(ValueError):
     """A query parameter that is missing, malformed or out of range; the message says which."""
 
 
+# A stored record's (drc_originated, (schema, table) of each row change, DDL statements), as
+# drc.core.codec.peek_tables reads it without decoding the rows.
+Peek = tuple[bool, Collection[tuple[str, str]], int]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which transactions and row changes a subscriber wants, per stored transaction (its
+    records share one SCN; fragments 0.. with the last one flagged ``last_fragment``).
+    drc.api.batching asks it only through its members below, so a parameter that narrows what
+    is sent is a field here and its part in each of them.
+
+    - ``skip_drc``: a transaction flagged ``drc_originated`` is dropped whole.
+    - ``markers``: without ``skip_drc``, a DRC-originated transaction stored without its rows
+      (``rows_omitted``) is sent as stored, whatever the ``tables`` filter (its tables are not
+      known); without ``markers`` meeting one raises the API's 409 (batching's RowsOmitted).
+    - ``tables``: each fragment keeps the row changes of matching tables and the DDL that names
+      a matching table (:func:`drc.core.selection.selects_ddl`), or, naming no table (CREATE
+      DATABASE, GRANT, ...), runs in a database the filter could match.
+    """
+
+    tables: TableFilter = TableFilter()
+    skip_drc: bool = False
+    markers: bool = False  # takes records stored without their rows (drc_applied=marker)
+
+    @property
+    def refuses_markers(self) -> bool:
+        return not (self.skip_drc or self.markers)
+
+    @property
+    def passes_everything(self) -> bool:
+        """Every stored record is sent as stored: no record's content is read."""
+        return self.tables.matches_everything and not self.skip_drc
+
+    def whole(self, peeks: Sequence[Peek]) -> bool | None:
+        """From the peeks of a transaction's records: False to drop it, True to send its records
+        as stored (each has row changes, all of matching tables, and no DDL); None when only its
+        decoded rows tell (:meth:`drops`, :meth:`narrow`)."""
+        if self.skip_drc and any(drc for drc, _tables, _ddl in peeks):
+            return False
+        match = self.tables.matches
+        for _drc, tables, ddl in peeks:
+            if ddl or not tables or not all(match(db, table) for db, table in tables):
+                return None
+        return True
+
+    def drops(self, txns: Sequence[Transaction]) -> bool:
+        """Whether a decoded transaction (its fragments) is left out whole."""
+        return self.skip_drc and any(t.drc_originated for t in txns)
+
+    def narrow(self, txn: Transaction) -> Transaction:
+        """``txn`` with only the wanted row changes and DDL (``txn`` itself if all are)."""
+        tables = self.tables
+        if tables.matches_everything:
+            return txn
+        match = tables.matches
+        changes = tuple(c for c in txn.changes if match(c.schema, c.table))
+        ddl = tuple(d for d in txn.ddl if selects_ddl(tables, d))
+        if len(changes) == len(txn.changes) and len(ddl) == len(txn.ddl):
+            return txn
+        return dataclasses.replace(txn, changes=changes, ddl=ddl)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How much one batch holds. drc.api.batching asks it only through :meth:`allows` and
+    :meth:`room`, so a bound on a batch's transactions or bytes is a field here and its part in
+    both. The first transaction is sent whole, whatever it holds."""
+
+    max_events: int
+    max_bytes: int
+
+    def __post_init__(self) -> None:
+        if self.max_events < 1 or self.max_bytes < 1:
+            raise ValueError(f"limits must be >= 1, got {self.max_events}, {self.max_bytes}")
+
+    def allows(self, transactions: int, size: int) -> bool:
+        """Whether a batch of ``transactions`` holding ``size`` record bytes is within them."""
+        return transactions <= self.max_events and size <= self.max_bytes
+
+    def room(self, transactions: int, size: int) -> tuple[int, int]:
+        """The most records and bytes that may still fit after that many: what a pull that
+        sends every stored record reads at once."""
+        return self.max_events - transactions, self.max_bytes - size
+
+
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
     """The operator's clamps (from ApiConfig)."""
@@ -89,6 +177,11 @@ class PullQuery:
     wait_ms: int  # WAIT_NONE, WAIT_FULL, or a positive wait (clamped)
     epoch: str | None
     max_wait_ms: int = 0  # the longest this pull may wait, whatever the mode
+
+    @property
+    def waits(self) -> bool:
+        """Whether the pull may wait for commits (a long poll)."""
+        return self.wait_ms != WAIT_NONE
 
     @property
     def wait_s(self) -> float:

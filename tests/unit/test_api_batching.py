@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drc.api import batching, pullquery
-from drc.api.batching import BatchBuilder, Limits, Selection, select, transactions
-from drc.api.pullquery import BadQuery, ServerLimits, parse_pull_query
+from drc.api.batching import BatchBuilder, select, transactions
+from drc.api.pullquery import BadQuery, Limits, Selection, ServerLimits, parse_pull_query
 from drc.core.codec import decode_transaction, encode_transaction
 from drc.core.events import SchemaChange, Transaction
 from drc.core.scn import SCN
