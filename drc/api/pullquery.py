@@ -1,6 +1,12 @@
 """The query of ``GET /v1/events`` and ``GET /v1/stream``: each parameter's name, values,
 default and meaning, parsed strictly from raw text into a :class:`PullQuery`.
 
+A new pull parameter is a change to this file alone: its name in ``_KNOWN``, its parsing and
+default in :func:`parse_pull_query`, and what it does in :class:`Selection` (what is sent) or
+:class:`Limits` (how much one batch holds). drc.api.batching, pull, events and stream apply
+those without naming any parameter; the SDK sends one once drc.client.subscriber has a keyword
+for it.
+
 Pure (no FastAPI, no I/O): the SDK imports the names from here. Every problem raises
 :class:`BadQuery` naming the parameter, the value and what is expected; the handler answers 400
 with that message. Unknown and repeated parameters are refused (a typo never silently falls back
