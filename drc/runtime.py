@@ -20,7 +20,7 @@ from typing import Any
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps, ChannelDesk
 from drc.api.longpolls import LongPollGate, LongPollLimits
-from drc.api.query import ServerLimits
+from drc.api.pullquery import ServerLimits
 from drc.api.server import ApiServer, ApiServerError
 from drc.apply.handover import FinishRun
 from drc.apply.service import target_settings
