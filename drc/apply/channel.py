@@ -58,7 +58,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -339,7 +339,7 @@ class ApplyChannel:
             or pending_ddl
             or force
             or worth_saving(self._applied, position)
-            or self._lease_moved()
+            or self.handover.taken_meanwhile(self._retrying)
         ):
             group.clear()
             self.progress.applied()  # nothing to write: what was taken needs nothing more
@@ -379,26 +379,15 @@ class ApplyChannel:
         """A catch-up or snapshot ran since the checkpoint was read: go on from the checkpoint
         it wrote, dropping what it applied (nothing skipped: the stream after it is still in
         the group or to come)."""
-        found = self.target.query(checkpoint.select(self.name), "reading the checkpoint")
-        self.handover.caught_up()
-        if found:
-            moved = checkpoint.parse(self.name, found[0]).scn
-            log.info("channel %s: a catch-up applied up to %s; streaming from there", self.name,
-                     moved)  # fmt: skip
+        moved = self.handover.caught_up()
+        if moved is not None:
             self._applied = max(self._applied, moved)
         if self._read_windows():  # a snapshot joined tables: the group was filtered without
             exc = Restart()  # their windows; take the stream again after the checkpoint
             self.target.recover(exc)
             raise exc
         group.transactions[:] = [t for t in group.transactions if t.scn > self._applied]
-        if row.scn > self._applied:
-            return row
-        pending = row.pending_ddl_scn
-        return replace(
-            row,
-            scn=self._applied,
-            pending_ddl_scn=pending if pending and pending > self._applied else None,
-        )
+        return row.at_least(self._applied)
 
     def _write_group(
         self,
@@ -421,14 +410,6 @@ class ApplyChannel:
         self._conflict_tables = [f"{e.schema}.{e.table}" for e in decision.entries]
         effects.conflicts = decision.counts.conflicts
         return effects
-
-    def _lease_moved(self) -> bool:
-        """Whether a catch-up or snapshot took the channel's lease since the checkpoint was
-        read (looked at every LEASE_CHECK_S at most). A channel with nothing to write reads
-        the lease only when it commits: without this, one whose selected tables are idle (or
-        whose changes are all echoes) would never see the tables a snapshot joined, nor apply
-        their changes."""
-        return self.handover.look_due() and bool(self._retrying(self.handover.taken_since))
 
     def _isolated(self, group: Group, exc: FatalError, pending_ddl: SCN | None) -> FatalError:
         """The transaction a failed group stopped at: each of its transactions is written
