@@ -62,12 +62,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from drc.apply import audit, checkpoint, ddl_journal, plan, windows
+from drc.apply import audit, checkpoint, ddl_journal, windows
 from drc.apply.actions import OperatorActions, Restart
 from drc.apply.catchup_journal import Run
 from drc.apply.control import Stoppage
 from drc.apply.ddl import DdlApplier
-from drc.apply.engine import ApplyEngine
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
 from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
@@ -76,9 +75,9 @@ from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.stats import ApplyStats
 from drc.apply.target import Target
 from drc.apply.windows import DropCopied
+from drc.apply.writer import GroupWriter, Written
 from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
-from drc.conflicts.probes import Observed
 from drc.conflicts.target import ConflictTarget
 from drc.core.errors import DrcError, FatalError
 from drc.core.events import Transaction
@@ -110,7 +109,7 @@ class ChannelParts:
     target: Target  # the local database (drc.apply.sink.TargetSession)
     subscribe: Callable[[SCN], SubscriberLike]  # the remote stream, after an SCN
     filters: Sequence[Stage]  # the filter chain, in order (drc.apply.stages)
-    engine: ApplyEngine  # the decisions (drc.apply.engine)
+    writer: GroupWriter  # a group's decisions and writes (drc.apply.writer)
     handover: CatchupHandover  # the catch-up lease and an interrupted run (drc.apply.handover)
     ddl: DdlApplier  # replicated DDL, exactly once (drc.apply.ddl)
     actions: OperatorActions  # pause, skip, rewind, reload (drc.apply.actions)
@@ -136,7 +135,7 @@ class ApplyChannel:
         # State and lag (drc.apply.progress); a long poll may rightly last wait_ms.
         self.progress = ChannelProgress(STALE_AFTER_S + channel.wait_ms / 1000)
         self.target = parts.target
-        self.engine = parts.engine
+        self.writer = parts.writer
         self.conflicts = parts.conflicts
         self.handover = parts.handover
         self.ddl = parts.ddl
@@ -156,8 +155,6 @@ class ApplyChannel:
         self._rejoin = parts.rejoin
         self._select(parts.filters, parts.subscribe)
         self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
-        self._replays = 0
-        self._conflict_tables: list[str] = []
 
     @property
     def catchup_unfinished(self) -> Run | None:
@@ -348,32 +345,30 @@ class ApplyChannel:
             self.name, position, self.channel.origin, group.epoch, pending_ddl
         )
         try:
-            effects = self._retrying(lambda: self._commit(group, row))
+            written = self._retrying(lambda: self._commit(group, row))
         except FatalError as exc:
             raise self._isolated(group, exc, pending_ddl) from exc
         self.progress.target_ok()
         self._applied = max(self._applied, row.scn)  # a catch-up may have moved it further
-        self._record(group, effects)
+        self._record(group, written)
         group.clear()
         self.progress.applied()
 
-    def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
-        """One attempt: decide the group's writes (drc.apply.engine), then write them, the
-        conflict log, tombstones and the checkpoint row, and COMMIT.
-
-        The lease is read first in the transaction either way (drc.apply.handover: its shared
-        lock keeps a catch-up out until COMMIT). While it was last seen free and unchanged,
-        the read is sent ahead of the writes and checked before COMMIT: one round trip less
-        per target transaction; if it moved, the attempt is rolled back and made again
-        reading it first."""
+    def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> Written:
+        """One attempt: the group written with the checkpoint row, and COMMIT (drc.apply
+        .writer), the lease read first (drc.apply.handover: its shared lock keeps a catch-up
+        out until COMMIT), sent ahead of the writes while it was last seen free and unchanged
+        (if it moved, the attempt is rolled back and made again reading it first)."""
+        converging = self._copied.windows.converging if self._copied.windows else None
         if self.handover.steady:
             try:
-                return self._write_group(group, row, self.handover.send_ahead())
+                ahead = self.handover.send_ahead()
+                return self.writer.write(group.transactions, row, ahead, converging)
             except LeaseMoved as exc:
                 self.target.recover(exc)
         if self.handover.check(self._applied):
             row = self._caught_up(group, row)
-        return self._write_group(group, row, None)
+        return self.writer.write(group.transactions, row, None, converging)
 
     def _caught_up(self, group: Group, row: checkpoint.CheckpointRow) -> checkpoint.CheckpointRow:
         """A catch-up or snapshot ran since the checkpoint was read: go on from the checkpoint
@@ -388,28 +383,6 @@ class ApplyChannel:
             raise exc
         group.transactions[:] = [t for t in group.transactions if t.scn > self._applied]
         return row.at_least(self._applied)
-
-    def _write_group(
-        self,
-        group: Group,
-        row: checkpoint.CheckpointRow,
-        before_commit: Callable[[], None] | None,
-    ) -> plan.Effects:
-        converging = self._copied.windows.converging if self._copied.windows else None
-        pending = self.engine.prepare(group.transactions, converging)
-        observed: list[Observed] = []
-        if self.conflicts is not None:  # first: it reads and locks the rows the group touches
-            observed = self.conflicts.probe(pending.probes)
-        decision = self.engine.decide(pending, observed, lazy=True)  # planned as it is sent
-        replays = [e for e in decision.entries if self.control.is_replay(SCN.parse(e.scn))]
-        if replays:  # a rewound channel meets its own earlier writes: not conflicts
-            decision.entries = [e for e in decision.entries if e not in replays]
-            decision.counts.conflicts -= len(replays)
-        effects = self.target.write(decision.writes, decision.log_statements(), row, before_commit)
-        self._replays = len(replays)  # counted once committed (_record): an attempt may fail
-        self._conflict_tables = [f"{e.schema}.{e.table}" for e in decision.entries]
-        effects.conflicts = decision.counts.conflicts
-        return effects
 
     def _isolated(self, group: Group, exc: FatalError, pending_ddl: SCN | None) -> FatalError:
         """The transaction a failed group stopped at: each of its transactions is written
@@ -427,26 +400,23 @@ class ApplyChannel:
                     alone.add(txn, self._clock())
                 row = checkpoint.CheckpointRow(self.name, scn, self.channel.origin, group.epoch)
                 try:
-                    effects = self._retrying(partial(self._commit, alone, row))
+                    written = self._retrying(partial(self._commit, alone, row))
                 except FatalError as single:
                     exc, failing = single, scn
                     break
                 self._applied = scn
-                self._record(alone, effects)
+                self._record(alone, written)
         exc.stoppage = Stoppage.at(
             failing, exc, [t for t in group.transactions if t.scn == failing]
         )
         return exc
 
-    def _record(self, group: Group, effects: plan.Effects) -> None:
+    def _record(self, group: Group, written: Written) -> None:
         stats = self.stats
-        stats.replays += self._replays
-        for name in self._conflict_tables:
-            stats.conflicts_by_table[name] = stats.conflicts_by_table.get(name, 0) + 1
-        self._replays, self._conflict_tables = 0, []
         stats.commits += 1
         stats.transactions += group.complete
-        stats.add_effects(effects)
+        stats.add_effects(written.effects)
+        stats.add_conflicts(written.conflict_tables, written.replays)
         stats.last_scn = self._applied
         stats.ddl_skipped = self._filters.ddl_skipped
 

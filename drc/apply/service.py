@@ -33,6 +33,7 @@ from drc.apply.stages import (
     SkipDrcOriginated,
     Stage,
 )
+from drc.apply.writer import GroupWriter
 from drc.client import ApiUnavailableError, Subscriber
 from drc.client.status import fetch_position, fetch_status
 from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
@@ -126,18 +127,20 @@ def build_parts(
     names = NameMap(channel.map_tables, channel.map_columns)
     handling = _conflict_target(channel, session, conflicts, datacenter, names)
     filters, subscribe = channel_filters(channel, handling is not None, subscriber_factory)
+    actions = OperatorActions(channel.name, hold_on_error=hold_on_error)
+    engine = ApplyEngine(
+        session, channel.no_primary_key, None if handling is None else handling.engine
+    )
     return ChannelParts(
         target=session,
         subscribe=subscribe,
         filters=filters,
-        engine=ApplyEngine(
-            session, channel.no_primary_key, None if handling is None else handling.engine
-        ),
+        writer=GroupWriter(session, engine, actions.control, handling),
         handover=CatchupHandover(
             session, channel.name, owner=lease_owner, finish=finish, clock=clock
         ),
         ddl=DdlApplier(session, channel.name, channel.definer, handling),
-        actions=OperatorActions(channel.name, hold_on_error=hold_on_error),
+        actions=actions,
         conflicts=handling,
         rejoin=partial(_rejoined, tombstones=handling is not None, factory=subscriber_factory),
     )
