@@ -69,10 +69,9 @@ from drc.apply.control import Stoppage
 from drc.apply.ddl import DdlApplier
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
-from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
 from drc.apply.retry import RetryPolicy, Stopped, call_with_retries
 from drc.apply.stages import Chain, Idempotency, Stage
-from drc.apply.stats import ApplyStats
+from drc.apply.status import ChannelStatus
 from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.apply.writer import GroupWriter, Written
@@ -113,6 +112,7 @@ class ChannelParts:
     handover: CatchupHandover  # the catch-up lease and an interrupted run (drc.apply.handover)
     ddl: DdlApplier  # replicated DDL, exactly once (drc.apply.ddl)
     actions: OperatorActions  # pause, skip, rewind, reload (drc.apply.actions)
+    status: ChannelStatus  # counters, state, lag and stops (drc.apply.status)
     conflicts: ConflictTarget | None = None  # conflict handling's tables, triggers, probes
     # The filter chain and subscription of a config with more source tables: those a snapshot
     # joined to the channel (drc.apply.windows) that its ``tables`` do not name.
@@ -126,14 +126,12 @@ class ApplyChannel:
         parts: ChannelParts,
         *,
         clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.channel = channel
         self.name = channel.name
-        self.stats = ApplyStats()
-        # State and lag (drc.apply.progress); a long poll may rightly last wait_ms.
-        self.progress = ChannelProgress(STALE_AFTER_S + channel.wait_ms / 1000)
+        self.status = parts.status
+        self.stats, self.progress = parts.status.stats, parts.status.progress
         self.target = parts.target
         self.writer = parts.writer
         self.conflicts = parts.conflicts
@@ -141,7 +139,7 @@ class ApplyChannel:
         self.ddl = parts.ddl
         self.actions = parts.actions
         self.control = parts.actions.control  # an operator's requests (drc.apply.control)
-        self._clock, self._wall_clock, self._sleep = clock, wall_clock, sleep
+        self._clock, self._sleep = clock, sleep
         self._policy = RetryPolicy(retries=channel.retries)
         self._limits = GroupLimits(
             max_txns=channel.max_txns_per_commit,
@@ -163,15 +161,7 @@ class ApplyChannel:
 
     def report(self) -> dict[str, Any]:
         """Counters, state and lag as of now, for status, metrics and progress lines."""
-        now = self.progress.snapshot(self._wall_clock())
-        state = "paused" if self.control.state == "paused" else now.state
-        return {
-            "name": self.name, "origin": self.channel.origin, "state": state,
-            "up": now.state != STOPPED, "error": now.error, "lag_seconds": now.lag_seconds,
-            "applied_source_ms": now.applied_ms, **self.stats.as_dict(),
-            # A channel continued after a stop no longer shows its error (last_stop keeps it).
-            "last_error": self.stats.last_error if now.state == STOPPED else None,
-        }  # fmt: skip
+        return self.status.report(self.channel.origin, paused=self.control.state == "paused")
 
     # ------------------------------------------------------------------ run
 
@@ -188,20 +178,18 @@ class ApplyChannel:
                 except Restart:
                     continue
                 except FatalError as exc:
-                    self.stats.last_error = str(exc)
-                    log.error("channel %s stopped: %s", self.name, exc)
+                    self.status.failed(exc)
                     if not self.actions.hold_on_error:
                         raise
-                    self._hold(exc)
+                    self.status.stopped(exc)  # alive: it waits for an operator's action
+                    try:
+                        self.actions.hold(self, exc)
+                    finally:
+                        self.progress.resumed(self._clock())
         except Stopped:
             pass
-        except DrcError as exc:
-            self.stats.last_error = str(exc)
-            log.error("channel %s stopped: %s", self.name, exc)
-            self._stopped(exc)
-            raise
         except BaseException as exc:
-            self._stopped(exc)
+            self.status.ended(exc)
             raise
         finally:
             self.target.close()
@@ -486,21 +474,6 @@ class ApplyChannel:
         self.channel = config
         self._select(filters, subscribe)
         self._join_tables()
-
-    def _hold(self, exc: FatalError) -> None:
-        """Stopped by ``exc``, alive: wait for an operator's action (drc.apply.actions)."""
-        self._stopped(exc)
-        try:
-            self.actions.hold(self, exc)
-        finally:
-            self.progress.resumed(self._clock())
-
-    def _stopped(self, exc: BaseException) -> None:
-        """Stopped by ``exc``; ``last_stop`` keeps when and why once the channel continues."""
-        now, error = self._wall_clock(), f"{type(exc).__name__}: {exc}"
-        if self.progress.snapshot(now).state != STOPPED:  # stopped already: keep the first
-            self.stats.last_stop = {"at": now, "error": error}
-        self.progress.stopped(error)
 
     # ------------------------------------------------------------------ retries
 

@@ -33,6 +33,7 @@ from drc.apply.stages import (
     SkipDrcOriginated,
     Stage,
 )
+from drc.apply.status import ChannelStatus
 from drc.apply.writer import GroupWriter
 from drc.client import ApiUnavailableError, Subscriber
 from drc.client.status import fetch_position, fetch_status
@@ -81,7 +82,7 @@ def target_settings(target: Any) -> TargetSettings:
     return settings
 
 
-_TIMING = ("clock", "wall_clock", "sleep")
+_TIMING = ("clock", "sleep")
 
 
 def build_channel(
@@ -93,7 +94,7 @@ def build_channel(
 ) -> ApplyChannel:
     """A channel writing into ``target`` (TargetSettings, or anything :func:`target_settings`
     takes). ``options``: those of :func:`build_parts`, and the channel's ``clock`` (its
-    collaborators' too), ``wall_clock`` and ``sleep``."""
+    collaborators' too) and ``sleep``."""
     timing = {name: options.pop(name) for name in _TIMING if name in options}
     if "clock" in timing:
         options["clock"] = timing["clock"]
@@ -112,6 +113,7 @@ def build_parts(
     lease_owner: str = "",
     hold_on_error: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
 ) -> ChannelParts:
     """A channel's parts (see :func:`build_channel`); bulk catch-up executors build the same
     target session, filter chain and decisions from the same config.
@@ -121,7 +123,7 @@ def build_parts(
     interrupted catch-up run itself (the composition root's, drc.runtime; None: it waits for
     ``drc catchup``); ``lease_owner``: a catch-up driver's, whose own channel writes only under
     its lease; ``hold_on_error``: a rejected change leaves the channel stopped, waiting for an
-    operator (drc.apply.actions)."""
+    operator (drc.apply.actions); ``clock`` and ``wall_clock`` replace time's in tests."""
     settings = target_settings(target)
     session = TargetSession(settings) if connect is None else TargetSession(settings, connect)
     names = NameMap(channel.map_tables, channel.map_columns)
@@ -141,6 +143,7 @@ def build_parts(
         ),
         ddl=DdlApplier(session, channel.name, channel.definer, handling),
         actions=actions,
+        status=ChannelStatus(channel.name, channel.wait_ms, wall_clock),
         conflicts=handling,
         rejoin=partial(_rejoined, tombstones=handling is not None, factory=subscriber_factory),
     )
