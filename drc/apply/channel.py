@@ -69,7 +69,8 @@ from drc.apply.control import Stoppage
 from drc.apply.ddl import DdlApplier
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
-from drc.apply.retry import RetryPolicy, Stopped, call_with_retries
+from drc.apply.retrier import Retrier
+from drc.apply.retry import Stopped
 from drc.apply.stages import Chain, Idempotency, Stage
 from drc.apply.status import ChannelStatus
 from drc.apply.target import Target
@@ -82,8 +83,7 @@ from drc.core.errors import DrcError, FatalError
 from drc.core.events import Transaction
 from drc.core.heartbeat import source_time_ms
 from drc.core.scn import SCN
-from drc.core.target_errors import CatchupUnfinishedError, CheckpointMismatchError
-from drc.mysql.errors import Kind
+from drc.core.target_errors import CheckpointMismatchError
 from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,7 @@ class ChannelParts:
     handover: CatchupHandover  # the catch-up lease and an interrupted run (drc.apply.handover)
     ddl: DdlApplier  # replicated DDL, exactly once (drc.apply.ddl)
     actions: OperatorActions  # pause, skip, rewind, reload (drc.apply.actions)
+    retrier: Retrier  # target transactions retried and waited for (drc.apply.retrier)
     status: ChannelStatus  # counters, state, lag and stops (drc.apply.status)
     conflicts: ConflictTarget | None = None  # conflict handling's tables, triggers, probes
     # The filter chain and subscription of a config with more source tables: those a snapshot
@@ -126,7 +127,6 @@ class ApplyChannel:
         parts: ChannelParts,
         *,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.channel = channel
         self.name = channel.name
@@ -139,8 +139,8 @@ class ApplyChannel:
         self.ddl = parts.ddl
         self.actions = parts.actions
         self.control = parts.actions.control  # an operator's requests (drc.apply.control)
-        self._clock, self._sleep = clock, sleep
-        self._policy = RetryPolicy(retries=channel.retries)
+        self.retrier = parts.retrier
+        self._clock = clock
         self._limits = GroupLimits(
             max_txns=channel.max_txns_per_commit,
             max_bytes=int(channel.max_bytes_per_commit_mb * (1 << 20)),
@@ -475,38 +475,9 @@ class ApplyChannel:
         self._select(filters, subscribe)
         self._join_tables()
 
-    # ------------------------------------------------------------------ retries
-
     def _retrying(self, attempt: Callable[[], Any]) -> Any:
-        return call_with_retries(
-            attempt,
-            self._policy,
-            recover=self._recover,
-            sleep=self._sleep or self._wait,
-            stopped=self._stop.is_set,
-            note=self._note,
-        )
-
-    def _recover(self, exc: BaseException) -> None:
-        self.target.recover(exc)  # rolled back: the lease row's shared lock is gone too
-        if isinstance(exc, CatchupUnfinishedError):
-            self.handover.finish_interrupted(self._stop.is_set, self.progress.target_waiting)
-
-    def _wait(self, seconds: float) -> None:
-        self._stop.wait(seconds)  # wakes at once when the channel is stopped
-
-    def _note(self, kind: Kind, exc: BaseException, delay: float) -> None:
-        if self.handover.finished_meanwhile(exc):
-            return  # finished meanwhile (_recover): nothing was waited for
-        if kind is Kind.LOCK_CONFLICT:
-            self.stats.retries += 1
-        else:
-            self.stats.waits += 1
-            self.progress.target_waiting(str(exc))
-        self.stats.last_error = str(exc)
-        if self.handover.logged_lately(exc):  # a wait for a catch-up may last for hours
-            return
-        log.warning("channel %s: %s; retrying in %.2fs", self.name, exc, delay)
+        """``attempt`` as every target transaction of the channel runs (drc.apply.retrier)."""
+        return self.retrier.run(attempt, self._stop)
 
 
 def _origin_mismatch(name: str, found: str, configured: str) -> DrcError:

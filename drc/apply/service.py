@@ -24,6 +24,7 @@ from drc.apply.ddl import DdlApplier
 from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
 from drc.apply.handover import CatchupHandover, FinishRun
+from drc.apply.retrier import Retrier
 from drc.apply.sink import TargetSession
 from drc.apply.stages import (
     KeepApplicableDdl,
@@ -82,7 +83,7 @@ def target_settings(target: Any) -> TargetSettings:
     return settings
 
 
-_TIMING = ("clock", "sleep")
+_TIMING = ("clock",)
 
 
 def build_channel(
@@ -94,7 +95,7 @@ def build_channel(
 ) -> ApplyChannel:
     """A channel writing into ``target`` (TargetSettings, or anything :func:`target_settings`
     takes). ``options``: those of :func:`build_parts`, and the channel's ``clock`` (its
-    collaborators' too) and ``sleep``."""
+    collaborators' too)."""
     timing = {name: options.pop(name) for name in _TIMING if name in options}
     if "clock" in timing:
         options["clock"] = timing["clock"]
@@ -114,6 +115,7 @@ def build_parts(
     hold_on_error: bool = False,
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] | None = None,
 ) -> ChannelParts:
     """A channel's parts (see :func:`build_channel`); bulk catch-up executors build the same
     target session, filter chain and decisions from the same config.
@@ -123,12 +125,15 @@ def build_parts(
     interrupted catch-up run itself (the composition root's, drc.runtime; None: it waits for
     ``drc catchup``); ``lease_owner``: a catch-up driver's, whose own channel writes only under
     its lease; ``hold_on_error``: a rejected change leaves the channel stopped, waiting for an
-    operator (drc.apply.actions); ``clock`` and ``wall_clock`` replace time's in tests."""
+    operator (drc.apply.actions); ``clock``, ``wall_clock`` and ``sleep`` (a retry's wait,
+    else one on the channel's stop flag) replace time's in tests."""
     settings = target_settings(target)
     session = TargetSession(settings) if connect is None else TargetSession(settings, connect)
     names = NameMap(channel.map_tables, channel.map_columns)
     handling = _conflict_target(channel, session, conflicts, datacenter, names)
     filters, subscribe = channel_filters(channel, handling is not None, subscriber_factory)
+    status = ChannelStatus(channel.name, channel.wait_ms, wall_clock)
+    handover = CatchupHandover(session, channel.name, owner=lease_owner, finish=finish, clock=clock)
     actions = OperatorActions(channel.name, hold_on_error=hold_on_error)
     engine = ApplyEngine(
         session, channel.no_primary_key, None if handling is None else handling.engine
@@ -138,12 +143,11 @@ def build_parts(
         subscribe=subscribe,
         filters=filters,
         writer=GroupWriter(session, engine, actions.control, handling),
-        handover=CatchupHandover(
-            session, channel.name, owner=lease_owner, finish=finish, clock=clock
-        ),
+        handover=handover,
         ddl=DdlApplier(session, channel.name, channel.definer, handling),
         actions=actions,
-        status=ChannelStatus(channel.name, channel.wait_ms, wall_clock),
+        retrier=Retrier(session, handover, status, retries=channel.retries, sleep=sleep),
+        status=status,
         conflicts=handling,
         rejoin=partial(_rejoined, tombstones=handling is not None, factory=subscriber_factory),
     )
