@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from drc.apply import audit, checkpoint, ddl_journal, windows
 from drc.apply.actions import OperatorActions, Restart
@@ -71,12 +71,11 @@ from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
 from drc.apply.retrier import Retrier
 from drc.apply.retry import Stopped
-from drc.apply.stages import Chain, Idempotency, Stage
+from drc.apply.source import ChannelSource, SubscriberLike
+from drc.apply.stages import Idempotency, Stage
 from drc.apply.status import ChannelStatus
 from drc.apply.target import Target
-from drc.apply.windows import DropCopied
 from drc.apply.writer import GroupWriter, Written
-from drc.client import ApiUnavailableError
 from drc.config import ChannelConfig
 from drc.conflicts.target import ConflictTarget
 from drc.core.errors import DrcError, FatalError
@@ -88,17 +87,6 @@ from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)
 
-IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked at again
-UNAVAILABLE_LOG_EVERY_S = 30.0
-
-
-class SubscriberLike(Protocol):
-    def get(self, timeout: float | None = None) -> Any: ...
-
-    def ack(self, batch: Any) -> None: ...
-
-    def close(self) -> None: ...
-
 
 @dataclass
 class ChannelParts:
@@ -106,8 +94,7 @@ class ChannelParts:
     which builds them from the config: the channel itself reads no config to build them."""
 
     target: Target  # the local database (drc.apply.sink.TargetSession)
-    subscribe: Callable[[SCN], SubscriberLike]  # the remote stream, after an SCN
-    filters: Sequence[Stage]  # the filter chain, in order (drc.apply.stages)
+    source: ChannelSource  # the stream and what of it is applied (drc.apply.source)
     writer: GroupWriter  # a group's decisions and writes (drc.apply.writer)
     handover: CatchupHandover  # the catch-up lease and an interrupted run (drc.apply.handover)
     ddl: DdlApplier  # replicated DDL, exactly once (drc.apply.ddl)
@@ -115,9 +102,6 @@ class ChannelParts:
     retrier: Retrier  # target transactions retried and waited for (drc.apply.retrier)
     status: ChannelStatus  # counters, state, lag and stops (drc.apply.status)
     conflicts: ConflictTarget | None = None  # conflict handling's tables, triggers, probes
-    # The filter chain and subscription of a config with more source tables: those a snapshot
-    # joined to the channel (drc.apply.windows) that its ``tables`` do not name.
-    rejoin: Callable[[ChannelConfig, Sequence[str]], tuple[Sequence[Stage], Any]] | None = None
 
 
 class ApplyChannel:
@@ -128,8 +112,8 @@ class ApplyChannel:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.channel = channel
         self.name = channel.name
+        self.source = parts.source
         self.status = parts.status
         self.stats, self.progress = parts.status.stats, parts.status.progress
         self.target = parts.target
@@ -149,10 +133,11 @@ class ApplyChannel:
         self._applied = SCN.zero()  # the checkpoint row's SCN
         self._stop = threading.Event()
         self._idempotency = Idempotency(lambda: self._applied)  # the channel's own position
-        self._copied = DropCopied()  # changes a snapshot's copy holds (drc.apply.windows)
-        self._rejoin = parts.rejoin
-        self._select(parts.filters, parts.subscribe)
-        self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
+
+    @property
+    def channel(self) -> ChannelConfig:
+        """The channel's config, as last reloaded (drc.apply.actions)."""
+        return self.source.channel
 
     @property
     def catchup_unfinished(self) -> Run | None:
@@ -174,7 +159,8 @@ class ApplyChannel:
             self._retrying(self._start)
             while not stop.is_set():
                 try:
-                    self._stream()
+                    with self.source.opened(self._applied) as subscriber:
+                        self._loop(subscriber)
                 except Restart:
                     continue
                 except FatalError as exc:
@@ -193,13 +179,6 @@ class ApplyChannel:
             raise
         finally:
             self.target.close()
-
-    def _stream(self) -> None:
-        subscriber = self._subscribe(self._applied)
-        try:
-            self._loop(subscriber)
-        finally:
-            subscriber.close()
 
     def open(self) -> SCN:
         """What run() does first: set up the target, read the checkpoint (a catch-up driver
@@ -222,7 +201,7 @@ class ApplyChannel:
             [*self.handover.create_statements(), *windows.create_statements()[1:]],
             "creating the catch-up and snapshot tables",
         )
-        self._read_windows()
+        self.source.read_windows()
         self.target.commit()
         self.handover.opened()
         # Read before the checkpoint, whose read commits: no transaction is left open (a
@@ -243,7 +222,7 @@ class ApplyChannel:
         group = Group(checkpoint=self._applied)
         while not self._stop.is_set():
             self.actions.obey(self, group)
-            batch = self._get(subscriber, group)
+            batch = self.source.get(subscriber, group.remaining_s(self._limits, self._clock()))
             if batch is None:
                 if group.due(self._limits, self._clock()):
                     self._flush(group)
@@ -251,8 +230,9 @@ class ApplyChannel:
                 continue
             self.progress.answered(self._clock())
             group.epoch = batch.epoch
+            chain = self.source.chain  # replaced only before a Restart (a reload, a snapshot)
             for txn in batch.transactions:
-                self._take(txn, group)
+                self._take(txn, chain(txn), group)
             subscriber.ack(batch)
             group.consumed(batch.next, batch.epoch)
             caught_up = batch.newest is None or batch.next >= batch.newest
@@ -268,25 +248,14 @@ class ApplyChannel:
             return
         self._retrying(partial(conflicts.maintain, self._clock()))
 
-    def _get(self, subscriber: SubscriberLike, group: Group) -> Any:
-        remaining = group.remaining_s(self._limits, self._clock())
-        timeout = IDLE_POLL_S if remaining is None else min(remaining, IDLE_POLL_S)
-        try:
-            return subscriber.get(timeout=timeout)
-        except ApiUnavailableError as exc:
-            now = self._clock()
-            self.progress.unanswered(now, str(exc) if exc.errors else None)
-            if exc.errors and now - self._unavailable_logged >= UNAVAILABLE_LOG_EVERY_S:
-                self._unavailable_logged = now
-                log.warning("channel %s: remote API unavailable, retrying: %s", self.name, exc)
-            return None
-
     # ------------------------------------------------------------------ transactions
 
-    def _take(self, txn: Transaction, group: Group) -> None:
-        kept = self.chain(txn)
+    def _take(self, txn: Transaction, kept: Transaction | None, group: Group) -> None:
+        """``kept``: what the source's chain left of ``txn``."""
+        if kept is not None:
+            kept = self._idempotency(kept)
         if txn.ddl:
-            self.stats.ddl_skipped = self._filters.ddl_skipped
+            self.stats.ddl_skipped = self.source.ddl_skipped
         if kept is not None and kept.ddl:
             self._apply_ddl(kept, group)
             self.progress.taken(source_time_ms(txn))
@@ -347,16 +316,15 @@ class ApplyChannel:
         .writer), the lease read first (drc.apply.handover: its shared lock keeps a catch-up
         out until COMMIT), sent ahead of the writes while it was last seen free and unchanged
         (if it moved, the attempt is rolled back and made again reading it first)."""
-        converging = self._copied.windows.converging if self._copied.windows else None
         if self.handover.steady:
             try:
                 ahead = self.handover.send_ahead()
-                return self.writer.write(group.transactions, row, ahead, converging)
+                return self.writer.write(group.transactions, row, ahead, self.source.converging)
             except LeaseMoved as exc:
                 self.target.recover(exc)
         if self.handover.check(self._applied):
             row = self._caught_up(group, row)
-        return self.writer.write(group.transactions, row, None, converging)
+        return self.writer.write(group.transactions, row, None, self.source.converging)
 
     def _caught_up(self, group: Group, row: checkpoint.CheckpointRow) -> checkpoint.CheckpointRow:
         """A catch-up or snapshot ran since the checkpoint was read: go on from the checkpoint
@@ -365,8 +333,8 @@ class ApplyChannel:
         moved = self.handover.caught_up()
         if moved is not None:
             self._applied = max(self._applied, moved)
-        if self._read_windows():  # a snapshot joined tables: the group was filtered without
-            exc = Restart()  # their windows; take the stream again after the checkpoint
+        if self.source.read_windows():  # a snapshot joined tables: the group was filtered
+            exc = Restart()  # without their windows; take the stream again after the checkpoint
             self.target.recover(exc)
             raise exc
         group.transactions[:] = [t for t in group.transactions if t.scn > self._applied]
@@ -406,34 +374,7 @@ class ApplyChannel:
         stats.add_effects(written.effects)
         stats.add_conflicts(written.conflict_tables, written.replays)
         stats.last_scn = self._applied
-        stats.ddl_skipped = self._filters.ddl_skipped
-
-    # ------------------------------------------------------------------ selection
-
-    def _select(self, filters: Sequence[Stage], subscribe: Callable[[SCN], SubscriberLike]) -> None:
-        self._filters = Chain(filters)
-        self.chain = Chain([*filters, self._copied, self._idempotency])
-        self._subscribe = subscribe
-
-    def _read_windows(self) -> bool:
-        """The tables snapshots joined to the channel, read again; True when they changed."""
-        rows = self.target.query(windows.select(self.name), "reading the snapshot tables")
-        found = windows.parse(rows)
-        if found.by_target == self._copied.windows.by_target:
-            return False
-        self._copied.windows = found
-        self._join_tables()
-        log.info("channel %s: tables joined by snapshots: %s", self.name,
-                 ", ".join(found.source_names()) or "none")  # fmt: skip
-        return True
-
-    def _join_tables(self) -> None:
-        """Select the joined tables the config's ``tables`` leave out (their changes would
-        otherwise not even be pulled)."""
-        extra = windows.unselected(self.channel, self._copied.windows)
-        if not extra or self._rejoin is None:
-            return
-        self._select(*self._rejoin(self.channel, extra))
+        stats.ddl_skipped = self.source.ddl_skipped
 
     # ------------------------------------------------------------------ operator actions
 
@@ -471,9 +412,7 @@ class ApplyChannel:
             self.target.commit()
 
         self._retrying(record)
-        self.channel = config
-        self._select(filters, subscribe)
-        self._join_tables()
+        self.source.reselect(config, filters, subscribe)
 
     def _retrying(self, attempt: Callable[[], Any]) -> Any:
         """``attempt`` as every target transaction of the channel runs (drc.apply.retrier)."""

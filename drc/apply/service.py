@@ -19,13 +19,14 @@ from functools import partial
 from typing import Any
 
 from drc.apply.actions import OperatorActions
-from drc.apply.channel import ApplyChannel, ChannelParts, SubscriberLike
+from drc.apply.channel import ApplyChannel, ChannelParts
 from drc.apply.ddl import DdlApplier
 from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
 from drc.apply.handover import CatchupHandover, FinishRun
 from drc.apply.retrier import Retrier
 from drc.apply.sink import TargetSession
+from drc.apply.source import ChannelSource, Subscribe, SubscriberLike
 from drc.apply.stages import (
     KeepApplicableDdl,
     KeepTables,
@@ -133,6 +134,10 @@ def build_parts(
     handling = _conflict_target(channel, session, conflicts, datacenter, names)
     filters, subscribe = channel_filters(channel, handling is not None, subscriber_factory)
     status = ChannelStatus(channel.name, channel.wait_ms, wall_clock)
+    rejoin = partial(_rejoined, tombstones=handling is not None, factory=subscriber_factory)
+    source = ChannelSource(
+        channel, session, filters, subscribe, status.progress, rejoin=rejoin, clock=clock
+    )
     handover = CatchupHandover(session, channel.name, owner=lease_owner, finish=finish, clock=clock)
     actions = OperatorActions(channel.name, hold_on_error=hold_on_error)
     engine = ApplyEngine(
@@ -140,8 +145,7 @@ def build_parts(
     )
     return ChannelParts(
         target=session,
-        subscribe=subscribe,
-        filters=filters,
+        source=source,
         writer=GroupWriter(session, engine, actions.control, handling),
         handover=handover,
         ddl=DdlApplier(session, channel.name, channel.definer, handling),
@@ -149,7 +153,6 @@ def build_parts(
         retrier=Retrier(session, handover, status, retries=channel.retries, sleep=sleep),
         status=status,
         conflicts=handling,
-        rejoin=partial(_rejoined, tombstones=handling is not None, factory=subscriber_factory),
     )
 
 
@@ -159,7 +162,7 @@ def _rejoined(
     *,
     tombstones: bool,
     factory: SubscriberFactory | None,
-) -> tuple[list[Stage], Callable[[SCN], SubscriberLike]]:
+) -> tuple[list[Stage], Subscribe]:
     """The chain and subscription of ``channel`` with ``extra`` source tables selected too
     (tables a snapshot joined: drc.apply.windows)."""
     wider = channel.model_copy(update={"tables": (*channel.tables, *extra)})
@@ -168,7 +171,7 @@ def _rejoined(
 
 def channel_filters(
     channel: ChannelConfig, tombstones: bool, subscriber_factory: SubscriberFactory | None = None
-) -> tuple[list[Stage], Callable[[SCN], SubscriberLike]]:
+) -> tuple[list[Stage], Subscribe]:
     """The filter chain and the subscription of ``channel`` (also what a config reload gives a
     running channel: a reload, drc.apply.actions)."""
     filters: list[Stage] = [
