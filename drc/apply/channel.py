@@ -54,7 +54,6 @@ for a switchover must make the channel wait, not write.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -62,30 +61,28 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from drc.apply import audit, checkpoint, ddl_journal, windows
 from drc.apply.actions import OperatorActions, Restart
 from drc.apply.catchup_journal import Run
+from drc.apply.checkpoint import CheckpointRow
 from drc.apply.control import Stoppage
 from drc.apply.ddl import DdlApplier
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
 from drc.apply.retrier import Retrier
 from drc.apply.retry import Stopped
-from drc.apply.source import ChannelSource, SubscriberLike
+from drc.apply.source import ChannelSource, Subscribe, SubscriberLike
 from drc.apply.stages import Idempotency, Stage
+from drc.apply.startup import ChannelStartup
 from drc.apply.status import ChannelStatus
 from drc.apply.target import Target
 from drc.apply.writer import GroupWriter, Written
 from drc.config import ChannelConfig
 from drc.conflicts.target import ConflictTarget
-from drc.core.errors import DrcError, FatalError
+from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.heartbeat import source_time_ms
 from drc.core.scn import SCN
-from drc.core.target_errors import CheckpointMismatchError
 from drc.mysql.sql import Statement
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,37 +96,30 @@ class ChannelParts:
     handover: CatchupHandover  # the catch-up lease and an interrupted run (drc.apply.handover)
     ddl: DdlApplier  # replicated DDL, exactly once (drc.apply.ddl)
     actions: OperatorActions  # pause, skip, rewind, reload (drc.apply.actions)
+    startup: ChannelStartup  # the channel's tables, its checkpoint read (drc.apply.startup)
     retrier: Retrier  # target transactions retried and waited for (drc.apply.retrier)
     status: ChannelStatus  # counters, state, lag and stops (drc.apply.status)
+    limits: GroupLimits  # when a group is committed (drc.apply.group)
+    clock: Callable[[], float] = time.monotonic
     conflicts: ConflictTarget | None = None  # conflict handling's tables, triggers, probes
 
 
 class ApplyChannel:
-    def __init__(
-        self,
-        channel: ChannelConfig,
-        parts: ChannelParts,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.name = channel.name
-        self.source = parts.source
-        self.status = parts.status
-        self.stats, self.progress = parts.status.stats, parts.status.progress
+    def __init__(self, parts: ChannelParts) -> None:
+        self.name = parts.source.channel.name
         self.target = parts.target
+        self.source = parts.source
         self.writer = parts.writer
         self.conflicts = parts.conflicts
         self.handover = parts.handover
         self.ddl = parts.ddl
         self.actions = parts.actions
         self.control = parts.actions.control  # an operator's requests (drc.apply.control)
+        self.startup = parts.startup
         self.retrier = parts.retrier
-        self._clock = clock
-        self._limits = GroupLimits(
-            max_txns=channel.max_txns_per_commit,
-            max_bytes=int(channel.max_bytes_per_commit_mb * (1 << 20)),
-            max_delay_s=channel.max_commit_delay_ms / 1000,
-        )
+        self.status = parts.status
+        self.stats, self.progress = parts.status.stats, parts.status.progress
+        self._limits, self._clock = parts.limits, parts.clock
         self._applied = SCN.zero()  # the checkpoint row's SCN
         self._stop = threading.Event()
         self._idempotency = Idempotency(lambda: self._applied)  # the channel's own position
@@ -192,31 +182,9 @@ class ApplyChannel:
         self._apply_ddl(txn, Group(checkpoint=max(before, self._applied)))
 
     def _start(self) -> None:
-        self.target.ensure_checkpoint_table()
-        self.target.execute(ddl_journal.purge(self.name), "purging the DDL journal")
-        self.target.commit()
-        if self.conflicts is not None:
-            self.conflicts.setup()
-        self.target.run_setup(
-            [*self.handover.create_statements(), *windows.create_statements()[1:]],
-            "creating the catch-up and snapshot tables",
-        )
-        self.source.read_windows()
-        self.target.commit()
-        self.handover.opened()
-        # Read before the checkpoint, whose read commits: no transaction is left open (a
-        # catch-up driver keeps this channel's session, idle, for the whole run).
-        rewinds = self.target.query(audit.rewinds(self.name), "reading the channel's rewinds")
-        row = self.target.read_checkpoint(self.name)
-        if row is not None:
-            if row.origin and row.origin != self.channel.origin:
-                raise _origin_mismatch(self.name, row.origin, self.channel.origin)
-            self._applied = row.scn
-        self.control.replay_until = audit.replay_until([r[0] for r in rewinds], self._applied)
+        self._applied = self.startup.open(self.channel, self._applied)
         self.stats.last_scn = self._applied
         self.progress.started(self._clock())
-        log.info("channel %s (from %s) resumes after %s", self.name, self.channel.origin,
-                 self._applied)  # fmt: skip
 
     def _loop(self, subscriber: SubscriberLike) -> None:
         group = Group(checkpoint=self._applied)
@@ -298,9 +266,7 @@ class ApplyChannel:
             group.clear()
             self.progress.applied()  # nothing to write: what was taken needs nothing more
             return
-        row = checkpoint.CheckpointRow(
-            self.name, position, self.channel.origin, group.epoch, pending_ddl
-        )
+        row = CheckpointRow(self.name, position, self.channel.origin, group.epoch, pending_ddl)
         try:
             written = self._retrying(lambda: self._commit(group, row))
         except FatalError as exc:
@@ -311,7 +277,7 @@ class ApplyChannel:
         group.clear()
         self.progress.applied()
 
-    def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> Written:
+    def _commit(self, group: Group, row: CheckpointRow) -> Written:
         """One attempt: the group written with the checkpoint row, and COMMIT (drc.apply
         .writer), the lease read first (drc.apply.handover: its shared lock keeps a catch-up
         out until COMMIT), sent ahead of the writes while it was last seen free and unchanged
@@ -326,7 +292,7 @@ class ApplyChannel:
             row = self._caught_up(group, row)
         return self.writer.write(group.transactions, row, None, self.source.converging)
 
-    def _caught_up(self, group: Group, row: checkpoint.CheckpointRow) -> checkpoint.CheckpointRow:
+    def _caught_up(self, group: Group, row: CheckpointRow) -> CheckpointRow:
         """A catch-up or snapshot ran since the checkpoint was read: go on from the checkpoint
         it wrote, dropping what it applied (nothing skipped: the stream after it is still in
         the group or to come)."""
@@ -354,7 +320,7 @@ class ApplyChannel:
                 alone = Group(checkpoint=scn, epoch=group.epoch, complete=1)
                 for txn in (t for t in group.transactions if t.scn == scn):
                     alone.add(txn, self._clock())
-                row = checkpoint.CheckpointRow(self.name, scn, self.channel.origin, group.epoch)
+                row = CheckpointRow(self.name, scn, self.channel.origin, group.epoch)
                 try:
                     written = self._retrying(partial(self._commit, alone, row))
                 except FatalError as single:
@@ -393,7 +359,7 @@ class ApplyChannel:
     def move_to(self, position: SCN, entry: Statement) -> None:
         """Move the checkpoint to ``position`` and record ``entry`` (drc.apply.audit), in one
         transaction: a rewind or a skip."""
-        row = checkpoint.CheckpointRow(self.name, position, self.channel.origin, None, None)
+        row = CheckpointRow(self.name, position, self.channel.origin, None, None)
         self._retrying(lambda: self.target.write([], [entry], row))
         self._applied = position
         self.stats.last_scn = position
@@ -402,7 +368,7 @@ class ApplyChannel:
         self,
         config: ChannelConfig,
         filters: Sequence[Stage],
-        subscribe: Callable[[SCN], SubscriberLike],
+        subscribe: Subscribe,
         entry: Statement,
     ) -> None:
         """Stream with a new config's table selection (a reload), once ``entry`` is recorded."""
@@ -417,12 +383,3 @@ class ApplyChannel:
     def _retrying(self, attempt: Callable[[], Any]) -> Any:
         """``attempt`` as every target transaction of the channel runs (drc.apply.retrier)."""
         return self.retrier.run(attempt, self._stop)
-
-
-def _origin_mismatch(name: str, found: str, configured: str) -> DrcError:
-    return CheckpointMismatchError(
-        f"drc.checkpoint row {name!r} was written for origin {found!r} but the channel is "
-        f"configured for origin {configured!r}: resuming would use another stream's SCN. "
-        "Delete that row (the channel then starts from the beginning of the remote buffer) "
-        "or give the channel a new name"
-    )

@@ -90,8 +90,8 @@ def build_guard(config: DrcConfig, local_url: str | None = None) -> LwwGuard | N
 
 
 class LwwGuard(ApplyChannel):
-    def __init__(self, channel: ChannelConfig, parts: ChannelParts, **kwargs: Any) -> None:
-        super().__init__(channel, parts, **kwargs)
+    def __init__(self, parts: ChannelParts) -> None:
+        super().__init__(parts)
         if self.conflicts is None:
             raise ValueError("the lww guard needs a [conflicts] section with a timestamp column")
         self._pending: list[RowChange] = []  # the kept changes of a transaction's fragments

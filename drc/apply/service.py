@@ -2,10 +2,11 @@
 
 ``build_parts`` is the one place a channel's parts are made from its config: the target
 session, the subscriber to the remote stream, the filter chain, the conflict engine and its
-tables, the decision engine, and the channel's collaborators: its catch-up handover, DDL and
-operator actions (drc.apply.channel.ChannelParts). drc.node and ``python -m drc.apply`` build
-every ``[[channels]]`` entry through ``build_channels``, with what only the composition root
-may give a channel (drc.runtime.catchup_finisher); the lww guard is built here too.
+tables, the decision engine, and the channel's collaborators (drc.apply.channel.ChannelParts):
+its source, group writer, catch-up handover, DDL, operator actions, start-up, retries and
+status. drc.node and ``python -m drc.apply`` build every ``[[channels]]`` entry through
+``build_channels``, with what only the composition root may give a channel
+(drc.runtime.catchup_finisher); the lww guard is built here too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from drc.apply.channel import ApplyChannel, ChannelParts
 from drc.apply.ddl import DdlApplier
 from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
+from drc.apply.group import GroupLimits
 from drc.apply.handover import CatchupHandover, FinishRun
 from drc.apply.retrier import Retrier
 from drc.apply.sink import TargetSession
@@ -35,6 +37,7 @@ from drc.apply.stages import (
     SkipDrcOriginated,
     Stage,
 )
+from drc.apply.startup import ChannelStartup
 from drc.apply.status import ChannelStatus
 from drc.apply.writer import GroupWriter
 from drc.client import ApiUnavailableError, Subscriber
@@ -84,9 +87,6 @@ def target_settings(target: Any) -> TargetSettings:
     return settings
 
 
-_TIMING = ("clock",)
-
-
 def build_channel(
     channel: ChannelConfig,
     target: Any,
@@ -95,12 +95,8 @@ def build_channel(
     **options: Any,
 ) -> ApplyChannel:
     """A channel writing into ``target`` (TargetSettings, or anything :func:`target_settings`
-    takes). ``options``: those of :func:`build_parts`, and the channel's ``clock`` (its
-    collaborators' too)."""
-    timing = {name: options.pop(name) for name in _TIMING if name in options}
-    if "clock" in timing:
-        options["clock"] = timing["clock"]
-    return kind(channel, build_parts(channel, target, **options), **timing)
+    takes). ``options``: those of :func:`build_parts`."""
+    return kind(build_parts(channel, target, **options))
 
 
 def build_parts(
@@ -150,8 +146,15 @@ def build_parts(
         handover=handover,
         ddl=DdlApplier(session, channel.name, channel.definer, handling),
         actions=actions,
+        startup=ChannelStartup(session, source, handover, actions.control, handling),
         retrier=Retrier(session, handover, status, retries=channel.retries, sleep=sleep),
         status=status,
+        limits=GroupLimits(
+            max_txns=channel.max_txns_per_commit,
+            max_bytes=int(channel.max_bytes_per_commit_mb * (1 << 20)),
+            max_delay_s=channel.max_commit_delay_ms / 1000,
+        ),
+        clock=clock,
         conflicts=handling,
     )
 
