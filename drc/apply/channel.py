@@ -1,13 +1,15 @@
 """An apply channel: a remote datacenter's change stream, written into the local target.
 
     Subscriber (skip_drc, binary; prefetches the next batch while this one is applied)
-      -> filter chain (drc.apply.stages)
+      -> filter chain (drc.apply.stages; drc.apply.source), then the channel's position
       -> group (drc.apply.group): many source transactions, one target transaction
       -> decisions (drc.apply.engine: writes, conflict log, tombstones; pure)
       -> Target (drc.apply.target; drc.apply.sink): writes + checkpoint row, committed together
+         (drc.apply.writer)
 
-Every part is handed in (ChannelParts) by the composition root (drc.apply.service
-.build_parts); the channel reads no config to build them.
+The channel keeps the loop, the flush and the commit. Every part is handed in (ChannelParts)
+by the composition root (drc.apply.service.build_parts); the channel reads no config to build
+them.
 
 Exactly once: the checkpoint row (drc.apply.checkpoint) commits with the changes it covers. On
 start the channel reads it and subscribes after its SCN, so a crash anywhere resumes right
@@ -29,9 +31,13 @@ DDL: the open group is committed first, with ``pending_ddl_scn`` in the checkpoi
 transaction's row changes, if any); then each statement runs exactly once (drc.apply.ddl), and
 the checkpoint moves to the DDL's SCN.
 
-Its collaborators, handed in with the parts: the catch-up handover (drc.apply.handover: the
-lease every target transaction reads, and an interrupted catch-up run to finish first), DDL
-(drc.apply.ddl) and an operator's actions (drc.apply.actions: pause, skip, rewind, reload).
+Its collaborators, handed in with the parts: the source (drc.apply.source: the subscription,
+the filter chain and the tables snapshots joined), the group writer (drc.apply.writer), the
+catch-up handover (drc.apply.handover: the lease every target transaction reads, and an
+interrupted catch-up run to finish first), DDL (drc.apply.ddl), an operator's actions
+(drc.apply.actions: pause, skip, rewind, reload), the start-up (drc.apply.startup: the
+channel's tables, its checkpoint read), the retries (drc.apply.retrier) and what the channel
+shows (drc.apply.status).
 
 Privileges of the apply user on the target:
 
