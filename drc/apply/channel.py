@@ -82,7 +82,7 @@ from drc.apply.startup import ChannelStartup
 from drc.apply.status import ChannelStatus
 from drc.apply.target import Target
 from drc.apply.writer import GroupWriter, Written
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.conflicts.target import ConflictTarget
 from drc.core.errors import FatalError
 from drc.core.events import Transaction

@@ -39,7 +39,9 @@ from typing import Any
 from drc.apply.channel import ApplyChannel, ChannelParts
 from drc.apply.group import Group
 from drc.apply.service import build_channel, target_settings
-from drc.config import ApiConfig, ChannelConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
+from drc.config_replicator import ApiConfig
 from drc.conflicts.tombstones import COL_SCHEMA, COL_TABLE, is_tombstone_table
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.target_errors import MissingTableError

@@ -42,7 +42,9 @@ from drc.apply.status import ChannelStatus
 from drc.apply.writer import GroupWriter
 from drc.client import ApiUnavailableError, Subscriber
 from drc.client.status import fetch_position, fetch_status
-from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
+from drc.config_conflicts import ConflictsConfig
 from drc.conflicts.engine import ConflictEngine
 from drc.conflicts.rules import Policies, Ranks
 from drc.conflicts.target import ConflictTarget

@@ -24,7 +24,7 @@ from drc.apply.stages import Chain, Stage
 from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.client import ApiUnavailableError
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from drc.apply.control import ChannelControl
 from drc.apply.handover import CatchupHandover
 from drc.apply.source import ChannelSource
 from drc.apply.target import Target
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.conflicts.target import ConflictTarget
 from drc.core.errors import DrcError
 from drc.core.scn import SCN

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.events import Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drc.client import SegmentSource
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)

@@ -56,7 +56,8 @@ from drc.apply.sink import TargetSession
 from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, SkipDrcOriginated
 from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
-from drc.config import ChannelConfig, ConflictsConfig
+from drc.config_channels import ChannelConfig
+from drc.config_conflicts import ConflictsConfig
 from drc.conflicts.probes import Observed
 from drc.core.codec import (
     decode_rows,

@@ -32,7 +32,7 @@ from drc.core.errors import FatalError, RetriableError, ScnTooOldError
 from drc.core.scn import SCN
 from drc.core.term import check_records
 from drc.eventbuffer.reader import Record
-from drc.metastore.store import RawEntry
+from drc.metastore.history import RawEntry
 from drc.replicator.backfill import SOURCE_SEGMENT, start_marker
 from drc.replicator.fencing import GroupBuffer
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.config import ConflictsConfig
+from drc.config_conflicts import ConflictsConfig
 from drc.conflicts import tombstones
 from drc.conflicts.rules import Ranks, Version
 from drc.core.rowsum import EXTRA, MISSING

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drc.apply.service import build_channel
-from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.config_conflicts import ConflictsConfig, ConflictTableConfig
 from drc.conflicts.rules import ResolverError
 from drc.core.target_errors import TargetSchemaError
 from drc.sandbox.sandbox import ServerInfo

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from drc.apply.service import build_channel
-from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.config_conflicts import ConflictsConfig, ConflictTableConfig
 from drc.conflicts import tombstones
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import Running, apply_user, channel_config, serving

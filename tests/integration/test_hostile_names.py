@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from drc.apply import checkpoint
 from drc.apply.service import build_channel
 from drc.cli.main import cli
-from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.config_conflicts import ConflictsConfig, ConflictTableConfig
 from drc.conflicts import log as conflict_log
 from drc.conflicts import tombstones
 from drc.mysql.sql import quote

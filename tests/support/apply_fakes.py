@@ -17,7 +17,7 @@ from drc.apply import checkpoint
 from drc.apply.channel import ApplyChannel
 from drc.apply.service import build_channel
 from drc.client import ApiUnavailableError, Batch
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.events import Op, RowChange, SchemaChange, Transaction
 from drc.core.scn import SCN
 from drc.mysql.driver import TargetSettings

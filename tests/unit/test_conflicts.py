@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from drc.apply.engine import Decision
 from drc.apply.stages import NameMap
-from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.config_conflicts import ConflictsConfig, ConflictTableConfig
 from drc.conflicts import tombstones
 from drc.conflicts.engine import ConflictEngine, Resolution, TombstoneWrite
 from drc.conflicts.probes import Probe, observe

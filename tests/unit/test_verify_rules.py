@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drc.config import ConflictsConfig, ConflictTableConfig
+from drc.config_conflicts import ConflictsConfig, ConflictTableConfig
 from drc.conflicts.rules import Version
 from drc.core.rowsum import (
     Difference,
