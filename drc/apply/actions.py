@@ -44,7 +44,8 @@ class Restart(Exception):
 class Steered(Protocol):
     """What the actions need of the channel they act on (drc.apply.channel.ApplyChannel)."""
 
-    channel: ChannelConfig
+    @property
+    def channel(self) -> ChannelConfig: ...
 
     @property
     def applied(self) -> SCN: ...

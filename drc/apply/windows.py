@@ -93,7 +93,7 @@ def unselected(channel: ChannelConfig, joined: Windows) -> list[str]:
 
 def widened(channel: ChannelConfig, joined: Windows) -> ChannelConfig:
     """``channel`` with the joined tables it leaves out selected too (bulk catch-up builds its
-    chain from this; a streaming channel rebuilds its own: ChannelParts.rejoin)."""
+    chain from this; a streaming channel rebuilds its own: drc.apply.source)."""
     extra = unselected(channel, joined)
     return channel.model_copy(update={"tables": (*channel.tables, *extra)}) if extra else channel
 

@@ -97,7 +97,7 @@ class Job:
         return cache_dir(self.owner)
 
     def chain(self) -> Chain:
-        return Chain(self.parts().filters)
+        return self.parts().source.filters
 
     def parts(self) -> Any:
         return build_parts(
@@ -227,7 +227,7 @@ def read_span(
     for one partition cross it as one packed blob (drc.core.codec.encode_rows), not as objects.
     Only a slice's own records are decoded, each once (drc.core.codec.decode_rows)."""
     parts = job.parts()
-    chain = Chain(parts.filters)
+    chain = parts.source.filters
     names = _TableNames(chain, job.channel)
     unreduced = in_order(parts, primary_keys)
     with job.source() as source:

@@ -374,7 +374,8 @@ SETTINGS = TargetSettings("127.0.0.1", 3306, "apply", "secret")
 
 class Harness:
     """A channel (built by build_channel) on ``target`` and a FakeSubscriber of ``batches``, with
-    a clock the test sets (``now``), a fixed wall clock, and sleeps recorded, not slept."""
+    a clock the test sets (``now``), a fixed wall clock, and sleeps recorded, not slept (or
+    given to ``sleep``)."""
 
     def __init__(
         self,
@@ -383,6 +384,7 @@ class Harness:
         *,
         finish: Callable[[Callable[[], bool]], object] | None = None,
         hold_on_error: bool = False,
+        sleep: Callable[[float], None] | None = None,
         **config: Any,
     ) -> None:
         self.target = target
@@ -399,7 +401,7 @@ class Harness:
             connect=target.connect,
             clock=lambda: self.now,
             wall_clock=lambda: 1_700_000_100.0,
-            sleep=self.slept.append,
+            sleep=sleep or self.slept.append,
             finish=finish,
             hold_on_error=hold_on_error,
         )

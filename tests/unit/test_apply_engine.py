@@ -258,7 +258,7 @@ def streaming_before(
     local: Local,
     tombs: Tombs,
 ) -> tuple[list[str], list[tuple[str, str]], list[Any]]:
-    """What ApplyChannel._commit decided before the engine: resolve, then plan each change."""
+    """What GroupWriter.write decided before the engine: resolve, then plan each change."""
     planner = Planner(no_primary_key)
     changes: Any = (c for t in transactions for c in t.changes)
     entries: list[Any] = []
