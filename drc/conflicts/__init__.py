@@ -13,6 +13,8 @@ target.py reaches the database, through the session it is given.
     log.py         the drc.conflicts table: a conflict's row written, rows read back
     tombstones.py  when a row of a lww table was deleted: companion tables and triggers
     target.py      the edge: DRC's tables and triggers set up, probes run, old entries purged
+    settings.py    the [conflicts] config section (drc.config loads it through this package,
+                   so this file imports nothing)
 
 The lww guard (drc.apply.lww_guard) is an apply channel and stays in apply.
 """

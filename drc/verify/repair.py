@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.config_conflicts import ConflictsConfig
 from drc.conflicts import tombstones
 from drc.conflicts.rules import Ranks, Version
+from drc.conflicts.settings import ConflictsConfig
 from drc.core.rowsum import EXTRA, MISSING
 from drc.core.settle import Images
 from drc.core.tablefilter import TableFilter

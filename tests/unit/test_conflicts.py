@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 
 from drc.apply.engine import Decision
 from drc.apply.stages import NameMap
-from drc.config_conflicts import ConflictsConfig, ConflictTableConfig
 from drc.conflicts import tombstones
 from drc.conflicts.engine import ConflictEngine, Resolution, TombstoneWrite
 from drc.conflicts.probes import Probe, observe
@@ -38,6 +37,7 @@ from drc.conflicts.rules import (
     load_resolver,
     stamp_key,
 )
+from drc.conflicts.settings import ConflictsConfig, ConflictTableConfig
 from drc.core.errors import ConfigError, FatalError
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
