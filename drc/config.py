@@ -69,7 +69,7 @@ class DrcConfig(Section):
 
     @model_validator(mode="after")
     def _priority_names_every_datacenter(self) -> DrcConfig:
-        if not any(t.policy == "lww" for t in self.conflicts.tables):
+        if not self.conflicts.by_version:
             return self
         ranked = self.conflicts.priority
         needed = [self.datacenter.name, *(c.origin for c in self.channels)]
@@ -83,7 +83,7 @@ class DrcConfig(Section):
 
     @model_validator(mode="after")
     def _apply_needs_one_target(self) -> DrcConfig:
-        applies = self.channels or any(t.policy == "lww" for t in self.conflicts.tables)
+        applies = self.channels or self.conflicts.by_version
         if applies and self.target is None and len(self.source.servers) > 1:
             raise ValueError(NO_TARGET_FOR_SERVERS)
         return self

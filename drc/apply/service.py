@@ -38,7 +38,8 @@ from drc.client.status import fetch_position, fetch_status
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
 from drc.conflicts.engine import ConflictEngine
-from drc.conflicts.rules import Policies, Ranks
+from drc.conflicts.policies import Policies
+from drc.conflicts.rules import Ranks
 from drc.conflicts.settings import ConflictsConfig
 from drc.conflicts.target import ConflictTarget
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE, TOMBSTONE_PREFIX
