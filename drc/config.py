@@ -6,7 +6,7 @@ every key.
 
 This module holds the whole file's model, the checks across its sections, and loading; the
 sections are drc.config_databases, drc.config_replicator, drc.config_channels and
-drc.config_conflicts.
+drc.conflicts.settings (the conflicts package owns its section, beside the policies it checks).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from drc.config_channels import ChannelConfig
-from drc.config_conflicts import ConflictsConfig
 from drc.config_databases import SourceConfig, TargetConfig
 from drc.config_lines import line_of
 from drc.config_replicator import ApiConfig, GroupConfig, ReplicatorConfig
 from drc.config_section import Section
+from drc.conflicts.settings import ConflictsConfig
 from drc.core.errors import ConfigError
 
 
@@ -69,7 +69,7 @@ class DrcConfig(Section):
 
     @model_validator(mode="after")
     def _priority_names_every_datacenter(self) -> DrcConfig:
-        if not any(t.policy == "lww" for t in self.conflicts.tables):
+        if not self.conflicts.by_version:
             return self
         ranked = self.conflicts.priority
         needed = [self.datacenter.name, *(c.origin for c in self.channels)]
@@ -83,7 +83,7 @@ class DrcConfig(Section):
 
     @model_validator(mode="after")
     def _apply_needs_one_target(self) -> DrcConfig:
-        applies = self.channels or any(t.policy == "lww" for t in self.conflicts.tables)
+        applies = self.channels or self.conflicts.by_version
         if applies and self.target is None and len(self.source.servers) > 1:
             raise ValueError(NO_TARGET_FOR_SERVERS)
         return self

@@ -44,9 +44,10 @@ from drc.client import ApiUnavailableError, Subscriber
 from drc.client.status import fetch_position, fetch_status
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
-from drc.config_conflicts import ConflictsConfig
 from drc.conflicts.engine import ConflictEngine
-from drc.conflicts.rules import Policies, Ranks
+from drc.conflicts.policies import Policies
+from drc.conflicts.rules import Ranks
+from drc.conflicts.settings import ConflictsConfig
 from drc.conflicts.target import ConflictTarget
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE, TOMBSTONE_PREFIX
 from drc.core.scn import SCN

@@ -42,7 +42,7 @@ from drc.client import PositionTooOldError, SegmentInfo, SegmentList
 from drc.client.fragments import merge
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
-from drc.config_conflicts import ConflictsConfig
+from drc.conflicts.settings import ConflictsConfig
 from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.reduce import DdlStep, Span, plan_steps

@@ -57,8 +57,8 @@ from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, Ski
 from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
 from drc.config_channels import ChannelConfig
-from drc.config_conflicts import ConflictsConfig
 from drc.conflicts.probes import Observed
+from drc.conflicts.settings import ConflictsConfig
 from drc.core.codec import (
     decode_rows,
     decode_rows_packed,
