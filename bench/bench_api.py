@@ -40,7 +40,7 @@ import httpx
 from drc.api import wire
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
-from drc.api.query import ServerLimits
+from drc.api.pullquery import ServerLimits
 from drc.api.server import ApiServer
 from drc.core.codec import encode_transaction
 from drc.core.events import Op, RowChange, Transaction

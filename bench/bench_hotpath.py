@@ -149,7 +149,7 @@ def capture(work: Path, txns: int, rate: int) -> list[str]:
 def pulls(transactions: int, transport: str) -> list[str]:
     from drc.api.app import create_app
     from drc.api.deps import ApiDeps
-    from drc.api.query import ServerLimits
+    from drc.api.pullquery import ServerLimits
     from drc.api.server import ApiServer
     from drc.eventbuffer import EventBuffer
 

@@ -8,7 +8,10 @@ password written in a URL are masked in every error, so a rejected URL never pri
 
 from __future__ import annotations
 
+from typing import Annotated
 from urllib.parse import urlsplit
+
+from pydantic import AfterValidator
 
 FORMS = "write http(s)://HOST[:PORT][/PATH] or zk://HOST:PORT[,HOST:PORT]/PATH/DATACENTER"
 
@@ -30,6 +33,11 @@ def api_url(url: str) -> str:
     for host in authority.split(","):
         _host_port(host, shown)
     return url
+
+
+# A config key's type for one such URL; an error's location is the entry's index, so
+# `drc config check` names its key and line.
+ApiUrl = Annotated[str, AfterValidator(api_url)]
 
 
 def _host_port(authority: str, shown: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps, ChannelDesk
 from drc.api.longpolls import LongPollGate, LongPollLimits
-from drc.api.query import ServerLimits
+from drc.api.pullquery import ServerLimits
 from drc.api.server import ApiServer, ApiServerError
 from drc.apply.handover import FinishRun
 from drc.apply.service import target_settings
@@ -28,7 +28,8 @@ from drc.apply.sink import TargetSession
 from drc.apply.trigger_guard import LocalTriggerGuard
 from drc.catchup.driver import Where, finish_interrupted
 from drc.client.peers import Peer, PeerStatus
-from drc.config import ChannelConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
 from drc.core.errors import ConfigError, RetriableError
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore

@@ -3,7 +3,7 @@
 Endpoints (all but /healthz need a bearer token when tokens are configured)::
 
     GET /v1/events?after=SCN[&tables=db.t,db2.*][&max_events=N][&max_bytes=B][&wait_ms=W]
-                   [&epoch=E][&skip_drc=1]        the change stream; see drc.api.wire
+                   [&epoch=E][&skip_drc=1]        the change stream; see drc.api.pullquery
     GET /v1/stream?after=SCN[&...same as /v1/events]  the same records on one long-lived
                                                   response, as they commit (drc.api.stream)
     GET /v1/status                                role, buffer, source position, lag, capture

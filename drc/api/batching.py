@@ -2,81 +2,39 @@
 
 Pure: records in, the records to send and the SCN to continue from out; no I/O, no HTTP.
 
-Selection, per stored transaction (its records share one SCN; fragments 0.. with the last one
-flagged ``last_fragment``):
-
-- ``skip_drc``: a transaction flagged ``drc_originated`` is dropped whole.
-- ``markers``: without ``skip_drc``, a DRC-originated transaction stored without its rows
-  (``rows_omitted``) is sent as stored, whatever the ``tables`` filter (its tables are not
-  known); without ``markers`` meeting one raises :class:`RowsOmitted` (the API's 409).
-- ``tables``: each fragment keeps the row changes of matching tables and the DDL that names a
-  matching table (:func:`drc.core.selection.selects_ddl`), or, naming no table (CREATE DATABASE,
-  GRANT, ...), runs in a database the filter could match. Fragments left empty are dropped, but
-  once any fragment of the transaction is kept its last fragment is sent too, possibly empty, so
-  the subscriber knows the transaction is complete. Kept fragments keep their stored
-  ``fragment`` numbers, so a filtered stream may skip numbers.
-- A transaction with nothing left is dropped; with a filter that includes the buffer's empty
-  progress markers (the replicator stores one for a stretch its capture filter emptied). With no
-  filter at all nothing is dropped: followers copy the buffer record for record.
+The selection and the limits come from the pull's query (:class:`drc.api.pullquery.Selection`,
+:class:`drc.api.pullquery.Limits`), which declares what each parameter selects or bounds; this
+module applies them to whole transactions. Fragments the selection leaves empty are dropped, but
+once any fragment of a transaction is kept its last fragment is sent too, possibly empty, so the
+subscriber knows the transaction is complete. Kept fragments keep their stored ``fragment``
+numbers, so a filtered stream may skip numbers. A transaction with nothing left is dropped; with
+a filter that includes the buffer's empty progress markers (the replicator stores one for a
+stretch its capture filter emptied). With no filter at all nothing is dropped: followers copy
+the buffer record for record.
 
 A record the selection leaves as it was is passed through as stored (no decode when nothing
-needs filtering, no re-encode ever for an unchanged record). A transaction whose records all
-have row changes of matching tables only, and no DDL, is recognised from a peek at its table
-names and flags (:func:`drc.core.codec.peek_tables`), without decoding its rows; like the
-unfiltered path, it then relies on the buffer's frame CRC, and the subscriber's decode checks
-the record.
+needs filtering, no re-encode ever for an unchanged record). A transaction the selection decides
+from a peek at its table names and flags (:func:`drc.core.codec.peek_tables`,
+:meth:`Selection.whole`) is not decoded; like the unfiltered path, it then relies on the
+buffer's frame CRC, and the subscriber's decode checks the record.
 
-Batching counts whole transactions: at most ``max_events`` of them and ``max_bytes`` of record
-bytes (codec bytes as sent in the records form), except that the first transaction is always
-sent whole, however big. ``next`` is the SCN of the last transaction examined, sent or dropped,
-so a subscriber whose tables are quiet still moves on; it never passes a transaction that was
-examined but left out because the batch was full.
+Batching counts whole transactions and their record bytes (codec bytes as sent in the records
+form) against the limits, except that the first transaction is always sent whole, however big.
+``next`` is the SCN of the last transaction examined, sent or dropped, so a subscriber whose
+tables are quiet still moves on; it never passes a transaction that was examined but left out
+because the batch was full.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
+from drc.api.pullquery import Limits, Selection
 from drc.core.codec import decode_transaction, encode_transaction, peek_tables, rows_omitted
 from drc.core.errors import CorruptRecordError
-from drc.core.events import SchemaChange, Transaction
+from drc.core.events import Transaction
 from drc.core.scn import SCN
-from drc.core.selection import selects_ddl
-from drc.core.tablefilter import TableFilter
 from drc.eventbuffer.reader import Record
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """Which transactions and rows a subscriber wants."""
-
-    tables: TableFilter = TableFilter()
-    skip_drc: bool = False
-    markers: bool = False  # takes records stored without their rows (drc_applied=marker)
-
-    @property
-    def refuses_markers(self) -> bool:
-        return not (self.skip_drc or self.markers)
-
-    @property
-    def passes_everything(self) -> bool:
-        return self.tables.matches_everything and not self.skip_drc
-
-    def keeps_ddl(self, change: SchemaChange) -> bool:
-        return selects_ddl(self.tables, change)
-
-    def narrow(self, txn: Transaction) -> Transaction:
-        """``txn`` with only the wanted row changes and DDL (``txn`` itself if all are)."""
-        if self.tables.matches_everything:
-            return txn
-        match = self.tables.matches
-        changes = tuple(c for c in txn.changes if match(c.schema, c.table))
-        ddl = tuple(d for d in txn.ddl if self.keeps_ddl(d))
-        if len(changes) == len(txn.changes) and len(ddl) == len(txn.ddl):
-            return txn
-        return dataclasses.replace(txn, changes=changes, ddl=ddl)
 
 
 class RowsOmitted(Exception):
@@ -86,16 +44,6 @@ class RowsOmitted(Exception):
     def __init__(self, scn: SCN) -> None:
         super().__init__(f"the transaction at SCN {scn} is stored without its rows")
         self.scn = scn
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_events: int
-    max_bytes: int
-
-    def __post_init__(self) -> None:
-        if self.max_events < 1 or self.max_bytes < 1:
-            raise ValueError(f"limits must be >= 1, got {self.max_events}, {self.max_bytes}")
 
 
 class Item:
@@ -135,11 +83,14 @@ def select(group: Sequence[Record], selection: Selection) -> list[Item]:
         _refuse_markers(group)
     if selection.passes_everything:
         return [Item(r.scn, r.payload) for r in group]
-    whole = _whole(group, selection)
+    try:
+        whole = selection.whole([peek_tables(r.payload) for r in group])
+    except CorruptRecordError:
+        whole = None  # decoding says what is wrong
     if whole is not None:
-        return whole
+        return [Item(r.scn, r.payload) for r in group] if whole else []
     txns = [decode_transaction(r.payload)[0] for r in group]
-    if selection.skip_drc and any(t.drc_originated for t in txns):
+    if selection.drops(txns):
         return []
     kept: list[Item] = []
     for record, txn in zip(group, txns, strict=True):
@@ -159,23 +110,6 @@ def _refuse_markers(records: Sequence[Record]) -> None:
     for record in records:
         if rows_omitted(record.payload):
             raise RowsOmitted(record.scn)
-
-
-def _whole(group: Sequence[Record], selection: Selection) -> list[Item] | None:
-    """The common case without decoding rows: [] for a DRC-originated transaction to skip,
-    every record as stored when each has row changes, all of matching tables, and no DDL.
-    None otherwise (or for anything odd): :func:`select` decodes and decides."""
-    try:
-        peeks = [peek_tables(r.payload) for r in group]
-    except CorruptRecordError:
-        return None
-    if selection.skip_drc and any(drc for drc, _tables, _ddl in peeks):
-        return []
-    match = selection.tables.matches
-    for _drc, tables, ddl in peeks:
-        if ddl or not tables or not all(match(db, table) for db, table in tables):
-            return None
-    return [Item(r.scn, r.payload) for r in group]
 
 
 def transactions(records: Sequence[Record]) -> Iterator[Sequence[Record]]:
@@ -200,15 +134,10 @@ class BatchBuilder:
         self.transactions = 0
         self.bytes = 0
         self.examined = 0  # records looked at, sent or not
-        self._overflow = False
-
-    @property
-    def full(self) -> bool:
-        return (
-            self._overflow
-            or self.transactions >= self.limits.max_events
-            or self.bytes >= self.limits.max_bytes
-        )
+        # Not one more transaction fits (even of one byte), or one that did not fit waits for
+        # the next batch. Kept up to date rather than computed: the loop over transactions
+        # reads it for each.
+        self.full = False
 
     def add(self, records: Sequence[Record]) -> None:
         """Take whole transactions from ``records`` (which follow ``next``) until full."""
@@ -221,7 +150,7 @@ class BatchBuilder:
                 raise ValueError(f"records at {group[0].scn} do not follow {self.next}")
             items = select(group, self.selection)
             if items and not self._fits(items):
-                self._overflow = True
+                self.full = True
                 return
             self.examined += len(group)
             self.next = group[-1].scn
@@ -233,28 +162,26 @@ class BatchBuilder:
             return False  # let the general path raise its precise error
         count = sum(1 for r in records if not r.more)
         size = sum(len(r.payload) for r in records)
-        limits = self.limits
-        fits = (
-            self.transactions + count <= limits.max_events and self.bytes + size <= limits.max_bytes
-        )
+        fits = self.limits.allows(self.transactions + count, self.bytes + size)
         if self.full or not (fits or (count == 1 and not self.transactions)):
             return False
         if self.selection.refuses_markers:
             _refuse_markers(records)
         self.items.extend(Item(r.scn, r.payload) for r in records)
-        self.transactions += count
-        self.bytes += size
+        self._count(count, size)
         self.examined += len(records)
         self.next = records[-1].scn
         return True
 
     def _fits(self, items: list[Item]) -> bool:
         size = sum(len(item.record()) for item in items)
-        limits = self.limits
-        over = self.transactions + 1 > limits.max_events or self.bytes + size > limits.max_bytes
-        if self.transactions and over:
+        if self.transactions and not self.limits.allows(self.transactions + 1, self.bytes + size):
             return False
         self.items.extend(items)
-        self.transactions += 1
-        self.bytes += size
+        self._count(1, size)
         return True
+
+    def _count(self, transactions: int, size: int) -> None:
+        self.transactions += transactions
+        self.bytes += size
+        self.full = not self.limits.allows(self.transactions + 1, self.bytes + 1)

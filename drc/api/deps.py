@@ -23,7 +23,7 @@ from drc.api.errors import ApiError
 from drc.api.longpolls import LongPollGate
 from drc.api.metrics import ApiMetrics
 from drc.api.pull import BackToSource
-from drc.api.query import ServerLimits
+from drc.api.pullquery import ServerLimits
 
 # Worker threads for reading the buffer: pulls that do not wait and long polls each have their
 # own, so long polls (which hold no thread while they wait, see drc.api.commits) never make a

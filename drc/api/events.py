@@ -16,7 +16,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from drc.api import accept, wire
+from drc.api import accept, pullquery, wire
 from drc.api.batching import RowsOmitted
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps, Deps, get_deps, require_token
@@ -31,7 +31,7 @@ from drc.api.pull import (
     render_json,
     render_records,
 )
-from drc.api.query import BadQuery, PullQuery, parse_pull_query
+from drc.api.pullquery import BadQuery, PullQuery, parse_pull_query
 from drc.core.errors import RetriableError, ScnTooOldError, shown
 
 router = APIRouter(dependencies=[Depends(require_token)])
@@ -60,7 +60,7 @@ def request_query(request: Request, deps: ApiDeps) -> PullQuery:
         query = parse_pull_query(request.query_params.multi_items(), deps.limits)
     except BadQuery as exc:
         raise ApiError(400, str(exc)) from exc
-    if deps.drc_applied == wire.DRC_APPLIED_MARKER and query.selection.refuses_markers:
+    if deps.drc_applied == pullquery.DRC_APPLIED_MARKER and query.selection.refuses_markers:
         raise rows_omitted_error(None)
     return query
 
@@ -128,7 +128,7 @@ async def _serve(
         return pull_failure(deps, query, exc).response()
     if not batch.items or sum(len(i.record()) for i in batch.items) <= INLINE_BYTES:
         return _response(deps, batch, records)  # small: rendering beats a thread hand-off
-    limiter = deps.limiter if query.wait_ms == wire.WAIT_NONE else deps.long_poll_limiter
+    limiter = deps.long_poll_limiter if query.waits else deps.limiter
     return await anyio.to_thread.run_sync(_response, deps, batch, records, limiter=limiter)
 
 
@@ -177,7 +177,7 @@ def rows_omitted_error(found: RowsOmitted | None) -> ApiError:
     return ApiError(
         409,
         f"{where}: pull with skip_drc=1 to leave DRC-applied transactions out, or with "
-        f"{wire.PARAM_DRC_APPLIED}={wire.DRC_APPLIED_MARKER} to receive them flagged "
+        f"{pullquery.PARAM_DRC_APPLIED}={pullquery.DRC_APPLIED_MARKER} to receive them flagged "
         'rows_omitted without their rows; set drc_applied = "full" on the replicator for '
         "their rows from then on",
         code=wire.ERROR_ROWS_OMITTED,
@@ -187,8 +187,7 @@ def rows_omitted_error(found: RowsOmitted | None) -> ApiError:
 
 async def _collect(deps: ApiDeps, commits: CommitSignal, caller: str, query: PullQuery) -> Batch:
     """Scan, and while the query allows, wait for commits and scan again."""
-    waits = query.wait_ms != wire.WAIT_NONE
-    limiter = deps.long_poll_limiter if waits else deps.limiter
+    limiter = deps.long_poll_limiter if query.waits else deps.limiter
     state = Pull(deps.pull_buffer(), query)
     with ExitStack() as held:
         slot = False

@@ -2,7 +2,7 @@
 waits; :func:`pull` waits blocking in the calling thread, while the events handler reads in
 worker threads and waits on the event loop (drc.api.commits), holding no thread meanwhile.
 
-Waiting (``wait_ms``, see :mod:`drc.api.wire`):
+Waiting (``wait_ms``, see :mod:`drc.api.pullquery`):
 
 - ``-1``: one pass over what is committed now.
 - ``>0``: latency first: as soon as the batch holds one matching transaction it is returned;
@@ -28,7 +28,7 @@ from typing import Protocol
 
 from drc.api import wire
 from drc.api.batching import BatchBuilder, Item
-from drc.api.query import PullQuery
+from drc.api.pullquery import PullQuery
 from drc.core.errors import ScnTooOldError
 from drc.core.jsonwire import transaction_to_json
 from drc.core.scn import SCN
@@ -159,7 +159,7 @@ class Pull:
     def finished(self) -> bool:
         """True when the batch is the answer: full, out of scan budget, or waited enough."""
         builder = self.builder
-        if builder.full or not self._caught_up or _answered(self.query.wait_ms, builder):
+        if builder.full or not self._caught_up or _answered(self.query, builder):
             return True
         return self.remaining_s <= 0
 
@@ -201,10 +201,8 @@ def pull(
     return state.batch()
 
 
-def _answered(wait_ms: int, builder: BatchBuilder) -> bool:
-    if wait_ms == wire.WAIT_NONE:
-        return True
-    return wait_ms > 0 and builder.transactions > 0
+def _answered(query: PullQuery, builder: BatchBuilder) -> bool:
+    return not query.waits or (query.wait_ms > 0 and builder.transactions > 0)
 
 
 def _scan(
@@ -221,8 +219,7 @@ def _scan(
         if builder.examined >= scan_records:
             return False
         if everything:  # the stored records are the batch: read just what fits
-            count = builder.limits.max_events - builder.transactions
-            size = builder.limits.max_bytes - builder.bytes
+            count, size = builder.limits.room(builder.transactions, builder.bytes)
         else:
             count, size = min(READ_RECORDS, scan_records - builder.examined), READ_BYTES
         if budget_records is not None:

@@ -32,10 +32,10 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 
-from drc.api import accept, wire
+from drc.api import accept, pullquery, wire
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
-from drc.api.query import BadQuery, single_values
+from drc.api.pullquery import BadQuery, single_values
 from drc.api.ranges import Unsatisfiable, parse_range
 from drc.core.errors import MalformedScnError, shown
 from drc.core.scn import SCN
@@ -44,7 +44,7 @@ from drc.eventbuffer.export import Checksums, SegmentExtent, covering, servable_
 router = APIRouter(dependencies=[Depends(require_token)])
 SEND_CHUNK = 1 << 20
 _NAME = re.compile(r"[0-9]{20}\.seg", re.ASCII)
-_LIST_PARAMS = (wire.PARAM_AFTER, wire.PARAM_TO)
+_LIST_PARAMS = (pullquery.PARAM_AFTER, wire.PARAM_TO)
 
 
 @router.get(wire.PATH_SEGMENTS)

@@ -2,10 +2,9 @@
 
 A subscriber that keeps up pulls once per transaction, and each pull's HTTP exchange costs
 more CPU than the transaction it carries; a stream pays it once. Frames are
-:mod:`drc.api.streamwire`'s. The query is the pull's (``after``, ``tables``, ``skip_drc``,
-``drc_applied``, ``epoch``, ``max_events`` / ``max_bytes`` per frame), with ``wait_ms`` the
-heartbeat period (default and at most the server's ``max_wait_ms``; -1 and 0 take the
-default :data:`HEARTBEAT_MS`).
+:mod:`drc.api.streamwire`'s. The query is the pull's (:mod:`drc.api.pullquery`; its limits bound
+each frame), with ``wait_ms`` the heartbeat period (default and at most the server's
+``max_wait_ms``; -1 and 0 take the default :data:`HEARTBEAT_MS`).
 
 Like a pull, and with the pull's statuses before the first byte: the bearer token (401), a
 long-poll slot held for the whole stream (429/503), the epoch (409), an SCN older than the
@@ -46,7 +45,7 @@ from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
 from drc.api.events import pull_failure, request_query
 from drc.api.pull import STOP_CHECK_S, EpochMismatch, Pull, render_records
-from drc.api.query import PullQuery
+from drc.api.pullquery import PullQuery
 from drc.core.errors import DrcError, RetriableError, ScnTooOldError
 
 router = APIRouter(dependencies=[Depends(require_token)])

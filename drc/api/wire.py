@@ -1,6 +1,7 @@
 """What a client of the pull API needs to speak it: paths, media types, headers, record split.
 
-Pure (no FastAPI, no I/O) so the subscriber SDK imports it without the server side.
+Pure (no FastAPI, no I/O) so the subscriber SDK imports it without the server side. The query
+of a pull (parameters, their values, defaults and meaning) is :mod:`drc.api.pullquery`'s.
 
 ``GET /v1/events`` answers in one of two forms:
 
@@ -24,19 +25,6 @@ A transaction is complete at its ``last_fragment`` record; with a table filter, 
 empty are dropped (so ``fragment`` numbers may skip) but the last one is always sent.
 With no ``tables`` and no ``skip_drc`` every stored record is sent as stored, including the
 replicator's empty progress markers (no changes, no DDL), so followers copy the buffer exactly.
-
-DRC-applied transactions stored without their rows (``[replicator] drc_applied = "marker"``,
-records flagged ``rows_omitted``, see drc.core.codec): ``skip_drc=1`` leaves them out like any
-DRC-originated transaction. Without it a pull must say ``drc_applied=marker`` to receive them
-(they pass any ``tables`` filter, as which tables they wrote is not stored); otherwise a
-replicator in marker mode refuses the pull at once, and any replicator refuses a batch that
-would hold such a record, with 409 ``rows_omitted``, so no subscriber takes a transaction
-without its rows for one that wrote nothing.
-
-``wait_ms``: ``-1`` answers with what is there now; ``>0`` waits up to that many ms but answers
-as soon as one matching transaction is there (latency first); ``0`` waits until the batch is
-full (``max_events`` transactions or ``max_bytes`` record bytes), at most the server's
-``max_wait_ms`` (Canal's "wait until full"). Limits above the server's are clamped to them.
 
 Errors are JSON in both cases: ``{"error": code, "message": text, ...}`` with the codes below.
 """
@@ -70,27 +58,8 @@ HEADER_COUNT = "X-DRC-Count"
 # last written (drc.core.term); absent when the replicator runs without a group.
 HEADER_TERM = "X-DRC-Term"
 
-# Query parameters of GET /v1/events.
-PARAM_AFTER = "after"
-PARAM_TABLES = "tables"
-PARAM_MAX_EVENTS = "max_events"
-PARAM_MAX_BYTES = "max_bytes"
-PARAM_WAIT_MS = "wait_ms"
-PARAM_EPOCH = "epoch"
-PARAM_SKIP_DRC = "skip_drc"
-# How a pull without skip_drc takes DRC-originated transactions stored without their rows
-# (a replicator with [replicator] drc_applied = "marker"): "full" (the default) refuses them
-# with 409 rows_omitted, "marker" receives them as records flagged rows_omitted.
-PARAM_DRC_APPLIED = "drc_applied"
-DRC_APPLIED_FULL = "full"
-DRC_APPLIED_MARKER = "marker"
-# Query parameters of GET /v1/segments: the segments holding records after SCN (up to SCN).
+# GET /v1/segments takes an SCN range: after (drc.api.pullquery.PARAM_AFTER, as a pull) and to.
 PARAM_TO = "to"
-
-# wait_ms values with a special meaning; any other positive value waits up to that many ms
-# but returns as soon as one matching transaction is there (latency first).
-WAIT_NONE = -1  # return what is there now
-WAIT_FULL = 0  # wait until the batch is full, capped at the server's max_wait_ms
 
 # The "error" field of an error body, by HTTP status.
 ERROR_BAD_REQUEST = "bad_request"  # 400: malformed SCN, filter or parameter

@@ -1,6 +1,11 @@
 """Apply: write a remote datacenter's change stream into the local database, exactly once.
 
     channel.py     the loop: subscribe, filter, group, write, checkpoint (start here)
+    source.py      the stream: subscription, filter chain, tables snapshots joined, the pull
+    writer.py      one group's decisions and writes, committed with the checkpoint row
+    startup.py     a channel's tables on the target, and the checkpoint it resumes after
+    retrier.py     a channel's target transactions retried, and waits counted (rules: retry.py)
+    status.py      what a channel shows: counters, state and lag, its stops
     handover.py    the catch-up lease each target transaction reads; an interrupted run finished
     ddl.py         replicated DDL, each statement run exactly once (ddl_journal.py)
     actions.py     an operator's pause, skip, rewind, reload, in the channel's thread

@@ -26,7 +26,7 @@ from drc.apply.control import PAUSED, RUNNING, STOPPED, ChannelControl, Request,
 from drc.apply.group import Group
 from drc.apply.retry import Stopped
 from drc.apply.stages import Stage
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.control import ControlError
 from drc.core.errors import FatalError
 from drc.core.scn import SCN
@@ -44,7 +44,8 @@ class Restart(Exception):
 class Steered(Protocol):
     """What the actions need of the channel they act on (drc.apply.channel.ApplyChannel)."""
 
-    channel: ChannelConfig
+    @property
+    def channel(self) -> ChannelConfig: ...
 
     @property
     def applied(self) -> SCN: ...

@@ -1,13 +1,15 @@
 """An apply channel: a remote datacenter's change stream, written into the local target.
 
     Subscriber (skip_drc, binary; prefetches the next batch while this one is applied)
-      -> filter chain (drc.apply.stages)
+      -> filter chain (drc.apply.stages; drc.apply.source), then the channel's position
       -> group (drc.apply.group): many source transactions, one target transaction
       -> decisions (drc.apply.engine: writes, conflict log, tombstones; pure)
       -> Target (drc.apply.target; drc.apply.sink): writes + checkpoint row, committed together
+         (drc.apply.writer)
 
-Every part is handed in (ChannelParts) by the composition root (drc.apply.service
-.build_parts); the channel reads no config to build them.
+The channel keeps the loop, the flush and the commit. Every part is handed in (ChannelParts)
+by the composition root (drc.apply.service.build_parts); the channel reads no config to build
+them.
 
 Exactly once: the checkpoint row (drc.apply.checkpoint) commits with the changes it covers. On
 start the channel reads it and subscribes after its SCN, so a crash anywhere resumes right
@@ -29,9 +31,13 @@ DDL: the open group is committed first, with ``pending_ddl_scn`` in the checkpoi
 transaction's row changes, if any); then each statement runs exactly once (drc.apply.ddl), and
 the checkpoint moves to the DDL's SCN.
 
-Its collaborators, handed in with the parts: the catch-up handover (drc.apply.handover: the
-lease every target transaction reads, and an interrupted catch-up run to finish first), DDL
-(drc.apply.ddl) and an operator's actions (drc.apply.actions: pause, skip, rewind, reload).
+Its collaborators, handed in with the parts: the source (drc.apply.source: the subscription,
+the filter chain and the tables snapshots joined), the group writer (drc.apply.writer), the
+catch-up handover (drc.apply.handover: the lease every target transaction reads, and an
+interrupted catch-up run to finish first), DDL (drc.apply.ddl), an operator's actions
+(drc.apply.actions: pause, skip, rewind, reload), the start-up (drc.apply.startup: the
+channel's tables, its checkpoint read), the retries (drc.apply.retrier) and what the channel
+shows (drc.apply.status).
 
 Privileges of the apply user on the target:
 
@@ -54,52 +60,35 @@ for a switchover must make the channel wait, not write.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
-from drc.apply import audit, checkpoint, ddl_journal, plan, windows
 from drc.apply.actions import OperatorActions, Restart
 from drc.apply.catchup_journal import Run
+from drc.apply.checkpoint import CheckpointRow
 from drc.apply.control import Stoppage
 from drc.apply.ddl import DdlApplier
-from drc.apply.engine import ApplyEngine
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
-from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
-from drc.apply.retry import RetryPolicy, Stopped, call_with_retries
-from drc.apply.stages import Chain, Idempotency, Stage
-from drc.apply.stats import ApplyStats
+from drc.apply.retrier import Retrier
+from drc.apply.retry import Stopped
+from drc.apply.source import ChannelSource, Subscribe, SubscriberLike
+from drc.apply.stages import Idempotency, Stage
+from drc.apply.startup import ChannelStartup
+from drc.apply.status import ChannelStatus
 from drc.apply.target import Target
-from drc.apply.windows import DropCopied
-from drc.client import ApiUnavailableError
-from drc.config import ChannelConfig
-from drc.conflicts.probes import Observed
+from drc.apply.writer import GroupWriter, Written
+from drc.config_channels import ChannelConfig
 from drc.conflicts.target import ConflictTarget
-from drc.core.errors import DrcError, FatalError
+from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.heartbeat import source_time_ms
 from drc.core.scn import SCN
-from drc.core.target_errors import CatchupUnfinishedError, CheckpointMismatchError
-from drc.mysql.errors import Kind
 from drc.mysql.sql import Statement
-
-log = logging.getLogger(__name__)
-
-IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked at again
-UNAVAILABLE_LOG_EVERY_S = 30.0
-
-
-class SubscriberLike(Protocol):
-    def get(self, timeout: float | None = None) -> Any: ...
-
-    def ack(self, batch: Any) -> None: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -108,56 +97,43 @@ class ChannelParts:
     which builds them from the config: the channel itself reads no config to build them."""
 
     target: Target  # the local database (drc.apply.sink.TargetSession)
-    subscribe: Callable[[SCN], SubscriberLike]  # the remote stream, after an SCN
-    filters: Sequence[Stage]  # the filter chain, in order (drc.apply.stages)
-    engine: ApplyEngine  # the decisions (drc.apply.engine)
+    source: ChannelSource  # the stream and what of it is applied (drc.apply.source)
+    writer: GroupWriter  # a group's decisions and writes (drc.apply.writer)
     handover: CatchupHandover  # the catch-up lease and an interrupted run (drc.apply.handover)
     ddl: DdlApplier  # replicated DDL, exactly once (drc.apply.ddl)
     actions: OperatorActions  # pause, skip, rewind, reload (drc.apply.actions)
+    startup: ChannelStartup  # the channel's tables, its checkpoint read (drc.apply.startup)
+    retrier: Retrier  # target transactions retried and waited for (drc.apply.retrier)
+    status: ChannelStatus  # counters, state, lag and stops (drc.apply.status)
+    limits: GroupLimits  # when a group is committed (drc.apply.group)
+    clock: Callable[[], float] = time.monotonic
     conflicts: ConflictTarget | None = None  # conflict handling's tables, triggers, probes
-    # The filter chain and subscription of a config with more source tables: those a snapshot
-    # joined to the channel (drc.apply.windows) that its ``tables`` do not name.
-    rejoin: Callable[[ChannelConfig, Sequence[str]], tuple[Sequence[Stage], Any]] | None = None
 
 
 class ApplyChannel:
-    def __init__(
-        self,
-        channel: ChannelConfig,
-        parts: ChannelParts,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] | None = None,
-    ) -> None:
-        self.channel = channel
-        self.name = channel.name
-        self.stats = ApplyStats()
-        # State and lag (drc.apply.progress); a long poll may rightly last wait_ms.
-        self.progress = ChannelProgress(STALE_AFTER_S + channel.wait_ms / 1000)
+    def __init__(self, parts: ChannelParts) -> None:
+        self.name = parts.source.channel.name
         self.target = parts.target
-        self.engine = parts.engine
+        self.source = parts.source
+        self.writer = parts.writer
         self.conflicts = parts.conflicts
         self.handover = parts.handover
         self.ddl = parts.ddl
         self.actions = parts.actions
         self.control = parts.actions.control  # an operator's requests (drc.apply.control)
-        self._clock, self._wall_clock, self._sleep = clock, wall_clock, sleep
-        self._policy = RetryPolicy(retries=channel.retries)
-        self._limits = GroupLimits(
-            max_txns=channel.max_txns_per_commit,
-            max_bytes=int(channel.max_bytes_per_commit_mb * (1 << 20)),
-            max_delay_s=channel.max_commit_delay_ms / 1000,
-        )
+        self.startup = parts.startup
+        self.retrier = parts.retrier
+        self.status = parts.status
+        self.stats, self.progress = parts.status.stats, parts.status.progress
+        self._limits, self._clock = parts.limits, parts.clock
         self._applied = SCN.zero()  # the checkpoint row's SCN
         self._stop = threading.Event()
         self._idempotency = Idempotency(lambda: self._applied)  # the channel's own position
-        self._copied = DropCopied()  # changes a snapshot's copy holds (drc.apply.windows)
-        self._rejoin = parts.rejoin
-        self._select(parts.filters, parts.subscribe)
-        self._unavailable_logged = -UNAVAILABLE_LOG_EVERY_S
-        self._replays = 0
-        self._conflict_tables: list[str] = []
+
+    @property
+    def channel(self) -> ChannelConfig:
+        """The channel's config, as last reloaded (drc.apply.actions)."""
+        return self.source.channel
 
     @property
     def catchup_unfinished(self) -> Run | None:
@@ -166,15 +142,7 @@ class ApplyChannel:
 
     def report(self) -> dict[str, Any]:
         """Counters, state and lag as of now, for status, metrics and progress lines."""
-        now = self.progress.snapshot(self._wall_clock())
-        state = "paused" if self.control.state == "paused" else now.state
-        return {
-            "name": self.name, "origin": self.channel.origin, "state": state,
-            "up": now.state != STOPPED, "error": now.error, "lag_seconds": now.lag_seconds,
-            "applied_source_ms": now.applied_ms, **self.stats.as_dict(),
-            # A channel continued after a stop no longer shows its error (last_stop keeps it).
-            "last_error": self.stats.last_error if now.state == STOPPED else None,
-        }  # fmt: skip
+        return self.status.report(self.channel.origin, paused=self.control.state == "paused")
 
     # ------------------------------------------------------------------ run
 
@@ -187,34 +155,26 @@ class ApplyChannel:
             self._retrying(self._start)
             while not stop.is_set():
                 try:
-                    self._stream()
+                    with self.source.opened(self._applied) as subscriber:
+                        self._loop(subscriber)
                 except Restart:
                     continue
                 except FatalError as exc:
-                    self.stats.last_error = str(exc)
-                    log.error("channel %s stopped: %s", self.name, exc)
+                    self.status.failed(exc)
                     if not self.actions.hold_on_error:
                         raise
-                    self._hold(exc)
+                    self.status.stopped(exc)  # alive: it waits for an operator's action
+                    try:
+                        self.actions.hold(self, exc)
+                    finally:
+                        self.progress.resumed(self._clock())
         except Stopped:
             pass
-        except DrcError as exc:
-            self.stats.last_error = str(exc)
-            log.error("channel %s stopped: %s", self.name, exc)
-            self._stopped(exc)
-            raise
         except BaseException as exc:
-            self._stopped(exc)
+            self.status.ended(exc)
             raise
         finally:
             self.target.close()
-
-    def _stream(self) -> None:
-        subscriber = self._subscribe(self._applied)
-        try:
-            self._loop(subscriber)
-        finally:
-            subscriber.close()
 
     def open(self) -> SCN:
         """What run() does first: set up the target, read the checkpoint (a catch-up driver
@@ -228,37 +188,15 @@ class ApplyChannel:
         self._apply_ddl(txn, Group(checkpoint=max(before, self._applied)))
 
     def _start(self) -> None:
-        self.target.ensure_checkpoint_table()
-        self.target.execute(ddl_journal.purge(self.name), "purging the DDL journal")
-        self.target.commit()
-        if self.conflicts is not None:
-            self.conflicts.setup()
-        self.target.run_setup(
-            [*self.handover.create_statements(), *windows.create_statements()[1:]],
-            "creating the catch-up and snapshot tables",
-        )
-        self._read_windows()
-        self.target.commit()
-        self.handover.opened()
-        # Read before the checkpoint, whose read commits: no transaction is left open (a
-        # catch-up driver keeps this channel's session, idle, for the whole run).
-        rewinds = self.target.query(audit.rewinds(self.name), "reading the channel's rewinds")
-        row = self.target.read_checkpoint(self.name)
-        if row is not None:
-            if row.origin and row.origin != self.channel.origin:
-                raise _origin_mismatch(self.name, row.origin, self.channel.origin)
-            self._applied = row.scn
-        self.control.replay_until = audit.replay_until([r[0] for r in rewinds], self._applied)
+        self._applied = self.startup.open(self.channel, self._applied)
         self.stats.last_scn = self._applied
         self.progress.started(self._clock())
-        log.info("channel %s (from %s) resumes after %s", self.name, self.channel.origin,
-                 self._applied)  # fmt: skip
 
     def _loop(self, subscriber: SubscriberLike) -> None:
         group = Group(checkpoint=self._applied)
         while not self._stop.is_set():
             self.actions.obey(self, group)
-            batch = self._get(subscriber, group)
+            batch = self.source.get(subscriber, group.remaining_s(self._limits, self._clock()))
             if batch is None:
                 if group.due(self._limits, self._clock()):
                     self._flush(group)
@@ -266,8 +204,9 @@ class ApplyChannel:
                 continue
             self.progress.answered(self._clock())
             group.epoch = batch.epoch
+            chain = self.source.chain  # replaced only before a Restart (a reload, a snapshot)
             for txn in batch.transactions:
-                self._take(txn, group)
+                self._take(txn, chain(txn), group)
             subscriber.ack(batch)
             group.consumed(batch.next, batch.epoch)
             caught_up = batch.newest is None or batch.next >= batch.newest
@@ -283,25 +222,14 @@ class ApplyChannel:
             return
         self._retrying(partial(conflicts.maintain, self._clock()))
 
-    def _get(self, subscriber: SubscriberLike, group: Group) -> Any:
-        remaining = group.remaining_s(self._limits, self._clock())
-        timeout = IDLE_POLL_S if remaining is None else min(remaining, IDLE_POLL_S)
-        try:
-            return subscriber.get(timeout=timeout)
-        except ApiUnavailableError as exc:
-            now = self._clock()
-            self.progress.unanswered(now, str(exc) if exc.errors else None)
-            if exc.errors and now - self._unavailable_logged >= UNAVAILABLE_LOG_EVERY_S:
-                self._unavailable_logged = now
-                log.warning("channel %s: remote API unavailable, retrying: %s", self.name, exc)
-            return None
-
     # ------------------------------------------------------------------ transactions
 
-    def _take(self, txn: Transaction, group: Group) -> None:
-        kept = self.chain(txn)
+    def _take(self, txn: Transaction, kept: Transaction | None, group: Group) -> None:
+        """``kept``: what the source's chain left of ``txn``."""
+        if kept is not None:
+            kept = self._idempotency(kept)
         if txn.ddl:
-            self.stats.ddl_skipped = self._filters.ddl_skipped
+            self.stats.ddl_skipped = self.source.ddl_skipped
         if kept is not None and kept.ddl:
             self._apply_ddl(kept, group)
             self.progress.taken(source_time_ms(txn))
@@ -339,96 +267,50 @@ class ApplyChannel:
             or pending_ddl
             or force
             or worth_saving(self._applied, position)
-            or self._lease_moved()
+            or self.handover.taken_meanwhile(self._retrying)
         ):
             group.clear()
             self.progress.applied()  # nothing to write: what was taken needs nothing more
             return
-        row = checkpoint.CheckpointRow(
-            self.name, position, self.channel.origin, group.epoch, pending_ddl
-        )
+        row = CheckpointRow(self.name, position, self.channel.origin, group.epoch, pending_ddl)
         try:
-            effects = self._retrying(lambda: self._commit(group, row))
+            written = self._retrying(lambda: self._commit(group, row))
         except FatalError as exc:
             raise self._isolated(group, exc, pending_ddl) from exc
         self.progress.target_ok()
         self._applied = max(self._applied, row.scn)  # a catch-up may have moved it further
-        self._record(group, effects)
+        self._record(group, written)
         group.clear()
         self.progress.applied()
 
-    def _commit(self, group: Group, row: checkpoint.CheckpointRow) -> plan.Effects:
-        """One attempt: decide the group's writes (drc.apply.engine), then write them, the
-        conflict log, tombstones and the checkpoint row, and COMMIT.
-
-        The lease is read first in the transaction either way (drc.apply.handover: its shared
-        lock keeps a catch-up out until COMMIT). While it was last seen free and unchanged,
-        the read is sent ahead of the writes and checked before COMMIT: one round trip less
-        per target transaction; if it moved, the attempt is rolled back and made again
-        reading it first."""
+    def _commit(self, group: Group, row: CheckpointRow) -> Written:
+        """One attempt: the group written with the checkpoint row, and COMMIT (drc.apply
+        .writer), the lease read first (drc.apply.handover: its shared lock keeps a catch-up
+        out until COMMIT), sent ahead of the writes while it was last seen free and unchanged
+        (if it moved, the attempt is rolled back and made again reading it first)."""
         if self.handover.steady:
             try:
-                return self._write_group(group, row, self.handover.send_ahead())
+                ahead = self.handover.send_ahead()
+                return self.writer.write(group.transactions, row, ahead, self.source.converging)
             except LeaseMoved as exc:
                 self.target.recover(exc)
         if self.handover.check(self._applied):
             row = self._caught_up(group, row)
-        return self._write_group(group, row, None)
+        return self.writer.write(group.transactions, row, None, self.source.converging)
 
-    def _caught_up(self, group: Group, row: checkpoint.CheckpointRow) -> checkpoint.CheckpointRow:
+    def _caught_up(self, group: Group, row: CheckpointRow) -> CheckpointRow:
         """A catch-up or snapshot ran since the checkpoint was read: go on from the checkpoint
         it wrote, dropping what it applied (nothing skipped: the stream after it is still in
         the group or to come)."""
-        found = self.target.query(checkpoint.select(self.name), "reading the checkpoint")
-        self.handover.caught_up()
-        if found:
-            moved = checkpoint.parse(self.name, found[0]).scn
-            log.info("channel %s: a catch-up applied up to %s; streaming from there", self.name,
-                     moved)  # fmt: skip
+        moved = self.handover.caught_up()
+        if moved is not None:
             self._applied = max(self._applied, moved)
-        if self._read_windows():  # a snapshot joined tables: the group was filtered without
-            exc = Restart()  # their windows; take the stream again after the checkpoint
+        if self.source.read_windows():  # a snapshot joined tables: the group was filtered
+            exc = Restart()  # without their windows; take the stream again after the checkpoint
             self.target.recover(exc)
             raise exc
         group.transactions[:] = [t for t in group.transactions if t.scn > self._applied]
-        if row.scn > self._applied:
-            return row
-        pending = row.pending_ddl_scn
-        return replace(
-            row,
-            scn=self._applied,
-            pending_ddl_scn=pending if pending and pending > self._applied else None,
-        )
-
-    def _write_group(
-        self,
-        group: Group,
-        row: checkpoint.CheckpointRow,
-        before_commit: Callable[[], None] | None,
-    ) -> plan.Effects:
-        converging = self._copied.windows.converging if self._copied.windows else None
-        pending = self.engine.prepare(group.transactions, converging)
-        observed: list[Observed] = []
-        if self.conflicts is not None:  # first: it reads and locks the rows the group touches
-            observed = self.conflicts.probe(pending.probes)
-        decision = self.engine.decide(pending, observed, lazy=True)  # planned as it is sent
-        replays = [e for e in decision.entries if self.control.is_replay(SCN.parse(e.scn))]
-        if replays:  # a rewound channel meets its own earlier writes: not conflicts
-            decision.entries = [e for e in decision.entries if e not in replays]
-            decision.counts.conflicts -= len(replays)
-        effects = self.target.write(decision.writes, decision.log_statements(), row, before_commit)
-        self._replays = len(replays)  # counted once committed (_record): an attempt may fail
-        self._conflict_tables = [f"{e.schema}.{e.table}" for e in decision.entries]
-        effects.conflicts = decision.counts.conflicts
-        return effects
-
-    def _lease_moved(self) -> bool:
-        """Whether a catch-up or snapshot took the channel's lease since the checkpoint was
-        read (looked at every LEASE_CHECK_S at most). A channel with nothing to write reads
-        the lease only when it commits: without this, one whose selected tables are idle (or
-        whose changes are all echoes) would never see the tables a snapshot joined, nor apply
-        their changes."""
-        return self.handover.look_due() and bool(self._retrying(self.handover.taken_since))
+        return row.at_least(self._applied)
 
     def _isolated(self, group: Group, exc: FatalError, pending_ddl: SCN | None) -> FatalError:
         """The transaction a failed group stopped at: each of its transactions is written
@@ -444,57 +326,27 @@ class ApplyChannel:
                 alone = Group(checkpoint=scn, epoch=group.epoch, complete=1)
                 for txn in (t for t in group.transactions if t.scn == scn):
                     alone.add(txn, self._clock())
-                row = checkpoint.CheckpointRow(self.name, scn, self.channel.origin, group.epoch)
+                row = CheckpointRow(self.name, scn, self.channel.origin, group.epoch)
                 try:
-                    effects = self._retrying(partial(self._commit, alone, row))
+                    written = self._retrying(partial(self._commit, alone, row))
                 except FatalError as single:
                     exc, failing = single, scn
                     break
                 self._applied = scn
-                self._record(alone, effects)
+                self._record(alone, written)
         exc.stoppage = Stoppage.at(
             failing, exc, [t for t in group.transactions if t.scn == failing]
         )
         return exc
 
-    def _record(self, group: Group, effects: plan.Effects) -> None:
+    def _record(self, group: Group, written: Written) -> None:
         stats = self.stats
-        stats.replays += self._replays
-        for name in self._conflict_tables:
-            stats.conflicts_by_table[name] = stats.conflicts_by_table.get(name, 0) + 1
-        self._replays, self._conflict_tables = 0, []
         stats.commits += 1
         stats.transactions += group.complete
-        stats.add_effects(effects)
+        stats.add_effects(written.effects)
+        stats.add_conflicts(written.conflict_tables, written.replays)
         stats.last_scn = self._applied
-        stats.ddl_skipped = self._filters.ddl_skipped
-
-    # ------------------------------------------------------------------ selection
-
-    def _select(self, filters: Sequence[Stage], subscribe: Callable[[SCN], SubscriberLike]) -> None:
-        self._filters = Chain(filters)
-        self.chain = Chain([*filters, self._copied, self._idempotency])
-        self._subscribe = subscribe
-
-    def _read_windows(self) -> bool:
-        """The tables snapshots joined to the channel, read again; True when they changed."""
-        rows = self.target.query(windows.select(self.name), "reading the snapshot tables")
-        found = windows.parse(rows)
-        if found.by_target == self._copied.windows.by_target:
-            return False
-        self._copied.windows = found
-        self._join_tables()
-        log.info("channel %s: tables joined by snapshots: %s", self.name,
-                 ", ".join(found.source_names()) or "none")  # fmt: skip
-        return True
-
-    def _join_tables(self) -> None:
-        """Select the joined tables the config's ``tables`` leave out (their changes would
-        otherwise not even be pulled)."""
-        extra = windows.unselected(self.channel, self._copied.windows)
-        if not extra or self._rejoin is None:
-            return
-        self._select(*self._rejoin(self.channel, extra))
+        stats.ddl_skipped = self.source.ddl_skipped
 
     # ------------------------------------------------------------------ operator actions
 
@@ -513,7 +365,7 @@ class ApplyChannel:
     def move_to(self, position: SCN, entry: Statement) -> None:
         """Move the checkpoint to ``position`` and record ``entry`` (drc.apply.audit), in one
         transaction: a rewind or a skip."""
-        row = checkpoint.CheckpointRow(self.name, position, self.channel.origin, None, None)
+        row = CheckpointRow(self.name, position, self.channel.origin, None, None)
         self._retrying(lambda: self.target.write([], [entry], row))
         self._applied = position
         self.stats.last_scn = position
@@ -522,7 +374,7 @@ class ApplyChannel:
         self,
         config: ChannelConfig,
         filters: Sequence[Stage],
-        subscribe: Callable[[SCN], SubscriberLike],
+        subscribe: Subscribe,
         entry: Statement,
     ) -> None:
         """Stream with a new config's table selection (a reload), once ``entry`` is recorded."""
@@ -532,63 +384,8 @@ class ApplyChannel:
             self.target.commit()
 
         self._retrying(record)
-        self.channel = config
-        self._select(filters, subscribe)
-        self._join_tables()
-
-    def _hold(self, exc: FatalError) -> None:
-        """Stopped by ``exc``, alive: wait for an operator's action (drc.apply.actions)."""
-        self._stopped(exc)
-        try:
-            self.actions.hold(self, exc)
-        finally:
-            self.progress.resumed(self._clock())
-
-    def _stopped(self, exc: BaseException) -> None:
-        """Stopped by ``exc``; ``last_stop`` keeps when and why once the channel continues."""
-        now, error = self._wall_clock(), f"{type(exc).__name__}: {exc}"
-        if self.progress.snapshot(now).state != STOPPED:  # stopped already: keep the first
-            self.stats.last_stop = {"at": now, "error": error}
-        self.progress.stopped(error)
-
-    # ------------------------------------------------------------------ retries
+        self.source.reselect(config, filters, subscribe)
 
     def _retrying(self, attempt: Callable[[], Any]) -> Any:
-        return call_with_retries(
-            attempt,
-            self._policy,
-            recover=self._recover,
-            sleep=self._sleep or self._wait,
-            stopped=self._stop.is_set,
-            note=self._note,
-        )
-
-    def _recover(self, exc: BaseException) -> None:
-        self.target.recover(exc)  # rolled back: the lease row's shared lock is gone too
-        if isinstance(exc, CatchupUnfinishedError):
-            self.handover.finish_interrupted(self._stop.is_set, self.progress.target_waiting)
-
-    def _wait(self, seconds: float) -> None:
-        self._stop.wait(seconds)  # wakes at once when the channel is stopped
-
-    def _note(self, kind: Kind, exc: BaseException, delay: float) -> None:
-        if self.handover.finished_meanwhile(exc):
-            return  # finished meanwhile (_recover): nothing was waited for
-        if kind is Kind.LOCK_CONFLICT:
-            self.stats.retries += 1
-        else:
-            self.stats.waits += 1
-            self.progress.target_waiting(str(exc))
-        self.stats.last_error = str(exc)
-        if self.handover.logged_lately(exc):  # a wait for a catch-up may last for hours
-            return
-        log.warning("channel %s: %s; retrying in %.2fs", self.name, exc, delay)
-
-
-def _origin_mismatch(name: str, found: str, configured: str) -> DrcError:
-    return CheckpointMismatchError(
-        f"drc.checkpoint row {name!r} was written for origin {found!r} but the channel is "
-        f"configured for origin {configured!r}: resuming would use another stream's SCN. "
-        "Delete that row (the channel then starts from the beginning of the remote buffer) "
-        "or give the channel a new name"
-    )
+        """``attempt`` as every target transaction of the channel runs (drc.apply.retrier)."""
+        return self.retrier.run(attempt, self._stop)

@@ -27,7 +27,7 @@ the binlog (an UPDATE to identical values would log nothing and carry no marker)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from drc.apply import audit, ddl_journal
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
@@ -52,6 +52,16 @@ class CheckpointRow:
     origin: str
     epoch: str | None = None
     pending_ddl_scn: SCN | None = None
+
+    def at_least(self, applied: SCN) -> CheckpointRow:
+        """This row, or one at ``applied`` where that is further (a catch-up moved the
+        checkpoint there), keeping only a pending DDL beyond it."""
+        if self.scn > applied:
+            return self
+        pending = self.pending_ddl_scn
+        return replace(
+            self, scn=applied, pending_ddl_scn=pending if pending and pending > applied else None
+        )
 
 
 def create_statements() -> list[str]:

@@ -23,11 +23,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from drc.apply import ddl_journal, objects
 from drc.apply.control import Stoppage
-from drc.apply.retry import Stopped
+from drc.apply.retry import Retried, Stopped
 from drc.apply.target import DdlRunner, Target
 from drc.conflicts.target import ConflictTarget
 from drc.core.errors import FatalError
@@ -37,9 +36,6 @@ from drc.core.statements import for_log
 log = logging.getLogger(__name__)
 
 DDL_LOCK_POLL_S = 5  # how long one wait for an earlier run's DDL lock lasts
-
-# Runs one attempt as the channel retries a target transaction (drc.apply.retry).
-Retrying = Callable[[Callable[[], Any]], Any]
 
 
 class DdlApplier:
@@ -55,7 +51,7 @@ class DdlApplier:
         self.conflicts = conflicts
         self.ran = 0  # statements run (ApplyStats.ddl); not those found done
 
-    def apply(self, txn: Transaction, retrying: Retrying, stopping: Callable[[], bool]) -> None:
+    def apply(self, txn: Transaction, retrying: Retried, stopping: Callable[[], bool]) -> None:
         """Run each statement of ``txn`` exactly once, then read the target's tables again. A
         statement the target refuses stops the channel at ``txn`` (FatalError.stoppage)."""
         for seq, change in enumerate(txn.ddl):

@@ -1,6 +1,6 @@
 """The apply decision engine: what to write into the target for a batch of row changes. Pure.
 
-Streaming channels (drc.apply.channel) and bulk catch-up executors both decide through it, so
+Streaming channels (drc.apply.writer) and bulk catch-up executors both decide through it, so
 a change is decided the same way whichever path applies it. It does no I/O and reads no
 config: the caller reads the target (a :class:`drc.apply.target.Target`) and hands in what it
 found::

@@ -18,8 +18,8 @@ the lease in the middle of it (:meth:`CatchupHandover.check`):
 While the lease was last seen free and unchanged the read is sent ahead of the writes, in the
 same round trip, and checked before COMMIT (:meth:`CatchupHandover.send_ahead`); if it moved,
 the attempt is rolled back (LeaseMoved) and made again reading the lease first. A channel with
-nothing to write looks at the lease every LEASE_CHECK_S (:meth:`CatchupHandover.taken_since`),
-so it sees the tables a snapshot joined although it never commits.
+nothing to write looks at the lease every LEASE_CHECK_S (:meth:`CatchupHandover
+.taken_meanwhile`), so it sees the tables a snapshot joined although it never commits.
 
 A catch-up driver opens the channel itself and applies DDL through it: that channel is built
 with the driver's lease ``owner`` and writes only while that owner holds the lease.
@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from drc.apply import catchup_journal, lease
-from drc.apply.retry import Stopped
+from drc.apply import catchup_journal, checkpoint, lease
+from drc.apply.retry import Retried, Stopped
 from drc.apply.target import Target
 from drc.core.scn import SCN
 from drc.core.target_errors import CatchupRunningError, CatchupUnfinishedError
@@ -79,7 +79,7 @@ class CatchupHandover:
         self._clock = clock
         self._taken: object = None  # the lease's taken_at when the checkpoint was read
         self._seen: object = None  # ... and as the last check found it
-        self._checked = -LEASE_CHECK_S  # clock of the last idle look (taken_since)
+        self._checked = -LEASE_CHECK_S  # clock of the last idle look (taken_meanwhile)
         self._steady = False  # the lease was last seen free, unchanged (send_ahead)
         self._finish_after = 0.0  # clock before which a failed finish is not tried again
         self._finish_failure = ""  # why the last try failed, shown while the channel waits
@@ -136,25 +136,35 @@ class CatchupHandover:
         self._seen = taken
         return taken != self._taken
 
-    def caught_up(self) -> None:
-        """The channel read the checkpoint the last :meth:`check` found moved."""
+    def caught_up(self) -> SCN | None:
+        """The checkpoint the catch-up or snapshot the last :meth:`check` found wrote (None:
+        no row), read in the channel's transaction; the channel goes on from there."""
+        found = self.target.query(checkpoint.select(self.name), "reading the checkpoint")
         self._taken = self._seen
+        if not found:
+            return None
+        moved = checkpoint.parse(self.name, found[0]).scn
+        log.info("channel %s: a catch-up applied up to %s; streaming from there", self.name,
+                 moved)  # fmt: skip
+        return moved
 
     # ------------------------------------------------------------------ between transactions
 
-    def look_due(self) -> bool:
-        """Whether an idle channel should look at its lease now (every LEASE_CHECK_S)."""
+    def taken_meanwhile(self, retrying: Retried) -> bool:
+        """Whether a catch-up or snapshot took the lease since the checkpoint was read, looked
+        at every LEASE_CHECK_S at most (False in between). A channel with nothing to write
+        reads the lease only when it commits: without this, one whose selected tables are idle
+        (or whose changes are all echoes) would never see the tables a snapshot joined, nor
+        apply their changes. ``retrying`` runs the read as the channel's transactions run."""
         now = self._clock()
         if now - self._checked < LEASE_CHECK_S:
             return False
         self._checked = now
-        return True
+        return bool(retrying(self._taken_since))
 
-    def taken_since(self) -> bool:
-        """One attempt: whether a catch-up or snapshot took the lease since the checkpoint was
-        read (the read committed: nothing stays locked)."""
+    def _taken_since(self) -> bool:
         taken = self._state()[2]
-        self.target.commit()
+        self.target.commit()  # the read committed: nothing stays locked
         return taken != self._taken
 
     def finish_interrupted(

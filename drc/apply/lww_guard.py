@@ -39,8 +39,9 @@ from typing import Any
 from drc.apply.channel import ApplyChannel, ChannelParts
 from drc.apply.group import Group
 from drc.apply.service import build_channel, target_settings
-from drc.apply.stages import Chain
-from drc.config import ApiConfig, ChannelConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
+from drc.config_replicator import ApiConfig
 from drc.conflicts.tombstones import COL_SCHEMA, COL_TABLE, is_tombstone_table
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.target_errors import MissingTableError
@@ -91,13 +92,10 @@ def build_guard(config: DrcConfig, local_url: str | None = None) -> LwwGuard | N
 
 
 class LwwGuard(ApplyChannel):
-    def __init__(self, channel: ChannelConfig, parts: ChannelParts, **kwargs: Any) -> None:
-        super().__init__(channel, parts, **kwargs)
+    def __init__(self, parts: ChannelParts) -> None:
+        super().__init__(parts)
         if self.conflicts is None:
             raise ValueError("the lww guard needs a [conflicts] section with a timestamp column")
-        # The filters pick what was captured here; only the position filter comes after.
-        self._local = Chain(parts.filters)
-        self.chain = Chain([self._idempotency])
         self._pending: list[RowChange] = []  # the kept changes of a transaction's fragments
 
     @property
@@ -105,8 +103,8 @@ class LwwGuard(ApplyChannel):
         """Deletes captured here without a tombstone row, given a derived one."""
         return 0 if self.conflicts is None else self.conflicts.engine.fallback_stamps
 
-    def _take(self, txn: Transaction, group: Group) -> None:
-        kept = self._local(txn)
+    def _take(self, txn: Transaction, kept: Transaction | None, group: Group) -> None:
+        """``kept``: what the filters left of ``txn``, captured here (a fragment's)."""
         if kept is not None and kept.ddl:
             self._follow_ddl(txn, group)
             return
@@ -117,7 +115,7 @@ class LwwGuard(ApplyChannel):
         pending, self._pending = self._pending, []
         deletes = self._retrying(lambda: self._unstamped(pending))  # reads table definitions
         whole = dataclasses.replace(txn, changes=deletes, ddl=(), fragment=0, last_fragment=True)
-        super()._take(whole, group)
+        super()._take(whole, whole if deletes else None, group)  # filtered already
 
     def _follow_ddl(self, txn: Transaction, group: Group) -> None:
         """Make the triggers of a table created or altered here (the DDL already ran)."""

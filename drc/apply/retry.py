@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from drc.core.retry import Backoff, GaveUp, Policy, Retrying, Stopped, retry
 from drc.core.target_errors import (
@@ -29,7 +29,7 @@ from drc.core.target_errors import (
 )
 from drc.mysql.errors import Kind
 
-__all__ = ["RetryPolicy", "Stopped", "call_with_retries"]
+__all__ = ["Retried", "RetryPolicy", "Stopped", "call_with_retries"]
 
 T = TypeVar("T")
 
@@ -61,6 +61,8 @@ class RetryPolicy:
 
 
 Note = Callable[[Kind, BaseException, float], None]
+# Runs one attempt as the channel runs its target transactions (drc.apply.retrier).
+Retried = Callable[[Callable[[], Any]], Any]
 
 
 def call_with_retries(

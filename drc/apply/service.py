@@ -2,10 +2,11 @@
 
 ``build_parts`` is the one place a channel's parts are made from its config: the target
 session, the subscriber to the remote stream, the filter chain, the conflict engine and its
-tables, the decision engine, and the channel's collaborators: its catch-up handover, DDL and
-operator actions (drc.apply.channel.ChannelParts). drc.node and ``python -m drc.apply`` build
-every ``[[channels]]`` entry through ``build_channels``, with what only the composition root
-may give a channel (drc.runtime.catchup_finisher); the lww guard is built here too.
+tables, the decision engine, and the channel's collaborators (drc.apply.channel.ChannelParts):
+its source, group writer, catch-up handover, DDL, operator actions, start-up, retries and
+status. drc.node and ``python -m drc.apply`` build every ``[[channels]]`` entry through
+``build_channels``, with what only the composition root may give a channel
+(drc.runtime.catchup_finisher); the lww guard is built here too.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from functools import partial
 from typing import Any
 
 from drc.apply.actions import OperatorActions
-from drc.apply.channel import ApplyChannel, ChannelParts, SubscriberLike
+from drc.apply.channel import ApplyChannel, ChannelParts
 from drc.apply.ddl import DdlApplier
 from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
+from drc.apply.group import GroupLimits
 from drc.apply.handover import CatchupHandover, FinishRun
+from drc.apply.retrier import Retrier
 from drc.apply.sink import TargetSession
+from drc.apply.source import ChannelSource, Subscribe, SubscriberLike
 from drc.apply.stages import (
     KeepApplicableDdl,
     KeepTables,
@@ -33,11 +37,17 @@ from drc.apply.stages import (
     SkipDrcOriginated,
     Stage,
 )
+from drc.apply.startup import ChannelStartup
+from drc.apply.status import ChannelStatus
+from drc.apply.writer import GroupWriter
 from drc.client import ApiUnavailableError, Subscriber
 from drc.client.status import fetch_position, fetch_status
-from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
 from drc.conflicts.engine import ConflictEngine
-from drc.conflicts.rules import Policies, Ranks
+from drc.conflicts.policies import Policies
+from drc.conflicts.rules import Ranks
+from drc.conflicts.settings import ConflictsConfig
 from drc.conflicts.target import ConflictTarget
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE, TOMBSTONE_PREFIX
 from drc.core.scn import SCN
@@ -80,9 +90,6 @@ def target_settings(target: Any) -> TargetSettings:
     return settings
 
 
-_TIMING = ("clock", "wall_clock", "sleep")
-
-
 def build_channel(
     channel: ChannelConfig,
     target: Any,
@@ -91,12 +98,8 @@ def build_channel(
     **options: Any,
 ) -> ApplyChannel:
     """A channel writing into ``target`` (TargetSettings, or anything :func:`target_settings`
-    takes). ``options``: those of :func:`build_parts`, and the channel's ``clock`` (its
-    collaborators' too), ``wall_clock`` and ``sleep``."""
-    timing = {name: options.pop(name) for name in _TIMING if name in options}
-    if "clock" in timing:
-        options["clock"] = timing["clock"]
-    return kind(channel, build_parts(channel, target, **options), **timing)
+    takes). ``options``: those of :func:`build_parts`."""
+    return kind(build_parts(channel, target, **options))
 
 
 def build_parts(
@@ -111,6 +114,8 @@ def build_parts(
     lease_owner: str = "",
     hold_on_error: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] | None = None,
 ) -> ChannelParts:
     """A channel's parts (see :func:`build_channel`); bulk catch-up executors build the same
     target session, filter chain and decisions from the same config.
@@ -120,26 +125,40 @@ def build_parts(
     interrupted catch-up run itself (the composition root's, drc.runtime; None: it waits for
     ``drc catchup``); ``lease_owner``: a catch-up driver's, whose own channel writes only under
     its lease; ``hold_on_error``: a rejected change leaves the channel stopped, waiting for an
-    operator (drc.apply.actions)."""
+    operator (drc.apply.actions); ``clock``, ``wall_clock`` and ``sleep`` (a retry's wait,
+    else one on the channel's stop flag) replace time's in tests."""
     settings = target_settings(target)
     session = TargetSession(settings) if connect is None else TargetSession(settings, connect)
     names = NameMap(channel.map_tables, channel.map_columns)
     handling = _conflict_target(channel, session, conflicts, datacenter, names)
     filters, subscribe = channel_filters(channel, handling is not None, subscriber_factory)
+    status = ChannelStatus(channel.name, channel.wait_ms, wall_clock)
+    rejoin = partial(_rejoined, tombstones=handling is not None, factory=subscriber_factory)
+    source = ChannelSource(
+        channel, session, filters, subscribe, status.progress, rejoin=rejoin, clock=clock
+    )
+    handover = CatchupHandover(session, channel.name, owner=lease_owner, finish=finish, clock=clock)
+    actions = OperatorActions(channel.name, hold_on_error=hold_on_error)
+    engine = ApplyEngine(
+        session, channel.no_primary_key, None if handling is None else handling.engine
+    )
     return ChannelParts(
         target=session,
-        subscribe=subscribe,
-        filters=filters,
-        engine=ApplyEngine(
-            session, channel.no_primary_key, None if handling is None else handling.engine
-        ),
-        handover=CatchupHandover(
-            session, channel.name, owner=lease_owner, finish=finish, clock=clock
-        ),
+        source=source,
+        writer=GroupWriter(session, engine, actions.control, handling),
+        handover=handover,
         ddl=DdlApplier(session, channel.name, channel.definer, handling),
-        actions=OperatorActions(channel.name, hold_on_error=hold_on_error),
+        actions=actions,
+        startup=ChannelStartup(session, source, handover, actions.control, handling),
+        retrier=Retrier(session, handover, status, retries=channel.retries, sleep=sleep),
+        status=status,
+        limits=GroupLimits(
+            max_txns=channel.max_txns_per_commit,
+            max_bytes=int(channel.max_bytes_per_commit_mb * (1 << 20)),
+            max_delay_s=channel.max_commit_delay_ms / 1000,
+        ),
+        clock=clock,
         conflicts=handling,
-        rejoin=partial(_rejoined, tombstones=handling is not None, factory=subscriber_factory),
     )
 
 
@@ -149,7 +168,7 @@ def _rejoined(
     *,
     tombstones: bool,
     factory: SubscriberFactory | None,
-) -> tuple[list[Stage], Callable[[SCN], SubscriberLike]]:
+) -> tuple[list[Stage], Subscribe]:
     """The chain and subscription of ``channel`` with ``extra`` source tables selected too
     (tables a snapshot joined: drc.apply.windows)."""
     wider = channel.model_copy(update={"tables": (*channel.tables, *extra)})
@@ -158,7 +177,7 @@ def _rejoined(
 
 def channel_filters(
     channel: ChannelConfig, tombstones: bool, subscriber_factory: SubscriberFactory | None = None
-) -> tuple[list[Stage], Callable[[SCN], SubscriberLike]]:
+) -> tuple[list[Stage], Subscribe]:
     """The filter chain and the subscription of ``channel`` (also what a config reload gives a
     running channel: a reload, drc.apply.actions)."""
     filters: list[Stage] = [

@@ -3,7 +3,7 @@
     SkipDrcOriginated -> KeepTables -> KeepApplicableDdl -> MapNames -> Idempotency
 
 Conflicts are not a stage: deciding them needs the target's rows, read and locked inside the
-target transaction (drc.conflicts.target, called by ApplyChannel._commit).
+target transaction (drc.conflicts.target, called by drc.apply.writer.GroupWriter.write).
 
 A stage is ``(Transaction) -> Transaction | None``; None (or a transaction left with no change
 and no DDL) means "nothing to write". The channel still moves its checkpoint past every SCN it

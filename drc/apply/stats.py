@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from drc.apply.plan import Effects
@@ -40,6 +41,12 @@ class ApplyStats:
         self.missing_updates += effects.missing_updates
         self.missing_deletes += effects.missing_deletes
         self.conflicts += effects.conflicts
+
+    def add_conflicts(self, tables: Iterable[str], replays: int) -> None:
+        """Where a committed group's conflicts were (``db.table`` each), and its replays."""
+        for name in tables:
+            self.conflicts_by_table[name] = self.conflicts_by_table.get(name, 0) + 1
+        self.replays += replays
 
     def as_dict(self) -> dict[str, object]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.events import Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
@@ -93,7 +93,7 @@ def unselected(channel: ChannelConfig, joined: Windows) -> list[str]:
 
 def widened(channel: ChannelConfig, joined: Windows) -> ChannelConfig:
     """``channel`` with the joined tables it leaves out selected too (bulk catch-up builds its
-    chain from this; a streaming channel rebuilds its own: ChannelParts.rejoin)."""
+    chain from this; a streaming channel rebuilds its own: drc.apply.source)."""
     extra = unselected(channel, joined)
     return channel.model_copy(update={"tables": (*channel.tables, *extra)}) if extra else channel
 

@@ -5,7 +5,7 @@ after the channel's checkpoint (``GET /v1/segments``). When the segments that li
 it add up to ``catchup_backlog_mb`` (a channel key; 0 turns it off), the node starts
 ``drc catchup --config FILE --channel NAME --master catchup_master`` as a child process. The
 streaming channel goes on running: it waits while the catch-up holds the lease and streams from
-the checkpoint the catch-up wrote (drc.apply.channel), so nothing else is needed to resume.
+the checkpoint the catch-up wrote (drc.apply.handover), so nothing else is needed to resume.
 
 An interrupted catch-up run is not this module's: the streaming channel finishes it itself
 once its lease expired (drc.apply.handover, drc.catchup.driver.finish_interrupted). One
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drc.client import SegmentSource
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,9 @@ from drc.catchup import executor, runners
 from drc.catchup.executor import Job, PartitionResult
 from drc.client import PositionTooOldError, SegmentInfo, SegmentList
 from drc.client.fragments import merge
-from drc.config import ChannelConfig, ConflictsConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
+from drc.conflicts.settings import ConflictsConfig
 from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.reduce import DdlStep, Span, plan_steps

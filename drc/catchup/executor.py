@@ -56,8 +56,9 @@ from drc.apply.sink import TargetSession
 from drc.apply.stages import Chain, KeepApplicableDdl, KeepTables, MapNames, SkipDrcOriginated
 from drc.catchup.routing import NetKeys, Router, route, transactions
 from drc.client import SegmentInfo, SegmentSource
-from drc.config import ChannelConfig, ConflictsConfig
+from drc.config_channels import ChannelConfig
 from drc.conflicts.probes import Observed
+from drc.conflicts.settings import ConflictsConfig
 from drc.core.codec import (
     decode_rows,
     decode_rows_packed,
@@ -96,7 +97,7 @@ class Job:
         return cache_dir(self.owner)
 
     def chain(self) -> Chain:
-        return Chain(self.parts().filters)
+        return self.parts().source.filters
 
     def parts(self) -> Any:
         return build_parts(
@@ -226,7 +227,7 @@ def read_span(
     for one partition cross it as one packed blob (drc.core.codec.encode_rows), not as objects.
     Only a slice's own records are decoded, each once (drc.core.codec.decode_rows)."""
     parts = job.parts()
-    chain = Chain(parts.filters)
+    chain = parts.source.filters
     names = _TableNames(chain, job.channel)
     unreduced = in_order(parts, primary_keys)
     with job.source() as source:

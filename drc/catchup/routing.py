@@ -25,7 +25,6 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from drc.conflicts import tombstones
-from drc.core.codec import encode_key
 from drc.core.events import Row, RowChange, Transaction
 from drc.core.markers import is_tombstone_table
 from drc.core.reduce import (
@@ -43,6 +42,7 @@ from drc.core.reduce import (
     op_of,
 )  # fmt: skip
 from drc.core.scn import SCN
+from drc.core.value_codec import encode_key
 
 Keys = Mapping[tuple[str, str], Sequence[str]]  # target table -> primary key columns
 

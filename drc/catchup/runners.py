@@ -1,6 +1,6 @@
 """Where a catch-up's executor work runs: on Spark (``local[*]`` or a cluster), or inline in
 this process, one task after another (a streaming channel finishing an interrupted run,
-drc.apply.channel: no JVM in a long-running node, no second SparkContext next to a periodic
+drc.apply.handover: no JVM in a long-running node, no second SparkContext next to a periodic
 verify's).
 
 Both run the same executor functions (drc.catchup.executor) on the same slices, partitions

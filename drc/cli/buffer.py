@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from drc.cli.options import format_option
 from drc.eventbuffer.buffer import EventBuffer
 from drc.eventbuffer.repair import repair_buffer
 from drc.eventbuffer.verify import describe_buffer, verify_buffer
@@ -25,14 +26,7 @@ def buffer() -> None:
 
 @buffer.command()
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table for people, json for scripts.",
-)
+@format_option("table", "table for people, json for scripts.")
 def inspect(directory: str, fmt: str) -> None:
     """Describe the buffer in DIRECTORY: epoch, totals, and each segment's file, sequence
     number, SCN range, record count and bytes.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from drc.cli.run import config_option
+from drc.cli.options import channel_option, config_option, range_option
 from drc.cli.spark import master_option, prepare
 from drc.config import load_config
 from drc.core.errors import MalformedScnError
@@ -24,7 +24,7 @@ def _scn(_ctx: click.Context, _param: click.Parameter, value: str | None) -> SCN
 
 @click.command()
 @config_option
-@click.option("--channel", "channel_name", required=True, help="The [[channels]] name to catch up.")
+@channel_option("catch up")
 @click.option(
     "--to",
     "to",
@@ -33,28 +33,19 @@ def _scn(_ctx: click.Context, _param: click.Parameter, value: str | None) -> SCN
     "the catch-up started).",
 )
 @master_option
-@click.option(
-    "--partitions",
-    default=8,
-    show_default=True,
-    type=click.IntRange(1, 4096),
+@range_option(
+    "--partitions", 8, 1, 4096,
     help="Partitions each range is cut into by (table, primary key); each is written by one "
     "Spark task with its own target connection.",
-)
-@click.option(
-    "--batch-changes",
-    default=2000,
-    show_default=True,
-    type=click.IntRange(1, 1_000_000),
+)  # fmt: skip
+@range_option(
+    "--batch-changes", 2000, 1, 1_000_000,
     help="Net row changes per target transaction within a partition.",
-)
-@click.option(
-    "--lease-ttl",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(1, 3600),
+)  # fmt: skip
+@range_option(
+    "--lease-ttl", 30.0, 1, 3600,
     help="Seconds the channel's lease outlives a killed catch-up (it is renewed meanwhile).",
-)
+)  # fmt: skip
 def catchup(config_path: str, channel_name: str, to: SCN | None, master: str,
             partitions: int, batch_changes: int, lease_ttl: float) -> None:  # fmt: skip
     """Replay a channel's backlog in bulk (Spark), reduced to the net change per row.

@@ -5,13 +5,14 @@ apply channels through its API (``/v1/channels``). Actions need an admin token
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import click
 
-from drc.cli.tail import _client_errors, _tls, _token
+from drc.cli.options import api_document_format, stacked, tls_options, token_option
+from drc.cli.tail import _client_errors
 
 _api = click.option(
     "--api", "url", required=True, metavar="URL",
@@ -21,16 +22,7 @@ _reason = click.option(
     "--reason", default="", help="Why: kept in the audit trail (drc channel history)."
 )
 _yes = click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
-_fmt = click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-    help="text: readable lines; json: the API's document as is.",
-)  # fmt: skip
-
-
-def _connection(command: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed((_api, _token)):
-        command = option(command)
-    return _tls(command)
+_connection = stacked(tls_options, _api, token_option)
 
 
 @contextmanager
@@ -52,7 +44,7 @@ def channel() -> None:
 
 @channel.command("list")
 @_connection
-@_fmt
+@api_document_format
 def list_(url: str, token: str | None, ca: Any, cert: Any, key: Any, fmt: str) -> None:
     """Each channel: state, lag, last applied SCN, and the transaction a stopped one stopped at."""
     with _channels(url, token, ca, cert, key) as api:
@@ -149,7 +141,7 @@ def rewind(name: str, url: str, token: str | None, ca: Any, cert: Any, key: Any,
 @click.argument("name")
 @_connection
 @click.option("--limit", default=50, show_default=True, help="How many entries, newest first.")
-@_fmt
+@api_document_format
 def history(name: str, url: str, token: str | None, ca: Any, cert: Any, key: Any,
             limit: int, fmt: str) -> None:  # fmt: skip
     """The channel's audit trail: who did what, when and why."""

@@ -11,14 +11,14 @@ import datetime as dt
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from drc.cli.run import config_option
-from drc.cli.schema import TableNameType
+from drc.cli.options import Parsed, config_option, format_option, range_option, stacked
+from drc.cli.schema import TABLE_NAME
 from drc.config import load_config
 from drc.core.errors import DrcError
 from drc.core.jsonwire import value_to_json
@@ -26,8 +26,6 @@ from drc.core.values import Bit, ZeroDate, same_value, utc_aware
 
 if TYPE_CHECKING:  # drc.apply loads pymysql and httpx: imported where a command needs it
     from drc.conflicts.log import ConflictCount, StoredConflict
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 _VALUE_WIDTH = 40  # a longer value is cut in tables; --format json has it whole
 _AGE = re.compile(r"(\d+)\s*([smhd])")
@@ -54,47 +52,15 @@ def parse_since(text: str, now: dt.datetime) -> dt.datetime:
     return utc_aware(when)
 
 
-class SinceType(click.ParamType):
-    name = "WHEN"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, dt.datetime):
-            return value
-        try:
-            return parse_since(value, _utcnow())
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-def _options(*, since: bool) -> Callable[[F], F]:
-    """--config and --format (and --since), shared by the commands here."""
-    options = [config_option]
-    if since:
-        options.append(
-            click.option(
-                "--since",
-                type=SinceType(),
-                default=None,
-                help=f"Only conflicts detected at or after WHEN: {SINCE_FORMS}.",
-            )
-        )
-    options.append(
-        click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(["table", "json"]),
-            default="table",
-            show_default=True,
-            help="table: aligned text; json: one document, values in DRC's lossless JSON form.",
-        )
-    )
-
-    def apply(command: F) -> F:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return apply
+_since = click.option(
+    "--since",
+    type=Parsed("WHEN", lambda text: parse_since(text, _utcnow())),
+    default=None,
+    help=f"Only conflicts detected at or after WHEN: {SINCE_FORMS}.",
+)
+_format = format_option(
+    "table", "table: aligned text; json: one document, values in DRC's lossless JSON form."
+)
 
 
 @contextmanager
@@ -127,18 +93,10 @@ def conflicts() -> None:
 
 
 @conflicts.command("list")
-@_options(since=True)
+@stacked(config_option, _since, _format)
 @click.option("--channel", default=None, help="Only conflicts of this apply channel.")
-@click.option(
-    "--table", type=TableNameType(), default=None, metavar="DB.TABLE", help="Only this table."
-)
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=50,
-    show_default=True,
-    help="Show at most N (the newest).",
-)
+@click.option("--table", type=TABLE_NAME, default=None, metavar="DB.TABLE", help="Only this table.")
+@range_option("--limit", 50, 1, help="Show at most N (the newest).")
 def list_command(
     config_path: str,
     since: dt.datetime | None,
@@ -167,7 +125,7 @@ def list_command(
 
 @conflicts.command()
 @click.argument("conflict_id", metavar="ID", type=click.IntRange(min=1))
-@_options(since=False)
+@stacked(config_option, _format)
 def show(config_path: str, fmt: str, conflict_id: int) -> None:
     """One conflict: who decided what and why, then its rows side by side.
 
@@ -190,7 +148,7 @@ def show(config_path: str, fmt: str, conflict_id: int) -> None:
 
 
 @conflicts.command("stats")
-@_options(since=True)
+@stacked(config_option, _since, _format)
 def stats_command(config_path: str, since: dt.datetime | None, fmt: str) -> None:
     """Conflict counts per table and policy, by decision, and a total.
 

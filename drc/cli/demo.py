@@ -7,18 +7,11 @@ from pathlib import Path
 
 import click
 
-from drc.cli.sandbox import DEFAULT_DIR
+from drc.cli.sandbox import dir_option
 
 
 @click.command()
-@click.option(
-    "--dir",
-    "directory",
-    default=DEFAULT_DIR,
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Sandbox directory (started if needed); the demo's configs and logs go in DIR/demo.",
-)
+@dir_option("Sandbox directory (started if needed); the demo's configs and logs go in DIR/demo.")
 @click.option("--seconds", default=15.0, show_default=True, help="How long to write on both sides.")
 def demo(directory: str, seconds: float) -> None:
     """Start both datacenters, write on both at once, and show them converge.

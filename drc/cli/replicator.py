@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from drc.cli.run import config_option, progress_option, run_node
+from drc.cli.options import config_option, progress_option
+from drc.cli.run import run_node
 
 
 @click.group()

@@ -8,21 +8,8 @@ import threading
 
 import click
 
+from drc.cli.options import config_option, progress_option
 from drc.config import load_config
-
-config_option = click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="Datacenter config (TOML); see deploy/dc1.example.toml.",
-)
-progress_option = click.option(
-    "--progress-every",
-    default=5.0,
-    show_default=True,
-    help="Seconds between progress lines on stderr (0: none).",
-)
 
 
 def setup_logging() -> None:

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import click
 
+from drc.cli.options import F, range_option
 from drc.sandbox.sandbox import Sandbox, log_tails
 
 DEFAULT_DIR = ".sandbox"
 
-dir_option = click.option(
-    "--dir",
-    "directory",
-    default=DEFAULT_DIR,
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Directory holding the sandbox's data, logs and sandbox.json.",
-)
+
+def dir_option(help: str) -> Callable[[F], F]:
+    """--dir (the parameter ``directory``): the sandbox's directory."""
+    return click.option(
+        "--dir",
+        "directory",
+        default=DEFAULT_DIR,
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help=help,
+    )
+
+
+_dir = dir_option("Directory holding the sandbox's data, logs and sandbox.json.")
 
 
 @click.group()
@@ -27,14 +35,8 @@ def sandbox() -> None:
 
 
 @sandbox.command()
-@dir_option
-@click.option(
-    "--datacenters",
-    default=2,
-    show_default=True,
-    type=click.IntRange(1, 9),
-    help="How many datacenters (MariaDB servers) to run.",
-)
+@_dir
+@range_option("--datacenters", 2, 1, 9, help="How many datacenters (MariaDB servers) to run.")
 @click.option(
     "--tls",
     is_flag=True,
@@ -52,14 +54,11 @@ def sandbox() -> None:
     is_flag=True,
     help="Also run a Spark standalone master and worker (from the pyspark package).",
 )
-@click.option(
-    "--replicators",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0, 9),
+@range_option(
+    "--replicators", 0, 0, 9,
     help="Also start this many replicator group members per datacenter (one leads, elected "
     "in the sandbox ZooKeeper; the others follow). 0: none.",
-)
+)  # fmt: skip
 def up(
     directory: str, datacenters: int, tls: bool, replica: bool, with_spark: bool, replicators: int
 ) -> None:
@@ -82,7 +81,7 @@ def up(
 
 
 @sandbox.command()
-@dir_option
+@_dir
 def down(directory: str) -> None:
     """Stop exactly the processes this sandbox started (by PID) and wait for them to exit."""
     stopped = Sandbox(directory).down()
@@ -93,7 +92,7 @@ def down(directory: str) -> None:
 
 
 @sandbox.command()
-@dir_option
+@_dir
 @click.option("--logs", is_flag=True, help="Also print the tail of every server's log.")
 def status(directory: str, logs: bool) -> None:
     """Show which sandbox processes run; exit 1 unless all of them do."""
@@ -129,7 +128,7 @@ def status(directory: str, logs: bool) -> None:
 
 
 @sandbox.command()
-@dir_option
+@_dir
 @click.argument("action", type=click.Choice(["stop", "start"]))
 def zookeeper(directory: str, action: str) -> None:
     """Stop or start the sandbox's ZooKeeper (data kept), e.g. to watch a group ride out an

@@ -3,73 +3,40 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
+from drc.cli.options import Parsed, format_option, stacked
 from drc.core.ddl import parse_table_name
-from drc.core.errors import DrcError, MalformedScnError
+from drc.core.errors import DrcError
 from drc.core.events import TableSchema
 from drc.core.scn import SCN
-from drc.metastore.store import DEFAULT_FILENAME, HistoryEntry, MetaStore
+from drc.metastore.file import DEFAULT_FILENAME
+from drc.metastore.history import HistoryEntry
+from drc.metastore.store import MetaStore
 
-F = TypeVar("F", bound=Callable[..., Any])
+TABLE_NAME = Parsed("DB.TABLE", parse_table_name)
 
-
-class TableNameType(click.ParamType):
-    name = "DB.TABLE"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, tuple):
-            return value
-        try:
-            return parse_table_name(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class ScnType(click.ParamType):
-    name = "SCN"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, SCN):
-            return value
-        try:
-            return SCN.parse(value)
-        except MalformedScnError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-def _store_options(command: F) -> F:
-    """--dir / --metastore / --format, shared by every command here."""
-    options = [
-        click.option(
-            "--dir",
-            "directory",
-            type=click.Path(file_okay=False, path_type=Path),
-            help=f"The replicator's buffer directory (holds {DEFAULT_FILENAME}).",
-        ),
-        click.option(
-            "--metastore",
-            "metastore",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="The metastore file itself, instead of --dir.",
-        ),
-        click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(["text", "json"]),
-            default="text",
-            show_default=True,
-            help="Readable blocks, or one JSON document.",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+# --dir / --metastore / --format, shared by every command here.
+_store_options = stacked(
+    click.option(
+        "--dir",
+        "directory",
+        type=click.Path(file_okay=False, path_type=Path),
+        help=f"The replicator's buffer directory (holds {DEFAULT_FILENAME}).",
+    ),
+    click.option(
+        "--metastore",
+        "metastore",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The metastore file itself, instead of --dir.",
+    ),
+    format_option("text", "Readable blocks, or one JSON document."),
+)
 
 
 @contextmanager
@@ -96,7 +63,7 @@ def schema() -> None:
 
 
 @schema.command()
-@click.argument("table", type=TableNameType(), metavar="DB.TABLE")
+@click.argument("table", type=TABLE_NAME, metavar="DB.TABLE")
 @_store_options
 def history(
     table: tuple[str, str], directory: Path | None, metastore: Path | None, fmt: str
@@ -122,11 +89,11 @@ def history(
 
 
 @schema.command()
-@click.argument("table", type=TableNameType(), metavar="DB.TABLE")
+@click.argument("table", type=TABLE_NAME, metavar="DB.TABLE")
 @_store_options
 @click.option(
     "--scn",
-    type=ScnType(),
+    type=Parsed("SCN", SCN.parse),
     default=None,
     help="Show the schema in force at this SCN (change_id:server_id:log_index:log_pos); "
     "default: the newest.",

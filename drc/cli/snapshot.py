@@ -7,14 +7,14 @@ import sys
 
 import click
 
-from drc.cli.run import config_option
+from drc.cli.options import channel_option, config_option, range_option
 from drc.cli.spark import master_option, prepare
 from drc.config import load_config
 
 
 @click.command()
 @config_option
-@click.option("--channel", "channel_name", required=True, help="The [[channels]] name to join.")
+@channel_option("join")
 @click.option(
     "--tables",
     default="",
@@ -22,27 +22,18 @@ from drc.config import load_config
     "tables; a table outside them is joined to the channel too).",
 )
 @master_option
-@click.option(
-    "--partitions",
-    default=4,
-    show_default=True,
-    type=click.IntRange(1, 4096),
+@range_option(
+    "--partitions", 4, 1, 4096,
     help="Spark tasks the chunks are spread over; each copies with its own two connections.",
-)
-@click.option(
-    "--chunk-rows",
-    default=20_000,
-    show_default=True,
-    type=click.IntRange(100, 10_000_000),
+)  # fmt: skip
+@range_option(
+    "--chunk-rows", 20_000, 100, 10_000_000,
     help="About how many rows one chunk (one consistent read, one target transaction) holds.",
-)
-@click.option(
-    "--lease-ttl",
-    default=60.0,
-    show_default=True,
-    type=click.FloatRange(1, 3600),
+)  # fmt: skip
+@range_option(
+    "--lease-ttl", 60.0, 1, 3600,
     help="Seconds the channel stays held after a killed snapshot (a re-run takes it over).",
-)
+)  # fmt: skip
 def snapshot(config_path: str, channel_name: str, tables: str, master: str, partitions: int,
              chunk_rows: int, lease_ttl: float) -> None:  # fmt: skip
     """Copy the origin datacenter's tables into this target while writes go on, then join them

@@ -15,6 +15,13 @@ from typing import Any
 
 import click
 
+from drc.cli.options import (
+    api_document_format,
+    format_option,
+    range_option,
+    tls_options,
+    token_option,
+)
 from drc.core.errors import DrcError
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.jsonwire import transaction_to_json, value_to_json
@@ -32,43 +39,17 @@ _api = click.option(
     help="Replicator API base URL, e.g. http://dc1:8640, or a group's zk://HOST:PORT/PATH/DC; "
     "repeat for failover across a group.",
 )
-_token = click.option(
-    "--token",
-    envvar="DRC_TOKEN",
-    show_envvar=True,
-    default=None,
-    help="Bearer token of the API (prefer the env var: arguments show in ps).",
-)
-_pem = click.Path(exists=True, dir_okay=False)
-
-
-def _tls(command: Callable[..., Any]) -> Callable[..., Any]:
-    """--ca/--cert/--key for HTTPS APIs (a private CA, a client certificate)."""
-    options = (
-        click.option("--ca", type=_pem, default=None,
-                     help="PEM file of the CA(s) to trust for https:// URLs (else the system's)."),
-        click.option("--cert", type=_pem, default=None, help="PEM client certificate, with --key."),
-        click.option("--key", type=_pem, default=None, help="PEM key of --cert (unencrypted)."),
-    )  # fmt: skip
-    for option in reversed(options):
-        command = option(command)
-    return command
 
 
 @click.command()
 @_api
 @click.option("--after", default=None, metavar="SCN", help="Start after this SCN (c:s:i:p).")
 @click.option("--tables", default=None, help="Comma-separated db.table patterns, e.g. shop.*.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="table: one line per row change; json: one transaction per line (lossless).",
+@format_option(
+    "table", "table: one line per row change; json: one transaction per line (lossless)."
 )
-@_token
-@_tls
+@token_option
+@tls_options
 @click.option(
     "--checkpoint",
     type=click.Path(dir_okay=False),
@@ -77,13 +58,10 @@ def _tls(command: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after N txns.")
 @click.option("--skip-drc", is_flag=True, help="Leave out transactions DRC itself applied.")
-@click.option(
-    "--retry-for",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
+@range_option(
+    "--retry-for", 30.0, 0,
     help="Seconds to keep retrying unreachable APIs before giving up (0: forever).",
-)
+)  # fmt: skip
 def tail(
     urls: tuple[str, ...],
     after: str | None,
@@ -152,16 +130,9 @@ def _follow(sub: Any, emit: Callable[[Transaction], None], limit: int | None, ti
 
 @click.command()
 @_api
-@_token
-@_tls
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: readable lines; json: the API's document as is.",
-)
+@token_option
+@tls_options
+@api_document_format
 def status(
     urls: tuple[str, ...],
     token: str | None,

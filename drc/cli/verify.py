@@ -7,13 +7,13 @@ import sys
 import click
 
 from drc.cli import spark
-from drc.cli.run import config_option
+from drc.cli.options import channel_option, config_option, format_option, range_option
 from drc.config import load_config
 
 
 @click.command()
 @config_option
-@click.option("--channel", "channel_name", required=True, help="The [[channels]] name to verify.")
+@channel_option("verify")
 @click.option(
     "--tables",
     default=None,
@@ -25,44 +25,20 @@ from drc.config import load_config
     help="Make each confirmed difference equal (the source's row wins, for lww tables "
     "the newer row), without echo; every repair is logged in drc.verify_repairs.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="The report's form on stdout.",
-)
+@format_option("text", "The report's form on stdout.")
 @spark.master_option
-@click.option(
-    "--chunk-rows",
-    default=10_000,
-    show_default=True,
-    type=click.IntRange(10, 10**7),
-    help="Rows per chunk compared by checksum.",
-)
-@click.option(
-    "--streams",
-    default=2,
-    show_default=True,
-    type=click.IntRange(1, 64),
+@range_option("--chunk-rows", 10_000, 10, 10**7, help="Rows per chunk compared by checksum.")
+@range_option(
+    "--streams", 2, 1, 64,
     help="Chunk comparisons each Spark task runs at once (they wait on the servers).",
+)  # fmt: skip
+@range_option(
+    "--keys", 20, 0, 10**6, name="keys_shown", help="Keys of differing rows shown per table."
 )
-@click.option(
-    "--keys",
-    "keys_shown",
-    default=20,
-    show_default=True,
-    type=click.IntRange(0, 10**6),
-    help="Keys of differing rows shown per table.",
-)
-@click.option(
-    "--rounds",
-    default=6,
-    show_default=True,
-    type=click.IntRange(2, 100),
+@range_option(
+    "--rounds", 6, 2, 100,
     help="Recheck rounds before a row that keeps changing is given up as unsettled.",
-)
+)  # fmt: skip
 @click.option(
     "--no-recheck",
     is_flag=True,

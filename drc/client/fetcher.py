@@ -51,7 +51,7 @@ from typing import Any
 
 import httpx
 
-from drc.api import wire
+from drc.api import pullquery
 from drc.client import discovery, http
 from drc.client.errors import BufferRebuiltError, PositionTooOldError, ProtocolError
 from drc.client.stream import StreamSource, stream_params
@@ -97,8 +97,8 @@ class Fetcher:
         # Records only: a stream carries the records form.
         self._stream = (
             StreamSource(
-                int(params.get(wire.PARAM_MAX_EVENTS, "1000")),
-                int(params.get(wire.PARAM_MAX_BYTES, str(16 << 20))),
+                int(params.get(pullquery.PARAM_MAX_EVENTS, "1000")),
+                int(params.get(pullquery.PARAM_MAX_BYTES, str(16 << 20))),
             )
             if stream and binary
             else None
@@ -198,12 +198,12 @@ class Fetcher:
             raise http.Transient(f"no member of the group {url} found in its ZooKeeper yet")
         for _ in range(2):  # a second pass only after forgetting a rebuilt buffer's epoch
             expected = self.epoch(url)
-            params = dict(self._params, **{wire.PARAM_AFTER: str(after)})
+            params = dict(self._params, **{pullquery.PARAM_AFTER: str(after)})
             if expected is not None:
-                params[wire.PARAM_EPOCH] = expected
+                params[pullquery.PARAM_EPOCH] = expected
             busy = self._busy(url)
             if busy:
-                params[wire.PARAM_WAIT_MS] = str(wire.WAIT_NONE)
+                params[pullquery.PARAM_WAIT_MS] = str(pullquery.WAIT_NONE)
             try:
                 page = self._get(url, after, params, busy, cancelled)
             except http.EpochMismatch as exc:

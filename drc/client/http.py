@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from drc import __version__
-from drc.api import streamwire, wire
+from drc.api import pullquery, streamwire, wire
 from drc.client.errors import ApiAuthError, ApiRequestError, ApiTlsError, ProtocolError
 from drc.client.lean import LeanPool
 from drc.core.errors import CorruptRecordError, MalformedScnError
@@ -126,7 +126,7 @@ def tls_verify(
 
 
 def read_timeout(wait_ms: int) -> httpx.Timeout:
-    wait_s = FULL_WAIT_CAP_S if wait_ms == wire.WAIT_FULL else max(wait_ms, 0) / 1000
+    wait_s = FULL_WAIT_CAP_S if wait_ms == pullquery.WAIT_FULL else max(wait_ms, 0) / 1000
     return httpx.Timeout(CONNECT_TIMEOUT_S, read=wait_s + READ_MARGIN_S)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from drc.api import wire
+from drc.api import pullquery, wire
 from drc.client import http
 from drc.client.errors import ProtocolError
 from drc.client.stream import StreamSource
@@ -56,11 +56,11 @@ def pull_raw(
 
     Raises what :func:`drc.client.http.send` raises (Transient, TooOld, ...)."""
     params = {
-        wire.PARAM_AFTER: str(after),
-        wire.PARAM_MAX_EVENTS: str(max_events),
-        wire.PARAM_MAX_BYTES: str(max_bytes),
-        wire.PARAM_WAIT_MS: str(wait_ms),
-        wire.PARAM_DRC_APPLIED: wire.DRC_APPLIED_MARKER,  # a copy keeps records as stored
+        pullquery.PARAM_AFTER: str(after),
+        pullquery.PARAM_MAX_EVENTS: str(max_events),
+        pullquery.PARAM_MAX_BYTES: str(max_bytes),
+        pullquery.PARAM_WAIT_MS: str(wait_ms),
+        pullquery.PARAM_DRC_APPLIED: pullquery.DRC_APPLIED_MARKER,  # a copy keeps records as stored
     }
     timeout = http.read_timeout(wait_ms)
     response = http.send(client, url + wire.PATH_EVENTS, params, wire.MEDIA_RECORDS, timeout, token)
@@ -102,14 +102,14 @@ class RawStreams:
     ) -> RawPage:
         """The records after ``after``; raises what :func:`pull_raw` raises, and Transient
         once ``cancelled()`` while waiting on the stream."""
-        if wait_ms == wire.WAIT_NONE or url in self._source.unsupported:
+        if wait_ms == pullquery.WAIT_NONE or url in self._source.unsupported:
             return pull_raw(self._client, url, after, wait_ms, self._token)
         params = {
-            wire.PARAM_AFTER: str(after),
-            wire.PARAM_MAX_EVENTS: str(MAX_EVENTS),
-            wire.PARAM_MAX_BYTES: str(self._source.max_bytes),
-            wire.PARAM_WAIT_MS: str(wait_ms),
-            wire.PARAM_DRC_APPLIED: wire.DRC_APPLIED_MARKER,
+            pullquery.PARAM_AFTER: str(after),
+            pullquery.PARAM_MAX_EVENTS: str(MAX_EVENTS),
+            pullquery.PARAM_MAX_BYTES: str(self._source.max_bytes),
+            pullquery.PARAM_WAIT_MS: str(wait_ms),
+            pullquery.PARAM_DRC_APPLIED: pullquery.DRC_APPLIED_MARKER,
         }
         timeout = http.stream_timeout(wait_ms)
         opener = partial(http.open_stream, self._client, url, params, timeout, self._token)

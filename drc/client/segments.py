@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from drc.api import wire
+from drc.api import pullquery, wire
 from drc.client import http
 from drc.client.errors import (
     BufferRebuiltError,
@@ -111,7 +111,7 @@ class SegmentSource:
         Raises PositionTooOldError when retention deleted records after ``after``, and what
         :func:`drc.client.http.send` raises (Transient: the caller retries or asks elsewhere).
         """
-        params = {k: str(v) for k, v in ((wire.PARAM_AFTER, after), (wire.PARAM_TO, to)) if v}
+        params = {k: str(v) for k, v in ((pullquery.PARAM_AFTER, after), (wire.PARAM_TO, to)) if v}
         target = self.url + wire.PATH_SEGMENTS
         try:
             response = http.send(

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from drc.api import streamwire, wire
+from drc.api import pullquery, streamwire
 from drc.api.streamwire import Frame
 from drc.client import http
 from drc.core.scn import SCN
@@ -290,6 +290,6 @@ class StreamSource:
 def stream_params(params: dict[str, str]) -> dict[str, str]:
     """A pull's parameters as the stream's: ``wait_ms`` is the heartbeat period."""
     out = dict(params)
-    if int(out.get(wire.PARAM_WAIT_MS, "0")) <= 0:
-        out.pop(wire.PARAM_WAIT_MS, None)  # the server's default period
+    if int(out.get(pullquery.PARAM_WAIT_MS, "0")) <= 0:
+        out.pop(pullquery.PARAM_WAIT_MS, None)  # the server's default period
     return out

@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from drc.api import wire
+from drc.api import pullquery
 from drc.client import discovery, http
 from drc.client.checkpoint import CheckpointStore
 from drc.client.errors import AckError, ApiUnavailableError
@@ -159,7 +159,7 @@ class Subscriber:
         wait_ms: int = 1000,
         binary: bool = True,
         skip_drc: bool = False,
-        drc_applied: str = wire.DRC_APPLIED_FULL,
+        drc_applied: str = pullquery.DRC_APPLIED_FULL,
         prefetch: bool = True,
         on_rebuild: str = "raise",
         backoff_initial: float = 0.2,
@@ -174,7 +174,7 @@ class Subscriber:
         stream: bool = True,
     ) -> None:
         self.urls = _check_args(urls, tables, max_events, max_bytes, wait_ms, on_rebuild)
-        if drc_applied not in (wire.DRC_APPLIED_FULL, wire.DRC_APPLIED_MARKER):
+        if drc_applied not in (pullquery.DRC_APPLIED_FULL, pullquery.DRC_APPLIED_MARKER):
             raise ValueError(f"drc_applied must be 'full' or 'marker', got {drc_applied!r}")
         verify = http.tls_verify(verify, ca, cert, key)
         self.tables = tables
@@ -389,7 +389,7 @@ def _check_args(
             discovery.split(url)  # a malformed group URL fails here
     if tables is not None:
         TableFilter.parse_list(tables)  # a bad pattern fails here, not at the first request
-    if max_events < 1 or max_bytes < 1 or wait_ms < wire.WAIT_NONE:
+    if max_events < 1 or max_bytes < 1 or wait_ms < pullquery.WAIT_NONE:
         raise ValueError("max_events and max_bytes must be >= 1 and wait_ms >= -1")
     if on_rebuild not in ON_REBUILD:
         raise ValueError(f"on_rebuild must be one of {ON_REBUILD}, got {on_rebuild!r}")
@@ -402,17 +402,17 @@ def _params(
     max_bytes: int,
     wait_ms: int,
     skip_drc: bool,
-    drc_applied: str = wire.DRC_APPLIED_FULL,
+    drc_applied: str = pullquery.DRC_APPLIED_FULL,
 ) -> dict[str, str]:
     params = {
-        wire.PARAM_MAX_EVENTS: str(max_events),
-        wire.PARAM_MAX_BYTES: str(max_bytes),
-        wire.PARAM_WAIT_MS: str(wait_ms),
+        pullquery.PARAM_MAX_EVENTS: str(max_events),
+        pullquery.PARAM_MAX_BYTES: str(max_bytes),
+        pullquery.PARAM_WAIT_MS: str(wait_ms),
     }
     if tables:
-        params[wire.PARAM_TABLES] = tables
+        params[pullquery.PARAM_TABLES] = tables
     if skip_drc:
-        params[wire.PARAM_SKIP_DRC] = "1"
-    elif drc_applied != wire.DRC_APPLIED_FULL:
-        params[wire.PARAM_DRC_APPLIED] = drc_applied
+        params[pullquery.PARAM_SKIP_DRC] = "1"
+    elif drc_applied != pullquery.DRC_APPLIED_FULL:
+        params[pullquery.PARAM_DRC_APPLIED] = drc_applied
     return params

@@ -24,10 +24,10 @@ Columns are never merged: the winner's whole row is kept. A key-changing update 
 is handled as a delete of the old key and an insert of the new one. Within one target
 transaction later changes of a key are compared with the row the earlier ones left.
 
-Resolution is the table's policy, ``lww``, ``resolver``, ``overwrite`` or ``keep``
-(drc.conflicts.resolve says what each decides; drc.conflicts.rules holds the policies, versions
-and resolvers). The resolved changes, not the incoming ones, go on to the write planner
-(drc.apply.engine, drc.apply.plan).
+Resolution is the table's policy: its ``decide`` is given the conflict at hand
+(drc.conflicts.policies declares every policy and what it decides; drc.conflicts.rules holds
+versions and resolvers). The resolved changes, not the incoming ones, go on to the write
+planner (drc.apply.engine, drc.apply.plan).
 
 Every conflict becomes a :class:`drc.conflicts.log.ConflictEntry`, written in the same
 transaction as its resolution, and every applied delete on a table with a timestamp column
@@ -44,15 +44,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.conflicts import resolve, tombstones
+from drc.conflicts import tombstones
 from drc.conflicts.log import ConflictEntry
+from drc.conflicts.policies import Conflict, Policies, TablePolicy
 from drc.conflicts.probes import Observed, Probe
 from drc.conflicts.rules import (
     ConflictContext,
-    Policies,
     Ranks,
     Row,
-    TablePolicy,
     Version,
     derived_delete_stamp,
     stamp_key,
@@ -155,10 +154,11 @@ class ConflictEngine:
           so a change after the window in the same target transaction is compared with the
           row the window's changes leave, not with the row the probe read before them (that
           would be a false conflict);
-        - on lww tables, decided by their versions instead: the copy's later state is newer
-          and stays, and a row written here after the join, while the channel is still inside
-          the window, is not undone by an older change of the origin (which keeps the local
-          write, it being newer: a plain write would leave the datacenters different)."""
+        - on tables whose policy decides by version (lww), decided by their versions instead:
+          the copy's later state is newer and stays, and a row written here after the join,
+          while the channel is still inside the window, is not undone by an older change of
+          the origin (which keeps the local write, it being newer: a plain write would leave
+          the datacenters different)."""
         items: list[_Item] = []
         images: dict[tuple[str, str, tuple[Any, ...]], list[Row]] = {}
         probes_for: dict[tuple[str, str, tuple[Any, ...]], tuple[TargetTable, bool]] = {}
@@ -265,14 +265,17 @@ class ConflictEngine:
     def _one(self, item: _Item, state: _State, out: Resolution) -> None:
         change, policy = item.change, item.policy
         assert policy is not None
-        if item.quiet and policy.name != "lww":
+        if item.quiet and not policy.declared.by_version:
             self._apply(item, state, out, upsert=True)
             return
-        kind = _conflict(change, state, self._incoming(item), self.ranks)
+        incoming = self._incoming(item)
+        kind = _conflict(change, state, incoming, self.ranks)
         if kind is None:
             self._apply(item, state, out)
             return
-        decision, reason, result = self._resolve(item, state, kind)
+        decide = policy.declared.decide
+        assert decide is not None  # a TablePolicy's policy detects
+        decision, reason, result = decide(self._at_hand(item, state, kind, incoming))
         local = state.row
         if decision == "incoming":
             self._apply(item, state, out, upsert=True)
@@ -317,25 +320,15 @@ class ConflictEngine:
         out.changes.append(change)
         state.row, state.observed, state.version_dc = change.after, None, self.origin
 
-    def _resolve(self, item: _Item, state: _State, kind: str) -> resolve.Choice:
-        policy = item.policy
-        assert policy is not None
-        if policy.name in ("overwrite", "keep"):
-            return resolve.fixed(policy.name)
-        if policy.name == "lww":
-            assert policy.column is not None
-            incoming = self._incoming(item)
-            assert incoming is not None
-            return resolve.lww(
-                incoming, self._local_version(state, policy.column), self.ranks,
-                column=policy.column, deleting=item.change.op is Op.DELETE,
-                row_present=state.row is not None,
-            )  # fmt: skip
-        table = item.table
-        assert table is not None
-        local = None if state.row is None else dict(state.row)
-        context = self._context(item, state, kind)
-        return resolve.by_resolver(policy, table, item.key, item.change, local, context)
+    def _at_hand(self, item: _Item, state: _State, kind: str, incoming: Version | None) -> Conflict:
+        """What the table's policy decides by; made only for a conflict."""
+        policy, table = item.policy, item.table
+        assert policy is not None and table is not None
+        local = None if policy.column is None else self._local_version(state, policy.column)
+        return Conflict(
+            kind, policy, table, item.key, item.change, state.row, incoming, local, self.ranks,
+            lambda: self._context(item, state, kind),
+        )  # fmt: skip
 
     def _local_version(self, state: _State, column: str) -> Version | None:
         if state.row is None:

@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from drc.conflicts import policies
 from drc.core.errors import UnsupportedValueError
 from drc.core.jsonwire import JsonWireError, value_from_json, value_to_json
 from drc.core.markers import CHECKPOINT_SCHEMA
@@ -59,7 +60,8 @@ KINDS = ("insert-insert", "update-update", "update-delete", "delete-update", "in
 #  update-delete: incoming update, local row deleted (or never there)
 #  delete-update: incoming delete, local row is not the incoming before-image
 #  insert-delete: incoming insert, local row was deleted later than the insert (tombstone newer)
-POLICIES = ("lww", "resolver", "overwrite", "keep")
+# The policies that detect conflicts (drc.conflicts.policies declares them).
+POLICIES = tuple(name for name, policy in policies.POLICIES.items() if policy.detects)
 DECISIONS = ("incoming", "local", "custom", "delete")
 #  incoming: the incoming change was applied; local: the local row was kept;
 #  custom: a resolver's own row was written; delete: a resolver deleted the row

@@ -1,8 +1,8 @@
-"""The rules conflict resolution decides by: table policies, user resolvers and row versions.
+"""The rules conflict resolution decides by: row versions and user resolvers.
 
-Pure. drc.conflicts.engine applies them to a group's changes; drc.conflicts.resolve says what
-each policy does. A version is ``(timestamp, datacenter)``: the newer timestamp wins, and equal
-ones go to the datacenter listed first in ``conflicts.priority``.
+Pure. drc.conflicts.policies says what each policy does with them; drc.conflicts.engine applies
+them to a group's changes. A version is ``(timestamp, datacenter)``: the newer timestamp wins,
+and equal ones go to the datacenter listed first in ``conflicts.priority``.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from drc.conflicts import tombstones
 from drc.core.errors import ConfigError
 from drc.core.scn import SCN
-from drc.core.tablefilter import TablePattern
 from drc.core.target_errors import ApplyError
 from drc.core.values import utc_naive
 
@@ -51,14 +49,6 @@ class ResolverError(ApplyError):
     """A user resolver raised or returned something unusable; the channel stops unapplied."""
 
 
-@dataclass(frozen=True, slots=True)
-class TablePolicy:
-    name: str  # lww | resolver | overwrite | keep
-    column: str | None = None
-    resolver: ResolverFn | None = None
-    resolver_name: str = ""
-
-
 def load_resolver(spec: str) -> ResolverFn:
     """The function named ``module:function`` (ConfigError saying what is wrong otherwise)."""
     module_name, _, function_name = spec.partition(":")
@@ -74,42 +64,6 @@ def load_resolver(spec: str) -> ResolverFn:
             f"conflict resolver {spec!r}: {module_name} has no function {function_name}"
         )
     return function  # type: ignore[no-any-return]
-
-
-class Policies:
-    """Table -> policy, first matching ``[[conflicts.tables]]`` entry (``off`` = none)."""
-
-    def __init__(self, rules: Sequence[tuple[str, TablePolicy | None]]) -> None:
-        self._rules = [(TablePattern.parse(p), policy) for p, policy in rules]
-        self._cache: dict[tuple[str, str], TablePolicy | None] = {}
-
-    @classmethod
-    def from_config(
-        cls, config: Any, load: Callable[[str], ResolverFn] = load_resolver
-    ) -> Policies:
-        rules: list[tuple[str, TablePolicy | None]] = []
-        for entry in config.tables:
-            if entry.policy == "off":
-                rules.append((entry.table, None))
-            elif entry.policy == "resolver":
-                fn = load(entry.resolver)
-                rules.append(
-                    (entry.table, TablePolicy("resolver", entry.column, fn, entry.resolver))
-                )
-            else:
-                rules.append((entry.table, TablePolicy(entry.policy, entry.column)))
-        return cls(rules)
-
-    @property
-    def active(self) -> bool:
-        return any(policy is not None for _, policy in self._rules)
-
-    def get(self, schema: str, table: str) -> TablePolicy | None:
-        key = (schema, table)
-        if key not in self._cache:
-            found = next((p for pat, p in self._rules if pat.matches(schema, table)), None)
-            self._cache[key] = found if schema != tombstones.SCHEMA else None
-        return self._cache[key]
 
 
 # ---------------------------------------------------------------------------- versions

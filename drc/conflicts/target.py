@@ -21,8 +21,8 @@ from typing import Any
 from drc.conflicts import log as conflict_log
 from drc.conflicts import tombstones
 from drc.conflicts.engine import ConflictEngine
+from drc.conflicts.policies import Policies
 from drc.conflicts.probes import Observed, Probe
-from drc.conflicts.rules import Policies
 from drc.core.target_errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
 from drc.mysql.sql import Statement
 

@@ -1,14 +1,14 @@
 """Schema history of every captured table, keyed by SCN (embedded SQLite)."""
 
-from drc.metastore.store import (
-    DEFAULT_FILENAME,
-    HistoryEntry,
-    MetaStore,
+from drc.core.errors import (
     MetaStoreCorruptError,
     MetaStoreError,
     MetaStoreUnavailableError,
     SchemaHistoryConflictError,
 )
+from drc.metastore.file import DEFAULT_FILENAME
+from drc.metastore.history import HistoryEntry
+from drc.metastore.store import MetaStore
 
 __all__ = [
     "DEFAULT_FILENAME",

@@ -187,14 +187,8 @@ class Session:
         """Send every text as a command of its own, back to back, replies left unread (read
         them with :meth:`receive`, in order). A failed send leaves the protocol mid-exchange:
         the connection is dropped."""
-        try:
+        with self._dropped_on_failure(what):
             self._conn.send(texts)
-        except DRIVER_ERRORS as exc:
-            self.close()
-            raise translate(exc, what) from exc
-        except BaseException:
-            self.close()
-            raise
         self._unread += len(texts)
 
     def receive(self, count: int, what: str) -> list[Any]:
@@ -203,17 +197,22 @@ class Session:
         are still read. A broken connection (nothing more can be read), or anything else that
         stops the reading half-way, drops the connection."""
         conn, replies = self._conn, []
-        try:
+        with self._dropped_on_failure(what):
             for _ in range(count):
                 replies.append(conn.receive())
                 self._unread -= 1
-        except DRIVER_ERRORS as exc:
-            self.close()
-            raise translate(exc, what) from exc
+        return replies
+
+    @contextmanager
+    def _dropped_on_failure(self, what: str) -> Iterator[None]:
+        """Pipelining stopped half-way leaves the protocol mid-exchange: whatever stopped it,
+        the connection is dropped (a driver error is translated)."""
+        try:
+            with translated(what):
+                yield
         except BaseException:
             self.close()
             raise
-        return replies
 
     def select_many(
         self, statements: Sequence[sql.Statement], what: str

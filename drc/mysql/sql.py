@@ -132,27 +132,20 @@ def upsert(
     schema: str, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
 ) -> Statement:
     """One multi-row INSERT that updates every column of a row whose key is already there."""
-    sql = _upsert_text(schema, table, tuple(columns), len(rows))
-    return Statement(sql, tuple([adapt(v) for row in rows for v in row]))
+    return Statement(_upsert_text(schema, table, tuple(columns), len(rows)), _row_params(rows))
 
 
 @_cached
 def _upsert_text(schema: str, table: str, columns: tuple[str, ...], count: int) -> str:
-    cols = [ident(c) for c in columns]
-    values = ", ".join([_placeholders(len(cols))] * count)
-    update = ", ".join(f"{c} = VALUES({c})" for c in cols)
-    return (
-        f"INSERT INTO {table_name(schema, table)} ({', '.join(cols)}) VALUES {values} "
-        f"ON DUPLICATE KEY UPDATE {update}"
-    )
+    update = ", ".join(f"{c} = VALUES({c})" for c in map(ident, columns))
+    return f"{_insert_text(schema, table, columns, count)} ON DUPLICATE KEY UPDATE {update}"
 
 
 def insert(
     schema: str, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
 ) -> Statement:
     """A plain multi-row INSERT (tables without a primary key: identical rows are kept)."""
-    sql = _insert_text(schema, table, tuple(columns), len(rows))
-    return Statement(sql, tuple([adapt(v) for row in rows for v in row]))
+    return Statement(_insert_text(schema, table, tuple(columns), len(rows)), _row_params(rows))
 
 
 @_cached
@@ -160,6 +153,10 @@ def _insert_text(schema: str, table: str, columns: tuple[str, ...], count: int) 
     cols = ", ".join(ident(c) for c in columns)
     values = ", ".join([_placeholders(len(columns))] * count)
     return f"INSERT INTO {table_name(schema, table)} ({cols}) VALUES {values}"
+
+
+def _row_params(rows: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
+    return tuple([adapt(v) for row in rows for v in row])
 
 
 def update(

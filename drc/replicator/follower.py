@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from drc.api import wire
+from drc.api import pullquery
 from drc.client import http
 from drc.client.errors import ApiRequestError, ApiTlsError, ProtocolError
 from drc.client.records import RawStreams, pull_history, pull_raw
@@ -32,7 +32,7 @@ from drc.core.errors import FatalError, RetriableError, ScnTooOldError
 from drc.core.scn import SCN
 from drc.core.term import check_records
 from drc.eventbuffer.reader import Record
-from drc.metastore.store import RawEntry
+from drc.metastore.history import RawEntry
 from drc.replicator.backfill import SOURCE_SEGMENT, start_marker
 from drc.replicator.fencing import GroupBuffer
 
@@ -129,7 +129,7 @@ class ViaLeader:
             raise LeaderUnavailableError("no leader is elected now to read the source binlog")
         try:
             page = pull_raw(
-                self._client, url, after, wire.WAIT_NONE, self._token, max_records, max_bytes
+                self._client, url, after, pullquery.WAIT_NONE, self._token, max_records, max_bytes
             )
         except http.TooOld as exc:
             raise ScnTooOldError(f"the group's leader {url} answered: {exc}", oldest) from exc

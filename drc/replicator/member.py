@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from drc.api import wire
+from drc.api import pullquery
 from drc.client import http
 from drc.client.errors import ProtocolError
 from drc.core.errors import FencedError, RetriableError, SourceDivergedError
@@ -309,7 +309,7 @@ class GroupMemberRunner:
             copied_any = False
             while not stop.is_set():
                 try:
-                    copied = self._copier.copy_once(member.url, wire.WAIT_NONE)
+                    copied = self._copier.copy_once(member.url, pullquery.WAIT_NONE)
                 except (http.Transient, ProtocolError) as exc:
                     log.info("catch-up: member %s not reachable (%s)", member.member_id, exc)
                     break

@@ -102,17 +102,10 @@ def _tls_argv(tls: CertFiles | None) -> list[str]:
     return [f"--ssl-ca={tls.ca}", f"--ssl-cert={tls.cert}", f"--ssl-key={tls.key}"]
 
 
-def start(
-    base: Path,
-    port: int,
-    server_id: int,
-    tls: CertFiles | None = None,
-    domain_id: int | None = None,
-    read_only: bool = False,
-) -> int:
-    """Start the server and return its PID once it accepts connections on its socket."""
+def start(base: Path, argv: list[str]) -> int:
+    """Start the server of ``base`` (``argv``: :func:`server_argv`'s) and return its PID once it
+    accepts connections on its socket."""
     (base / "tmp").mkdir(exist_ok=True)
-    argv = server_argv(base, port, server_id, tls, domain_id, read_only)
     pid = start_detached(argv, base / "stdout.log")
     socket_path = base / "mysqld.sock"
 

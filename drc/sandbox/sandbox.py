@@ -87,18 +87,11 @@ class SandboxDescription:
     replicators: tuple[MemberInfo, ...] = ()  # `up --replicators N`: group members per DC
 
     def server(self, datacenter: str) -> ServerInfo:
-        for info in self.servers:
-            if info.datacenter == datacenter:
-                return info
-        raise SandboxError(f"no datacenter {datacenter!r} in sandbox {self.dir}")
+        return _of(datacenter, self.servers, f"no datacenter {datacenter!r} in sandbox {self.dir}")
 
     def replica(self, datacenter: str) -> ServerInfo:
-        for info in self.replicas:
-            if info.datacenter == datacenter:
-                return info
-        raise SandboxError(
-            f"no replica of {datacenter!r} in sandbox {self.dir}; bring it up with --replica"
-        )
+        missing = f"no replica of {datacenter!r} in sandbox {self.dir}; bring it up with --replica"
+        return _of(datacenter, self.replicas, missing)
 
     def to_json(self, reveal_password: bool = True) -> str:
         data = asdict(self)
@@ -305,7 +298,8 @@ class Sandbox:
         port = known.port if known is not None else free_port()
         mariadb.bootstrap(base)
         tls = _server_cert(ca, base)
-        pid = mariadb.start(base, port, server_id, tls, domain_id, read_only)
+        argv = mariadb.server_argv(base, port, server_id, tls, domain_id, read_only)
+        pid = mariadb.start(base, argv)
         socket_path = base / "mysqld.sock"
         mariadb.ensure_user(socket_path, SANDBOX_USER, password)
         return ServerInfo(
@@ -414,6 +408,14 @@ class Sandbox:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, self.description_path)
+
+
+def _of(datacenter: str, servers: tuple[ServerInfo, ...], missing: str) -> ServerInfo:
+    """The server of ``datacenter``; SandboxError ``missing`` when there is none."""
+    for info in servers:
+        if info.datacenter == datacenter:
+            return info
+    raise SandboxError(missing)
 
 
 def _server_cert(ca: certs.CertFiles | None, base: Path) -> certs.CertFiles | None:

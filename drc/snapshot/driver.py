@@ -31,7 +31,8 @@ from drc.apply.sink import TargetSession
 from drc.apply.stages import NameMap
 from drc.bulk.planner import list_tables, plan_table
 from drc.client.status import fetch_status
-from drc.config import ChannelConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter, TableFilterError
 from drc.core.windows import Window

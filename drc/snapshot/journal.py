@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from drc.core.chunks import Chunk
-from drc.core.codec import decode_value, encode_value
 from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
+from drc.core.value_codec import decode_value, encode_value
 from drc.mysql.sql import Statement, ident
 
 _RUN = f"{ident(CHECKPOINT_SCHEMA)}.{ident('snapshot_run')}"

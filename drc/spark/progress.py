@@ -1,4 +1,5 @@
-"""Progress lines while a Spark job runs: tasks done, elapsed, ETA (catch-up, snapshot)."""
+"""Progress lines while a Spark job runs: tasks done, elapsed, ETA (catch-up, snapshot,
+verify)."""
 
 from __future__ import annotations
 
@@ -36,15 +37,21 @@ def progress(sc: Any, out: Callable[[str], None], what: str) -> Iterator[None]:
     tracker = sc.statusTracker()
 
     def report() -> None:
-        total = finished = 0
-        for stage_id in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(stage_id)
-            if info is not None:
-                total += info.numTasks
-                finished += info.numCompletedTasks
+        finished, total = active_tasks(tracker)
         elapsed = time.monotonic() - began
         eta = f"{elapsed / finished * (total - finished):.0f}s" if finished else "unknown"
         out(f"{what}: {finished}/{total} tasks done, {elapsed:.0f}s, ETA {eta}")
 
     with every(PROGRESS_EVERY_S, report, "spark-progress"):
         yield
+
+
+def active_tasks(tracker: Any) -> tuple[int, int]:
+    """(finished, all) tasks of the stages running now, from a SparkContext's statusTracker()."""
+    total = finished = 0
+    for stage_id in tracker.getActiveStageIds():
+        info = tracker.getStageInfo(stage_id)
+        if info is not None:
+            total += info.numTasks
+            finished += info.numCompletedTasks
+    return finished, total

@@ -28,10 +28,12 @@ from typing import Any
 from drc.apply.lww_guard import GUARD_NAME, local_api_url
 from drc.apply.service import target_settings
 from drc.bulk.planner import CHUNK_ROWS, TablePlan, list_tables, plan_table
-from drc.config import ChannelConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
 from drc.core.chunks import Chunk, split_even
 from drc.core.rowsum import Difference, TableReport
 from drc.core.tablefilter import TableFilter
+from drc.spark.progress import PROGRESS_EVERY_S, active_tasks, every
 from drc.verify import compare, repair
 from drc.verify.compare import ChunkResult, Sides, TableSpec
 from drc.verify.recheck import Follower, Recheck, Stream
@@ -45,8 +47,6 @@ from drc.verify.sides import (
 )
 
 log = logging.getLogger(__name__)
-
-PROGRESS_EVERY_S = 5.0
 
 
 @dataclass
@@ -295,28 +295,19 @@ def _compare(
 @contextmanager
 def _progress(sc: Any, rows: Any, total: int, out: Callable[[str], None]) -> Iterator[None]:
     """A line every PROGRESS_EVERY_S: chunks (tasks) done, rows/s, ETA."""
-    stop = threading.Event()
     began = time.monotonic()
+    tracker = sc.statusTracker()
 
     def report() -> None:
-        tracker = sc.statusTracker()
-        while not stop.wait(PROGRESS_EVERY_S):
-            done = int(rows.value)
-            elapsed = time.monotonic() - began
-            tasks = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-            finished = sum(t.numCompletedTasks for t in tasks if t is not None)
-            count = sum(t.numTasks for t in tasks if t is not None)
-            rate = done / elapsed if elapsed else 0.0
-            eta = f"{(total - done) / rate:.0f}s" if rate and total > done else "unknown"
-            out(f"compared {done} rows ({rate:.0f}/s), {finished}/{count} tasks done, ETA {eta}")
+        done = int(rows.value)
+        elapsed = time.monotonic() - began
+        finished, count = active_tasks(tracker)
+        rate = done / elapsed if elapsed else 0.0
+        eta = f"{(total - done) / rate:.0f}s" if rate and total > done else "unknown"
+        out(f"compared {done} rows ({rate:.0f}/s), {finished}/{count} tasks done, ETA {eta}")
 
-    thread = threading.Thread(target=report, name="verify-progress", daemon=True)
-    thread.start()
-    try:
+    with every(PROGRESS_EVERY_S, report, "verify-progress"):
         yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _tally(report: Report, results: Sequence[ChunkResult]) -> dict[str, list[Difference]]:

@@ -4,12 +4,13 @@ Which side is written:
 
 - by default the source is right: the target gets the source's row (upsert), or loses a row
   the source does not have (delete);
-- a table with a ``lww`` policy: the newer row by the timestamp column wins, ties going to the
-  datacenter listed first in ``[conflicts] priority``; when the target's row wins it is
-  written to the source. A row on one side only is compared with the tombstone the other
-  side keeps of its deletion (drc.conflicts.tombstones): a newer deletion wins and the row is
-  deleted where it survived (its tombstone copied there); without a newer tombstone the row
-  wins and is written where it is missing. The same decision is what the report shows.
+- a table whose policy decides by version (lww, drc.conflicts.policies): the newer row by the
+  timestamp column wins, ties going to the datacenter listed first in ``[conflicts]
+  priority``; when the target's row wins it is written to the source. A row on one side only
+  is compared with the tombstone the other side keeps of its deletion
+  (drc.conflicts.tombstones): a newer deletion wins and the row is deleted where it survived
+  (its tombstone copied there); without a newer tombstone the row wins and is written where it
+  is missing. The same decision is what the report shows.
 
 Each repair is one transaction on the side written, in a session with ``skip_replication``
 (and ``@drc_apply``, so no guarded trigger fires): the replicator of that datacenter flags it
@@ -27,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.config import ConflictsConfig
 from drc.conflicts import tombstones
+from drc.conflicts.policies import POLICIES
 from drc.conflicts.rules import Ranks, Version
+from drc.conflicts.settings import ConflictsConfig
 from drc.core.rowsum import EXTRA, MISSING
 from drc.core.settle import Images
 from drc.core.tablefilter import TableFilter
@@ -84,7 +86,7 @@ def decide(
     """The repair of one confirmed difference (see the module docstring); ``tombstone``: the
     deletion recorded on the side without the row, if any."""
     source_row, target_row = images
-    column = lww_column(conflicts, spec.target)
+    column = version_column(conflicts, spec.target)
     if column is None:
         return Decision(True, source_row)
     at = spec.columns.index(column)
@@ -139,7 +141,7 @@ def decide_all(
         if not repairable(spec, kind):
             continue
         tombstone = None
-        if lww_column(conflicts, spec.target) is not None and None in images:
+        if version_column(conflicts, spec.target) is not None and None in images:
             on_source = images[0] is None
             tombstone = tombstone_of(source if on_source else target,
                                      spec.source if on_source else spec.target, spec.key,
@@ -149,11 +151,11 @@ def decide_all(
     return found
 
 
-def lww_column(conflicts: ConflictsConfig, target: tuple[str, str]) -> str | None:
-    """The lww timestamp column of the target table, None when its policy is not lww."""
+def version_column(conflicts: ConflictsConfig, target: tuple[str, str]) -> str | None:
+    """The timestamp column of the target table, None unless its policy decides by version."""
     for entry in conflicts.tables:
         if TableFilter.build([entry.table]).matches(*target):
-            return entry.column if entry.policy == "lww" else None
+            return entry.column if POLICIES[entry.policy].by_version else None
     return None
 
 

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.config import ChannelConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
 from drc.core.rowsum import first_keys
 from drc.verify.driver import SPARK_CONF, Options, Report, run_verify
 

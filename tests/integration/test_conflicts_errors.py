@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from drc.apply.service import build_channel
-from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.conflicts.rules import ResolverError
+from drc.conflicts.settings import ConflictsConfig, ConflictTableConfig
 from drc.core.target_errors import TargetSchemaError
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import Running, apply_user, channel_config, serving

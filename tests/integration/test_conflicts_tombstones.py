@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from drc.apply.service import build_channel
-from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.conflicts import tombstones
+from drc.conflicts.settings import ConflictsConfig, ConflictTableConfig
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import Running, apply_user, channel_config, serving
 from tests.support.servers import connect, drop_everywhere, execute, position, query

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from drc.apply import checkpoint
 from drc.apply.service import build_channel
 from drc.cli.main import cli
-from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.conflicts import log as conflict_log
 from drc.conflicts import tombstones
+from drc.conflicts.settings import ConflictsConfig, ConflictTableConfig
 from drc.mysql.sql import quote
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import Running, apply_user, channel_config, serving

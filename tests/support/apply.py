@@ -19,7 +19,7 @@ from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.server import ApiServer
 from drc.apply.channel import ApplyChannel
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.tablefilter import TableFilter
 from drc.mysql.driver import TargetSettings
 from drc.mysql.sql import quote

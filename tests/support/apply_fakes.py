@@ -17,7 +17,7 @@ from drc.apply import checkpoint
 from drc.apply.channel import ApplyChannel
 from drc.apply.service import build_channel
 from drc.client import ApiUnavailableError, Batch
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.events import Op, RowChange, SchemaChange, Transaction
 from drc.core.scn import SCN
 from drc.mysql.driver import TargetSettings
@@ -374,7 +374,8 @@ SETTINGS = TargetSettings("127.0.0.1", 3306, "apply", "secret")
 
 class Harness:
     """A channel (built by build_channel) on ``target`` and a FakeSubscriber of ``batches``, with
-    a clock the test sets (``now``), a fixed wall clock, and sleeps recorded, not slept."""
+    a clock the test sets (``now``), a fixed wall clock, and sleeps recorded, not slept (or
+    given to ``sleep``)."""
 
     def __init__(
         self,
@@ -383,6 +384,7 @@ class Harness:
         *,
         finish: Callable[[Callable[[], bool]], object] | None = None,
         hold_on_error: bool = False,
+        sleep: Callable[[float], None] | None = None,
         **config: Any,
     ) -> None:
         self.target = target
@@ -399,7 +401,7 @@ class Harness:
             connect=target.connect,
             clock=lambda: self.now,
             wall_clock=lambda: 1_700_000_100.0,
-            sleep=self.slept.append,
+            sleep=sleep or self.slept.append,
             finish=finish,
             hold_on_error=hold_on_error,
         )

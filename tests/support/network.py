@@ -1,9 +1,12 @@
-"""A TCP forwarder a test can cut and restore, and the pipe it forwards with."""
+"""A TCP forwarder a test can cut and restore, the pipe it forwards with, and a server that falls
+silent."""
 
 from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class Proxy:
@@ -72,6 +75,53 @@ def pipe(source: socket.socket, sink: socket.socket, lost: threading.Event | Non
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+@contextmanager
+def silent_server(first_reply: bytes | None = None) -> Iterator[str]:
+    """The URL of a server on loopback that accepts connections and never answers (a paused
+    process, a half-open link): only a timeout or a hang-up ends a request to it. With
+    ``first_reply`` it sends that to the first request it reads, then falls silent (a leader
+    paused between two requests on one kept-alive connection)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+    answered = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        conn.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                if not conn.recv(65536):
+                    return
+            except OSError:
+                continue
+            if first_reply is not None and not answered.is_set():
+                answered.set()
+                conn.sendall(first_reply)
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn = listener.accept()[0]
+            except OSError:
+                continue
+            held.append(conn)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
 
 
 def _free_port() -> int:

@@ -15,7 +15,7 @@ import pytest
 from drc.api import wire
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
-from drc.api.query import ServerLimits
+from drc.api.pullquery import ServerLimits
 from drc.core.codec import encode_transaction
 from drc.core.events import Column, TableSchema, Transaction
 from drc.core.jsonwire import transaction_from_json

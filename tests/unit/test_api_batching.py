@@ -1,4 +1,4 @@
-"""Filtering and batching of pulls (drc.api.batching, drc.api.query): pure, no buffer, no HTTP."""
+"""Filtering and batching of pulls (drc.api.batching, drc.api.pullquery): pure, no I/O."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drc.api import batching, wire
-from drc.api.batching import BatchBuilder, Limits, Selection, select, transactions
-from drc.api.query import BadQuery, ServerLimits, parse_pull_query
+from drc.api import batching, pullquery
+from drc.api.batching import BatchBuilder, select, transactions
+from drc.api.pullquery import BadQuery, Limits, Selection, ServerLimits, parse_pull_query
 from drc.core.codec import decode_transaction, encode_transaction
 from drc.core.events import SchemaChange, Transaction
 from drc.core.scn import SCN
@@ -196,7 +196,7 @@ def test_defaults_and_clamps() -> None:
     q = parse(after="1:2:3:4", max_events="999", max_bytes="99999", wait_ms="60000")
     assert (q.limits.max_events, q.limits.max_bytes, q.wait_ms, q.wait_s) == (50, 1000, 2000, 2)
     q = parse(after="1:2:3:4", wait_ms="0", skip_drc="1", tables="shop.orders, shop.x*")
-    assert q.wait_ms == wire.WAIT_FULL and q.wait_s == 2 and q.selection.skip_drc
+    assert q.wait_ms == pullquery.WAIT_FULL and q.wait_s == 2 and q.selection.skip_drc
     assert q.selection.tables.matches("shop", "xy") and not q.selection.tables.matches("a", "b")
 
 

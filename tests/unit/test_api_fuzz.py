@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from drc.api import wire
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
-from drc.api.query import ServerLimits
+from drc.api.pullquery import ServerLimits
 from drc.eventbuffer import EventBuffer
 from tests.support.api import STREAM, TestClient, scn, store
 

@@ -17,7 +17,7 @@ from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.errors import ApiError
 from drc.api.longpolls import LongPollGate, LongPollLimits
-from drc.api.query import ServerLimits
+from drc.api.pullquery import ServerLimits
 from drc.eventbuffer import EventBuffer
 from tests.support.api import ins, scn, store, txn
 

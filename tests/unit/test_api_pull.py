@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from drc.api.batching import Limits, Selection
 from drc.api.metrics import ApiMetrics
 from drc.api.pull import EpochMismatch, pull
-from drc.api.query import PullQuery
+from drc.api.pullquery import Limits, PullQuery, Selection
 from drc.core.errors import ScnTooOldError
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer

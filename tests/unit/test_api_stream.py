@@ -14,7 +14,7 @@ import pytest
 from drc.api import streamwire, wire
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
-from drc.api.query import ServerLimits, parse_pull_query
+from drc.api.pullquery import ServerLimits, parse_pull_query
 from drc.api.stream import StreamLoop
 from drc.client.stream import Ended, FrameQueue, read_frames
 from drc.core.codec import encode_transaction

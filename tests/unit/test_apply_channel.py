@@ -166,13 +166,12 @@ def assert_streamed_after_the_run(fake: FakeTarget, channel: ApplyChannel) -> No
 def test_a_channel_waits_for_an_interrupted_catchup_run_then_streams_after_its_end() -> None:
     fake = target()
     waited: list[str] = []
-    harness = interrupted(fake, lambda: bool(waited))
 
     def sleep(_delay: float) -> None:
         waited.append(harness.channel.report()["error"])
         finish_run(fake)  # by a re-run of the catch-up
 
-    harness.channel._sleep = sleep
+    harness = interrupted(fake, lambda: bool(waited), sleep=sleep)
     channel = harness.run()
     assert channel.stats.waits == 1, "waiting (status, metrics: state waiting)"
     assert "interrupted catch-up run host:7:abc" in waited[0]
@@ -213,8 +212,7 @@ def test_a_failed_finish_of_an_interrupted_run_is_shown_and_tried_again_later() 
         harness.now += delay
         shown.append(harness.channel.report()["error"])
 
-    harness = interrupted(fake, lambda: len(tries) >= 2, finish=finish)
-    harness.channel._sleep = sleep
+    harness = interrupted(fake, lambda: len(tries) >= 2, finish=finish, sleep=sleep)
     channel = harness.run()
     assert tries[1] - tries[0] >= 30.0, "not hammered: tried again after FINISH_RETRY_S"
     assert any("its last try failed: OSError: remote away" in e for e in shown), "drc status"
@@ -223,13 +221,12 @@ def test_a_failed_finish_of_an_interrupted_run_is_shown_and_tried_again_later() 
 
 def test_a_target_that_is_down_at_start_is_waited_for() -> None:
     fake = target(down=True)
-    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)))])
 
     def sleep(delay: float) -> None:
         harness.slept.append(delay)
         fake.down = len(harness.slept) < 3
 
-    harness.channel._sleep = sleep
+    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)))], sleep=sleep)
     channel = harness.run()
     assert harness.slept == [0.5, 1.0, 2.0] and channel.stats.waits == 3
     assert fake.checkpoints["from-dc1"][0] == "1:11:1:10"

@@ -15,8 +15,9 @@ import pytest
 from drc.apply.engine import ApplyEngine, Decision, KnownTables, Pending
 from drc.apply.plan import Delete, Insert, NoPrimaryKey, Planner, Update, Upsert, Write
 from drc.conflicts.engine import ConflictEngine
+from drc.conflicts.policies import Policies, TablePolicy
 from drc.conflicts.probes import Observed, Probe
-from drc.conflicts.rules import Policies, Ranks, TablePolicy, Version
+from drc.conflicts.rules import Ranks, Version
 from drc.core.events import RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.target_errors import MissingColumnError, MissingTableError, NoPrimaryKeyError
@@ -258,7 +259,7 @@ def streaming_before(
     local: Local,
     tombs: Tombs,
 ) -> tuple[list[str], list[tuple[str, str]], list[Any]]:
-    """What ApplyChannel._commit decided before the engine: resolve, then plan each change."""
+    """What GroupWriter.write decided before the engine: resolve, then plan each change."""
     planner = Planner(no_primary_key)
     changes: Any = (c for t in transactions for c in t.changes)
     entries: list[Any] = []

@@ -93,14 +93,16 @@ def test_the_rule_sees_a_violation(tmp_path: Path) -> None:
 # one on its own line). Top-level modules count as packages; "drc" is drc/__init__.py.
 LAYERS = (
     ("drc", "core", "spark", "config_lines", "config_urls"),
-    ("tls",),
+    ("tls", "config_section"),
     ("mysql",),
+    ("conflicts",),
+    ("config_databases", "config_replicator"),
+    ("config_channels",),
     ("config",),
     ("eventbuffer", "metastore"),
     ("api",),
     ("client",),
     ("sandbox", "bulk"),
-    ("conflicts",),
     ("replicator", "apply"),
     ("catchup",),
     ("snapshot", "verify"),

@@ -6,7 +6,6 @@ and corrupt bodies, which raise one named error.
 
 from __future__ import annotations
 
-import struct
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,7 +17,7 @@ from drc.core.errors import UnsupportedColumnError
 from drc.core.events import Op
 from drc.replicator.binlog import columns as T
 from drc.replicator.binlog.columns import full_bitmap, layout_of
-from drc.replicator.binlog.rows import RowDecodeError, decode_rows, full_row, packed_int
+from drc.replicator.binlog.rows import RowDecodeError, decode_rows, full_row
 from tests.support.binlog_cases import CASES, column
 from tests.support.values import identical
 
@@ -104,7 +103,7 @@ def test_a_null_in_a_column_drc_cannot_decode_is_fine_a_value_is_not() -> None:
         ([column(T.ENUM, "e", size=1, enum_values=["", "a"])], body(1, row(b"\x05")), "IndexError"),
         ([column(T.NEWDECIMAL, "d", precision=1, decimals=0)], body(1, row(b"\x00")),
          "out of range"),
-        ([column(T.LONG, "a")], b"\xff" + body(1), "packed integer"),
+        ([column(T.LONG, "a")], b"\xff" + body(1), "length-encoded integer"),
     ],
     ids=["string", "short int", "trailing byte", "utf8", "enum index", "decimal", "count"],
 )  # fmt: skip
@@ -128,13 +127,6 @@ def test_any_bytes_decode_or_raise_a_named_error(columns: list[Any], raw: bytes)
         assert all(
             list(image) == [c.name for c in named] for pair in images for image in pair if image
         )
-
-
-def test_packed_integers() -> None:
-    assert packed_int(b"\xfa", 0) == (250, 1)
-    assert packed_int(b"\xfc\x01\x02", 0) == (0x0201, 3)
-    assert packed_int(b"\xfd\x01\x02\x03", 0) == (0x030201, 4)
-    assert packed_int(b"\xfe" + struct.pack("<Q", 2**40), 0) == (2**40, 9)
 
 
 def test_full_row_reads_from_an_offset_and_says_where_it_ends() -> None:

@@ -30,7 +30,7 @@ from tests.support.binlog_cases import (
     pack_decimal,
     read,
 )
-from tests.support.values import identical, time2_bytes, time2_value
+from tests.support.values import TIME2_CASES, identical, time2_bytes, time2_value
 
 
 @pytest.mark.parametrize(
@@ -96,21 +96,6 @@ def test_datetime2_reads_its_fraction(fsp: int) -> None:
 
 
 # --- TIME2: one big-endian number over integer and fraction bytes -----------------------------
-
-
-TIME2_CASES: list[tuple[str, int]] = [
-    *((t, fsp) for fsp in range(7) for t in ("00:00:00", "-00:00:01", "00:00:01", "-838:59:59")),
-    *((t, fsp) for fsp in range(7) for t in ("838:59:59", "-01:00:00", "-12:34:56", "100:00:00")),
-    ("-00:00:00.5", 1), ("-00:00:00.1", 1), ("-838:59:59.9", 1), ("838:59:59.9", 1),
-    ("100:00:00.5", 1), ("-100:00:00.5", 1), ("-00:00:00.5", 6), ("-01:00:00.9", 1),
-    ("-00:00:00.01", 2), ("-00:00:00.99", 2), ("-12:34:56.78", 2), ("838:59:59.99", 2),
-    ("-00:00:00.001", 3), ("-00:00:00.5", 3), ("-838:59:59.999", 3), ("12:34:56.123", 3),
-    ("-00:00:00.0001", 4), ("-01:02:03.0004", 4), ("-838:59:59.9999", 4), ("00:00:00.9999", 4),
-    ("-00:00:00.00001", 5), ("-00:00:00.5", 5), ("-838:59:59.99999", 5), ("1:2:3.45678", 5),
-    ("-00:00:00.000001", 6), ("-01:00:00.000001", 6), ("-838:59:59.999999", 6),
-    ("838:59:59.999999", 6), ("-00:00:00.999999", 6), ("-00:00:01.000001", 6),
-    ("-23:59:59.5", 6), ("00:00:00.000001", 6),
-]  # fmt: skip
 
 
 def test_time2_encoder_matches_mysql_bytes() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from drc.apply.catchup_journal import Run
 from drc.catchup.auto import AutoCatchup
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.scn import SCN
 
 

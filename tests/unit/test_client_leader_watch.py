@@ -3,7 +3,6 @@ the change hangs up what waits on the old leader and the next request goes to th
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +15,7 @@ from drc.client.discovery import DataChanges
 from drc.client.fetcher import Fetcher
 from drc.core.scn import SCN
 from tests.support.fake_api import FakeApi, stream
+from tests.support.network import silent_server
 
 GROUP = "zk://zk:2181/drc/dc1"
 
@@ -72,62 +72,21 @@ def test_a_new_leader_is_read_from_next_although_the_old_one_still_answers() -> 
 
 
 @pytest.fixture
-def silent_server() -> Iterator[str]:
-    """A server that accepts connections and never answers (a paused process, a half-open
-    link): only a timeout or a hang-up ends a request to it."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    listener.close()
+def silent() -> Iterator[str]:
+    with silent_server() as url:
+        yield url
 
 
-def test_a_leadership_change_hangs_up_a_pull_waiting_on_a_silent_leader(
-    silent_server: str,
-) -> None:
+def test_a_leadership_change_hangs_up_a_pull_waiting_on_a_silent_leader(silent: str) -> None:
     client = http.make_client(None)
-    got: list[BaseException] = []
-
-    def pull() -> None:
-        try:
-            http.send(client, silent_server + "/v1/events", {}, "*/*", httpx.Timeout(60.0), None)
-        except BaseException as exc:
-            got.append(exc)
-
-    thread = threading.Thread(target=pull)
-    thread.start()
-    time.sleep(0.3)
-    started = time.monotonic()
-    http.abort_requests(client)
-    thread.join(5)
-    assert not thread.is_alive() and time.monotonic() - started < 2
-    assert isinstance(got[0], http.Transient)
+    _hang_up_a_pull(client, silent + "/v1/events", 60.0)
     http.close_client(client)
 
 
-def test_a_leadership_change_ends_a_stream_from_a_silent_leader_at_once(
-    silent_server: str,
-) -> None:
+def test_a_leadership_change_ends_a_stream_from_a_silent_leader_at_once(silent: str) -> None:
     f = fetcher()
     watch = FakeWatch.made[0]
-    watch.members = [silent_server]
+    watch.members = [silent]
     f._rediscover()  # noqa: SLF001 (the silent server leads)
     got: list[object] = []
     f_thread = threading.Thread(target=lambda: got.append(_fetch_or_error(f)))
@@ -160,45 +119,8 @@ def test_the_stream_read_timeout_follows_the_heartbeat_not_a_long_margin() -> No
 
 @pytest.fixture
 def answers_once() -> Iterator[str]:
-    """A server that answers the first request (keep-alive) and then falls silent, as a leader
-    paused between two requests on the same connection."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-    answered = threading.Event()
-
-    def serve(conn: socket.socket) -> None:
-        conn.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                if not conn.recv(65536):
-                    return
-            except OSError:
-                continue
-            if not answered.is_set():
-                answered.set()
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn = listener.accept()[0]
-            except OSError:
-                continue
-            held.append(conn)
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    listener.close()
+    with silent_server(first_reply=b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok") as url:
+        yield url
 
 
 def test_a_request_hung_up_by_a_leadership_change_is_not_tried_again_on_a_new_connection(
@@ -209,11 +131,18 @@ def test_a_request_hung_up_by_a_leadership_change_is_not_tried_again_on_a_new_co
     leader for its whole timeout (a 10 s failover in one of ten pauses)."""
     client = http.make_client(None)
     http.send(client, answers_once + "/v1/history", {}, "*/*", httpx.Timeout(30.0), None)
+    _hang_up_a_pull(client, answers_once + "/v1/history", 30.0)
+    http.close_client(client)
+
+
+def _hang_up_a_pull(client: httpx.Client, url: str, timeout_s: float) -> None:
+    """A request to ``url`` waiting in a thread ends at once with Transient when the client's
+    requests are hung up (what a leadership change does), and is not sent again."""
     got: list[BaseException] = []
 
     def pull() -> None:
         try:
-            http.send(client, answers_once + "/v1/history", {}, "*/*", httpx.Timeout(30.0), None)
+            http.send(client, url, {}, "*/*", httpx.Timeout(timeout_s), None)
         except BaseException as exc:
             got.append(exc)
 
@@ -223,9 +152,8 @@ def test_a_request_hung_up_by_a_leadership_change_is_not_tried_again_on_a_new_co
     started = time.monotonic()
     http.abort_requests(client)
     thread.join(5)
-    assert not thread.is_alive() and time.monotonic() - started < 2, "tried again"
+    assert not thread.is_alive() and time.monotonic() - started < 2, "not hung up, or tried again"
     assert isinstance(got[0], http.Transient)
-    http.close_client(client)
 
 
 def test_a_data_watch_tells_each_change_after_the_first_reading_until_it_ends(

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from drc.api import streamwire, wire
+from drc.api import pullquery, streamwire, wire
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.api.longpolls import LongPollGate, LongPollLimits
@@ -137,7 +137,7 @@ def test_opening_a_stream_is_refused_like_a_pull(buffer: EventBuffer) -> None:
 def test_a_marker_mode_replicator_refuses_a_stream_that_would_want_rows(
     buffer: EventBuffer,
 ) -> None:
-    server = serve(ApiDeps(buffer=buffer, drc_applied=wire.DRC_APPLIED_MARKER))
+    server = serve(ApiDeps(buffer=buffer, drc_applied=pullquery.DRC_APPLIED_MARKER))
     try:
         url = server.url + streamwire.PATH_STREAM
         answer = httpx.get(url, params={"after": "0:0:0:0"})

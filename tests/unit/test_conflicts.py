@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import re
 import sys
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -23,21 +24,20 @@ from hypothesis import strategies as st
 
 from drc.apply.engine import Decision
 from drc.apply.stages import NameMap
-from drc.config import ConflictsConfig, ConflictTableConfig
-from drc.conflicts import tombstones
+from drc.conflicts import log, tombstones
 from drc.conflicts.engine import ConflictEngine, Resolution, TombstoneWrite
+from drc.conflicts.policies import POLICIES, Policies, TablePolicy
 from drc.conflicts.probes import Probe, observe
 from drc.conflicts.rules import (
     ConflictContext,
-    Policies,
     Ranks,
     ResolverError,
-    TablePolicy,
     Version,
     derived_delete_stamp,
     load_resolver,
     stamp_key,
 )
+from drc.conflicts.settings import ConflictsConfig, ConflictTableConfig
 from drc.core.errors import ConfigError, FatalError
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
@@ -1005,6 +1005,19 @@ def test_policies_from_config_load_each_resolver_once_per_entry() -> None:
     assert resolver is not None
     assert (resolver.name, resolver.column, resolver.resolver_name) == ("resolver", "ts", "m.x:f")
     assert policies.get("db", "x") == TablePolicy("lww", "updated_at")
+
+
+def test_a_table_policy_is_one_that_detects() -> None:
+    assert TablePolicy("keep").declared is POLICIES["keep"]
+    with pytest.raises(ValueError, match="policy off detects nothing"):
+        TablePolicy("off")
+
+
+def test_every_policy_name_fits_the_conflict_log() -> None:
+    width = re.search(r"VARCHAR\((\d+)\)", log._COLUMNS["policy"])
+    assert width is not None
+    assert all(len(name) <= int(width.group(1)) for name in POLICIES)
+    assert log.POLICIES == tuple(n for n, p in POLICIES.items() if p.detects)
 
 
 def test_policies_from_config_report_a_missing_resolver() -> None:

@@ -14,9 +14,9 @@ import pytest
 
 from drc.api import wire
 from drc.api.app import create_app
-from drc.api.batching import BatchBuilder, Limits, RowsOmitted, Selection, select
+from drc.api.batching import BatchBuilder, RowsOmitted, select
 from drc.api.deps import ApiDeps
-from drc.api.query import BadQuery, ServerLimits, parse_pull_query
+from drc.api.pullquery import BadQuery, Limits, Selection, ServerLimits, parse_pull_query
 from drc.core.codec import decode_transaction, encode_transaction, peek_tables, rows_omitted
 from drc.core.errors import CorruptRecordError
 from drc.core.events import Column, Op, RowChange, SchemaChange, TableSchema, Transaction

@@ -19,8 +19,9 @@ import pytest
 from drc.apply.plan import Delete, Planner, Update
 from drc.conflicts import tombstones
 from drc.conflicts.engine import ConflictEngine
+from drc.conflicts.policies import Policies, TablePolicy
 from drc.conflicts.probes import Probe, ProbePlan, observe
-from drc.conflicts.rules import Policies, Ranks, TablePolicy
+from drc.conflicts.rules import Ranks
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.target_table import TargetTable

@@ -7,7 +7,8 @@ import datetime as dt
 from typing import Any
 
 from drc.apply.lww_guard import GUARD_NAME, build_guard, guard_channel, local_api_url
-from drc.config import ApiConfig, DrcConfig
+from drc.config import DrcConfig
+from drc.config_replicator import ApiConfig
 from drc.conflicts import tombstones
 from drc.core.events import Op, RowChange
 from drc.core.target_errors import MissingTableError

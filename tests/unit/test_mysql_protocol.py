@@ -78,6 +78,15 @@ def test_an_ok_packet_gives_its_length_encoded_affected_rows(affected: bytes, co
     assert wire.receive() == Reply(count, status=3)
 
 
+def test_length_encoded_integers_of_each_width() -> None:
+    assert protocol.lenenc_int(b"\xfa", 0) == (250, 1)
+    assert protocol.lenenc_int(b"\xfc\x01\x02", 0) == (0x0201, 3)
+    assert protocol.lenenc_int(b"\xfd\x01\x02\x03", 0) == (0x030201, 4)
+    assert protocol.lenenc_int(b"\xfe" + (2**40).to_bytes(8, "little"), 0) == (2**40, 9)
+    with pytest.raises(WireError):
+        protocol.lenenc_int(b"\xff", 0)
+
+
 def test_an_error_reply_is_returned_with_its_code_and_message_and_the_next_is_read() -> None:
     err = b"\xff\x26\x04#23000Duplicate entry '1' for key 'PRIMARY'"
     wire, _ = wire_on(packet(1, err) + packet(1, OK_5))

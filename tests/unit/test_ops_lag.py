@@ -10,7 +10,7 @@ import pymysql
 import pytest
 
 from drc.apply.progress import ChannelProgress
-from drc.config import ChannelConfig
+from drc.config_channels import ChannelConfig
 from drc.core.events import Op, RowChange, SchemaChange
 from drc.core.heartbeat import lag_seconds, source_time_ms
 from drc.core.tablefilter import TableFilter

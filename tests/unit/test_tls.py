@@ -12,7 +12,8 @@ import pymysql
 import pytest
 
 from drc.apply.service import default_subscriber, target_settings
-from drc.config import ChannelConfig, load_config
+from drc.config import load_config
+from drc.config_channels import ChannelConfig
 from drc.core.errors import ConfigError
 from drc.core.scn import SCN
 from drc.runtime import source_settings

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from drc.config import ConflictsConfig, ConflictTableConfig
 from drc.conflicts.rules import Version
+from drc.conflicts.settings import ConflictsConfig, ConflictTableConfig
 from drc.core.rowsum import (
     Difference,
     chunk_sum,

@@ -70,7 +70,7 @@ def test_registry_rows_round_trip():
 
 def test_joined_tables_outside_the_channels_tables_are_selected_too():
     from drc.apply.windows import unselected, widened
-    from drc.config import ChannelConfig
+    from drc.config_channels import ChannelConfig
 
     joined = Windows([WINDOW, Window(("a", "b"), ("a", "b"), scn(10), scn(20))])
     narrow = ChannelConfig(name="c", origin="dc1", remote=("http://x",), tables=("a.*",))

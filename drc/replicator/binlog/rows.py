@@ -1,6 +1,6 @@
 """Row images -> row dicts: the body of a rows event, decoded from its bytes.
 
-    rows event body   [columns: packed int][columns-present bitmap]([bitmap of the after
+    rows event body   [columns: length-encoded int][columns-present bitmap]([bitmap of the after
                       image: UPDATE only]) then row after row to the event's end:
     row image         [null bitmap, (present + 7) // 8 bytes][value][value]...
                       bit k set = the k-th PRESENT column is NULL; a NULL or absent column
@@ -25,6 +25,7 @@ from typing import Any
 
 from drc.core.errors import FatalError, UnsupportedColumnError
 from drc.core.events import Op
+from drc.mysql.protocol import WireError, lenenc_int
 from drc.replicator.binlog.columns import (
     R_DATETIME2,
     R_DECIMAL,
@@ -51,7 +52,8 @@ def decode_rows(layout: RowLayout, op: Op, data: bytes, pos: int, end: int) -> t
         return _images(layout, op, data, pos, end)
     except UnsupportedColumnError:
         raise
-    except (IndexError, ValueError, struct.error, OverflowError) as exc:
+    # WireError: a column count that is no length-encoded integer (the protocol's reader).
+    except (IndexError, ValueError, struct.error, OverflowError, WireError) as exc:
         raise RowDecodeError(
             f"rows event of {layout.schema}.{layout.table} does not decode as its TABLE_MAP "
             f"describes it ({type(exc).__name__}: {exc}); the binlog is corrupt or written in "
@@ -61,7 +63,7 @@ def decode_rows(layout: RowLayout, op: Op, data: bytes, pos: int, end: int) -> t
 
 def _images(layout: RowLayout, op: Op, data: bytes, pos: int, end: int) -> tuple[Image, ...]:
     update = op is Op.UPDATE
-    count, pos = packed_int(data, pos)
+    count, pos = lenenc_int(data, pos)
     width = (count + 7) // 8
     present = data[pos : pos + width]
     pos += width
@@ -131,14 +133,3 @@ def partial_row(layout: RowLayout, present: bytes, data: bytes, pos: int) -> tup
         if not nulls >> k & 1:
             row[specs[i].name], pos = read_value(specs[i], data, pos)
     return row, pos
-
-
-def packed_int(data: bytes, pos: int) -> tuple[int, int]:
-    """MySQL's length-encoded integer at ``pos`` and the position after it."""
-    first = data[pos]
-    if first < 251:
-        return first, pos + 1
-    width = {252: 2, 253: 3, 254: 8}.get(first)
-    if width is None:
-        raise ValueError(f"bad packed integer prefix {first}")
-    return int.from_bytes(data[pos + 1 : pos + 1 + width], "little"), pos + 1 + width

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from drc.config import DrcConfig, load_config
+from drc.conflicts.policies import POLICIES
 from drc.core.errors import ConfigError
 from tests.support.config import BASE as MINIMAL
 
@@ -121,7 +122,10 @@ def test_a_column_on_a_policy_that_ignores_it_is_refused(tmp_path: Path, policy:
         tmp_path, table(f'table = "shop.t"\npolicy = "{policy}"\ncolumn = "updated_at"\n')
     )
     assert "conflicts.tables.0" in message
-    assert "column is only used by policies lww and resolver" in message
+    # "lww and resolver" today: every policy that takes a column, as declared.
+    named = message.split("column is only used by policies ")[1].splitlines()[0]
+    taking = [name for name, p in POLICIES.items() if p.column != "unused"]
+    assert named.replace(" and ", ", ").split(", ") == taking
 
 
 def test_a_resolver_on_another_policy_is_refused(tmp_path: Path) -> None:

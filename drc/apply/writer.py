@@ -1,0 +1,73 @@
+"""One group's target transaction: what the engine decides, written with the checkpoint row.
+
+    pending  = engine.prepare(transactions)      which target rows to read and lock
+    observed = conflicts.probe(pending.probes)   SELECT .. FOR UPDATE, batched
+    decision = engine.decide(pending, observed)  writes, conflict log, tombstones, counts
+    target.write(decision.writes, decision.log_statements(), checkpoint row)   COMMIT
+
+After a rewind (drc.apply.actions) the channel meets its own earlier writes again: what those
+changes find is a replay, neither logged nor counted as a conflict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from drc.apply.checkpoint import CheckpointRow
+from drc.apply.control import ChannelControl
+from drc.apply.engine import ApplyEngine, Converging
+from drc.apply.plan import Effects
+from drc.apply.target import Target
+from drc.conflicts.probes import Observed
+from drc.conflicts.target import ConflictTarget
+from drc.core.events import Transaction
+from drc.core.scn import SCN
+
+
+@dataclass(slots=True)
+class Written:
+    """What one committed group did; counted once committed (an attempt may fail)."""
+
+    effects: Effects
+    conflict_tables: list[str]  # "db.table" of each conflict logged
+    replays: int
+
+
+class GroupWriter:
+    """``control``: the channel's, whose replay window a rewind opens; ``conflicts``: the
+    channel's conflict handling, if any."""
+
+    def __init__(
+        self,
+        target: Target,
+        engine: ApplyEngine,
+        control: ChannelControl,
+        conflicts: ConflictTarget | None = None,
+    ) -> None:
+        self.target = target
+        self.engine = engine
+        self.control = control
+        self.conflicts = conflicts
+
+    def write(
+        self,
+        transactions: Sequence[Transaction],
+        row: CheckpointRow,
+        before_commit: Callable[[], None] | None,
+        converging: Converging | None,
+    ) -> Written:
+        """One attempt, COMMIT included (``before_commit``: Target.write's). ``converging``:
+        changes applied without conflict detection (a snapshot's window, drc.apply.source)."""
+        pending = self.engine.prepare(transactions, converging)
+        observed: list[Observed] = []
+        if self.conflicts is not None:  # first: it reads and locks the rows the group touches
+            observed = self.conflicts.probe(pending.probes)
+        decision = self.engine.decide(pending, observed, lazy=True)  # planned as it is sent
+        replays = [e for e in decision.entries if self.control.is_replay(SCN.parse(e.scn))]
+        if replays:
+            decision.entries = [e for e in decision.entries if e not in replays]
+            decision.counts.conflicts -= len(replays)
+        effects = self.target.write(decision.writes, decision.log_statements(), row, before_commit)
+        effects.conflicts = decision.counts.conflicts
+        return Written(effects, [f"{e.schema}.{e.table}" for e in decision.entries], len(replays))

@@ -1,0 +1,122 @@
+"""An apply channel's section, [[channels]]: the remote it pulls from, its tables, how it
+commits, and the [channels.verify] schedule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from drc.config_databases import OriginDbConfig
+from drc.config_section import Section, read_secret
+from drc.config_urls import ApiUrl
+from drc.core.tablefilter import TableFilter, TableFilterError
+from drc.tls import https_context
+
+
+class VerifyScheduleConfig(Section):
+    """A periodic ``drc verify`` of the channel inside ``drc run`` (drc.verify.schedule)."""
+
+    every_s: float = Field(21600, gt=0)  # from the end of one run to the start of the next
+    tables: tuple[str, ...] = ()  # source db.table patterns; empty: all the channel's tables
+    chunk_rows: int = Field(10_000, ge=10)
+    master: str = Field("local[2]", min_length=1)  # the Spark master, kept running between runs
+    streams: int = Field(2, ge=1, le=64)  # chunk comparisons each Spark task runs at once
+    rounds: int = Field(6, ge=2, le=100)
+    max_lag_s: float = Field(60, ge=0)  # a run waits while the channel lags more than this
+
+
+ObjectKind = Literal["view", "function", "procedure", "trigger", "event"]
+
+
+class ChannelConfig(Section):
+    """One apply channel: a set of tables from one remote datacenter into the local target."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    origin: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_-]+$")  # the remote datacenter
+    # API URLs of the remote replicator group, or zk://HOSTS/PATH/DC (drc.client.discovery)
+    remote: tuple[ApiUrl, ...]
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    tables: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    map_tables: dict[str, str] = Field(default_factory=dict)  # "db.t" -> "db2.t2"
+    map_columns: dict[str, dict[str, str]] = Field(default_factory=dict)  # "db.t" -> {src: dst}
+    no_primary_key: Literal["refuse", "match_whole_row"] = "refuse"
+    max_txns_per_commit: int = Field(500, ge=1)
+    max_bytes_per_commit_mb: float = Field(8, gt=0)
+    max_commit_delay_ms: float = Field(100, ge=0)
+    wait_ms: int = Field(200, ge=-1)
+    # "stream": one long-lived GET /v1/stream per remote (pulls where a remote has none);
+    # "pull": a GET /v1/events per batch, as before streams existed.
+    transport: Literal["stream", "pull"] = "stream"
+    retries: int = Field(10, ge=0)
+    # Schema objects whose CREATE/ALTER/DROP are applied; statements on the others are counted.
+    objects: tuple[ObjectKind, ...] = ("view", "function", "procedure", "trigger", "event")
+    # The account that becomes the definer of a view, routine, trigger or event whose definer
+    # the target lacks ("user@host"); empty: such a statement stops the channel.
+    definer: str = Field("", pattern=r"^$|^[^@\s]+@[^@\s]+$")
+    # `drc run` starts `drc catchup` for this channel when the remote's segments after its
+    # checkpoint pass this size (drc.catchup.auto); 0: never on its own.
+    catchup_backlog_mb: float = Field(1024, ge=0)
+    catchup_master: str = Field("local[*]", min_length=1)  # the Spark master it runs on
+    # HTTPS to the remote API (drc.tls): a private CA, a client certificate, verification.
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_verify: bool = True
+    # The origin datacenter's database (its primary or a replica), which `drc snapshot` copies
+    # from and `drc verify` compares with; only those commands need it.
+    origin_db: OriginDbConfig | None = None
+    verify: VerifyScheduleConfig | None = None  # [channels.verify]: a periodic verify
+
+    @field_validator("remote")
+    @classmethod
+    def _some_remote(cls, remote: tuple[str, ...]) -> tuple[str, ...]:
+        if not remote:  # not Field(min_length=1), which also fires when an entry is rejected
+            raise ValueError("lists no URL: give the remote replicator group's API URLs")
+        return remote
+
+    @model_validator(mode="after")
+    def _valid(self) -> ChannelConfig:
+        if self.verify is not None and self.origin_db is None:
+            raise ValueError("[channels.verify] needs [channels.origin_db] (verify reads the "
+                             "origin datacenter's database)")  # fmt: skip
+        try:
+            TableFilter.build(self.tables, self.exclude)
+            TableFilter.build(list(self.map_tables) + list(self.map_tables.values()))
+            TableFilter.build(list(self.map_columns))
+        except TableFilterError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    @model_validator(mode="after")
+    def _usable_tls(self) -> ChannelConfig:
+        given = [k for k in ("tls_ca", "tls_cert", "tls_key") if getattr(self, k) is not None]
+        given += [] if self.tls_verify else ["tls_verify"]
+        if given and not any(url.lower().startswith(("https://", "zk://")) for url in self.remote):
+            raise ValueError(f"{', '.join(given)} only apply to https:// remote URLs")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("give both tls_cert and tls_key (a client certificate needs its key)")
+        if self.tls_ca is not None and not self.tls_verify:
+            raise ValueError("tls_ca is given but tls_verify = false; drop one")
+        return self
+
+    def https_verify(self) -> Any:
+        """httpx's ``verify``: True (system trust) unless TLS keys are given, else a context."""
+        if self.tls_ca is None and self.tls_cert is None and self.tls_verify:
+            return True
+        prefix = f"channels.{self.name}."
+        return https_context(
+            self.tls_ca, self.tls_cert, self.tls_key, self.tls_verify,
+            names=(prefix + "tls_ca", prefix + "tls_cert", prefix + "tls_key"),
+        )  # fmt: skip
+
+    def table_filter(self) -> TableFilter:
+        return TableFilter.build(self.tables, self.exclude)
+
+    def secret(self) -> str | None:
+        if self.token is None and self.token_file is None:
+            return None
+        return read_secret(self.token, self.token_file, f"channels.{self.name}.token_file")

@@ -1,0 +1,149 @@
+"""The replicator's sections: what it captures ([replicator]), its buffer ([replicator.buffer]),
+the pull API it serves ([api]) and its replicator group ([group])."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+
+from drc.config_section import Section
+from drc.core.errors import ConfigError
+from drc.core.tablefilter import TableFilter, TableFilterError
+
+
+class BufferConfig(Section):
+    segment_mb: int = Field(64, ge=1, le=4096)
+    fsync: Literal["batch", "always", "never"] = "batch"
+    compress: bool = False
+    retain_gb: float | None = Field(None, gt=0)
+    retain_hours: float | None = Field(None, gt=0)
+
+
+class ReplicatorConfig(Section):
+    buffer_dir: Path
+    start_from: str = "current"
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    fragment_rows: int = Field(10_000, ge=1)
+    fragment_mb: float = Field(8, gt=0)
+    commit_max_ms: float = Field(50, gt=0)
+    # drc.heartbeat row written in the source this often (0: never), so lag is true when idle.
+    heartbeat_interval_s: float = Field(1.0, ge=0, le=3600)
+    # How DRC-originated transactions (its apply channels' writes) are stored: "full" with
+    # their rows, or "marker": without them, never decoded (docs/configuration.md).
+    drc_applied: Literal["full", "marker"] = "full"
+    buffer: BufferConfig = BufferConfig()
+
+    @model_validator(mode="after")
+    def _patterns(self) -> ReplicatorConfig:
+        try:
+            TableFilter.build(self.include, self.exclude)
+        except TableFilterError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    def capture_filter(self) -> TableFilter:
+        return TableFilter.build(self.include, self.exclude)
+
+
+_TOKEN_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+class ApiConfig(Section):
+    """The pull API each replicator serves (subscribers, followers and remote apply channels)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8640, ge=0, le=65535)
+    # `drc run --role apply` serves /healthz, /metrics and /v1/status here (None: on `port`).
+    apply_port: int | None = Field(None, ge=0, le=65535)
+    tokens: tuple[SecretStr, ...] = ()
+    tokens_file: Path | None = None
+    admin_tokens: dict[str, SecretStr] = Field(default_factory=dict)  # name -> token
+    admin_tokens_file: Path | None = None  # lines "NAME TOKEN"
+    max_events: int = Field(10_000, ge=1)
+    max_bytes_mb: float = Field(16, gt=0)
+    max_wait_ms: int = Field(30_000, ge=0)
+    # Long polls waiting at once, in all (then 503) and per bearer token (then 429).
+    max_long_polls: int = Field(1000, ge=1, le=100_000)
+    max_long_polls_per_token: int = Field(200, ge=1, le=100_000)
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+
+    @model_validator(mode="after")
+    def _open_only_with_tokens(self) -> ApiConfig:
+        bad = [n for n in self.admin_tokens if not _TOKEN_NAME.fullmatch(n)]
+        if bad:
+            raise ValueError(f"admin token names must be letters, digits, . _ - (got {bad})")
+        tokenless = not (
+            self.tokens or self.tokens_file or self.admin_tokens or self.admin_tokens_file
+        )
+        if self.host not in _LOOPBACK and tokenless:
+            raise ValueError(
+                f"host {self.host!r} is not loopback: set tokens or tokens_file so the API is "
+                "not open to the network without authentication"
+            )
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("give both tls_certfile and tls_keyfile, or neither")
+        if self.max_long_polls_per_token > self.max_long_polls:
+            raise ValueError(
+                f"max_long_polls_per_token ({self.max_long_polls_per_token}) is above "
+                f"max_long_polls ({self.max_long_polls}): lower it, or raise max_long_polls"
+            )
+        return self
+
+    def secrets(self) -> tuple[str, ...]:
+        """The accepted bearer tokens (config list plus one per line of tokens_file)."""
+        tokens = [t.get_secret_value() for t in self.tokens]
+        if self.tokens_file is not None:
+            try:
+                lines = self.tokens_file.read_text().splitlines()
+            except OSError as exc:
+                raise ConfigError(f"cannot read api.tokens_file {self.tokens_file}: {exc}") from exc
+            tokens.extend(line.strip() for line in lines if line.strip())
+        return tuple(tokens)
+
+    def admin_secrets(self) -> dict[str, str]:
+        """Admin tokens by name (``admin_tokens`` plus ``NAME TOKEN`` lines of the file)."""
+        found = {name: token.get_secret_value() for name, token in self.admin_tokens.items()}
+        if self.admin_tokens_file is None:
+            return found
+        try:
+            lines = self.admin_tokens_file.read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read api.admin_tokens_file {self.admin_tokens_file}: {exc}"
+            ) from exc
+        for number, line in enumerate(lines, start=1):
+            name, _, token = line.strip().partition(" ")
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if not _TOKEN_NAME.fullmatch(name) or not token.strip():
+                raise ConfigError(
+                    f"api.admin_tokens_file {self.admin_tokens_file} line {number}: expected "
+                    "'NAME TOKEN' (NAME: letters, digits, . _ -)"
+                )
+            found[name] = token.strip()
+        return found
+
+
+class GroupConfig(Section):
+    """This replicator's place in its datacenter's replicator group (drc.replicator.group).
+
+    Without a [group] section the process is the datacenter's only replicator and always leads.
+    """
+
+    zookeeper: str = Field(min_length=1)  # "host:port,host:port" of this datacenter's ensemble
+    path: str = Field("/drc", pattern=r"^/[A-Za-z0-9_./-]*$")  # + "/<datacenter>" is the group
+    member_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    session_timeout_s: float = Field(6.0, ge=1.0, le=60.0)
+    # The pull API URL the other members and readers use to reach this one.
+    advertise_url: str = Field(min_length=1, pattern=r"^https?://")
+    connect_retry_s: float = Field(2.0, gt=0, le=60.0)  # ZooKeeper unreachable: wait, try again
+    tls_ca: Path | None = None  # CA of the members' https:// API certificates (else the system's)
+
+    def group_path(self, datacenter: str) -> str:
+        return f"{self.path.rstrip('/')}/{datacenter}"
