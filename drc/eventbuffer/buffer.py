@@ -293,10 +293,12 @@ class EventBuffer:
 
     def _require_writer(self) -> Writer:
         self._views.check_open()
-        if self._writer is None:
+        writer = self._writer
+        if writer is None:
             raise BufferStateError(f"EventBuffer {self._directory} is open read-only")
-        self._writer.check()
-        return self._writer
+        if writer.failed is not None:
+            raise writer.stopped()
+        return writer
 
     def _published(self) -> Published:
         assert isinstance(self._views, Published)  # a writer's buffer publishes its commits

@@ -94,7 +94,7 @@ class ActiveFile:
 
 def _fail_stop(step: Callable[..., T]) -> Callable[..., T]:
     """A writer step after which an OSError stops the writer: its state may be half-applied,
-    so it refuses every later step (:meth:`Writer.check`) until the buffer is reopened."""
+    so it refuses every later step (:meth:`Writer.stopped`) until the buffer is reopened."""
 
     @functools.wraps(step)
     def run(writer: Writer, *args: Any) -> T:
@@ -156,13 +156,12 @@ class Writer:
             lock.release()
             raise
 
-    def check(self) -> None:
-        """BufferStateError once a step failed (:func:`_fail_stop`)."""
-        if self.failed is not None:
-            raise BufferStateError(
-                f"EventBuffer {self.directory} stopped after a write failed ({self.failed}); "
-                "close and reopen it: recovery keeps every committed record"
-            )
+    def stopped(self) -> BufferStateError:
+        """What every step raises once one failed (:attr:`failed`, set by :func:`_fail_stop`)."""
+        return BufferStateError(
+            f"EventBuffer {self.directory} stopped after a write failed ({self.failed}); "
+            "close and reopen it: recovery keeps every committed record"
+        )
 
     @property
     def uncommitted(self) -> bool:
