@@ -343,7 +343,7 @@ class ApplyChannel:
         stats = self.stats
         stats.commits += 1
         stats.transactions += group.complete
-        stats.add_effects(written.effects)
+        stats.add(written.effects)
         stats.add_conflicts(written.conflict_tables, written.replays)
         stats.last_scn = self._applied
         stats.ddl_skipped = self.source.ddl_skipped
