@@ -3,6 +3,7 @@
     GET  /v1/channels                          every channel of this process, with its state
     GET  /v1/channels/{name}                   one channel; a stopped one with its transaction
     GET  /v1/channels/{name}/history[?limit=N] its audit trail (drc.channel_audit), newest first
+    POST /v1/channels/{name}/{action}          the actions the desk offers (drc.apply.actions):
     POST /v1/channels/{name}/pause             {"reason", "until": SCN?}
     POST /v1/channels/{name}/resume            {"reason"}
     POST /v1/channels/{name}/skip              {"reason", "scn": SCN}  (the stopped transaction)
