@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drc.api.server import ApiServer
+from drc.apply.actions import reload_request
 from drc.apply.channel import ApplyChannel
-from drc.apply.control import Request
 from drc.apply.lww_guard import LwwGuard, build_guard
 from drc.apply.progress import STOPPED
 from drc.apply.service import build_channels, build_desk, channel_filters
@@ -198,9 +198,7 @@ class Node:
                             "map_columns and objects change without a restart")  # fmt: skip
                 config = channel.channel.model_copy(update=_selection(config))
             filters, subscribe = channel_filters(config, channel.conflicts is not None)
-            reason = "config reloaded (SIGHUP)"
-            request = Request("reload", "SIGHUP", reason, payload=(config, filters, subscribe))
-            channel.control.submit(request)
+            channel.control.submit(reload_request(config, filters, subscribe))
             said.append(f"channel {channel.name}: new table selection queued")
         running = {c.name for c in self.channels}
         added = [name for name in wanted if name not in running]

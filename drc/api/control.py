@@ -3,15 +3,19 @@
     GET  /v1/channels                          every channel of this process, with its state
     GET  /v1/channels/{name}                   one channel; a stopped one with its transaction
     GET  /v1/channels/{name}/history[?limit=N] its audit trail (drc.channel_audit), newest first
+    POST /v1/channels/{name}/{action}          the actions the desk offers (drc.apply.actions):
     POST /v1/channels/{name}/pause             {"reason", "until": SCN?}
     POST /v1/channels/{name}/resume            {"reason"}
     POST /v1/channels/{name}/skip              {"reason", "scn": SCN}  (the stopped transaction)
     POST /v1/channels/{name}/rewind            {"reason", "scn": SCN} or {"reason", "time": T}
 
 Reading needs a token like every /v1 path; acting needs an admin token (``[api] admin_tokens``)
-when tokens are configured, and the audit row names that token's name, never the token. The
-actions are carried out by :class:`drc.api.deps.ChannelDesk` (the node), which answers what it
-did or raises :class:`drc.core.control.ControlError` with the status to answer.
+when tokens are configured, and the audit row names that token's name, never the token. Which
+actions there are, and what their bodies must hold, this module learns from
+:class:`drc.api.deps.ChannelDesk` (the node's, which declares them in drc.apply.actions); the
+desk carries them out and answers what it did, or raises
+:class:`drc.core.control.ControlError` with the status to answer (a 400 for a body the action
+will not do with).
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ from drc.core.errors import MalformedScnError, shown
 from drc.core.scn import SCN
 
 router = APIRouter(dependencies=[Depends(require_token)])
-ACTIONS = ("pause", "resume", "skip", "rewind")
 HISTORY_MAX = 1000
 
 
@@ -106,14 +109,11 @@ async def act(
 ) -> dict[str, Any]:
     actor = admin_caller(request)
     desk = _desk(deps)
-    if action not in ACTIONS:
-        raise ApiError(404, f"unknown action {shown(action)}; one of {', '.join(ACTIONS)}")
+    offered = desk.actions()
+    if action not in offered:
+        raise ApiError(404, f"unknown action {shown(action)}; one of {', '.join(offered)}")
     _known(desk, name)
     scn, until, at = _scn(body.scn, "scn"), _scn(body.until, "until"), _time(body.time)
-    if action == "rewind" and (scn is None) == (at is None):
-        raise ApiError(400, "rewind needs exactly one of scn or time")
-    if action == "skip" and scn is None:
-        raise ApiError(400, "skip needs the scn of the stopped transaction (drc channel list)")
     try:
         return await anyio.to_thread.run_sync(
             lambda: desk.act(name, action, actor, body.reason, scn=scn, until=until, at=at)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Protocol
 
@@ -35,15 +35,23 @@ OPEN_CALLER = "open"
 
 
 class ChannelDesk(Protocol):
-    """The apply channels of this process, as the control endpoints see them (drc.node)."""
+    """The apply channels of this process, as the control endpoints see them (drc.node). The
+    desk knows the actions (drc.apply.actions declares them, above the API): the API asks."""
 
     def channels(self) -> list[dict[str, Any]]: ...
 
     def history(self, name: str, limit: int) -> list[dict[str, Any]]: ...
 
+    def actions(self) -> Sequence[str]:
+        """The actions an operator may call, as the answer to any other lists them."""
+        ...
+
     def act(
         self, name: str, action: str, actor: str, reason: str, *, scn: Any, until: Any, at: Any
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, Any]:
+        """Do ``action`` with the body's fields (scn, until, at: its time), or raise
+        ControlError with the status to answer: 400 for a body the action will not do with."""
+        ...
 
 
 @dataclass

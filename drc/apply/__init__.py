@@ -8,7 +8,8 @@
     status.py      what a channel shows: counters, state and lag, its stops
     handover.py    the catch-up lease each target transaction reads; an interrupted run finished
     ddl.py         replicated DDL, each statement run exactly once (ddl_journal.py)
-    actions.py     an operator's pause, skip, rewind, reload, in the channel's thread
+    actions.py     every operator action declared (what it takes, checks, does); the queued
+                   ones carried out in the channel's thread (desk.py: where the API takes them)
     lease.py       the channel's lease, taken by bulk catch-up and snapshots (a catch-up's run:
                    catchup_journal.py)
     stages.py      the filter chain (loop suppression, tables, mapping, idempotency, conflicts)

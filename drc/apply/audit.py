@@ -1,10 +1,10 @@
-"""``drc.channel_audit``: every control action taken on a channel (pause, resume, skip, rewind).
+"""``drc.channel_audit``: every control action taken on a channel (drc.apply.actions).
 
     drc.channel_audit
     +-------------+--------------+----------------------------------------------------------+
     | id      PK  | BIGINT AI    |                                                          |
     | channel     | VARCHAR(64)  | ChannelConfig.name                                       |
-    | action      | VARCHAR(16)  | pause, resume, skip, rewind, reload (SIGHUP)             |
+    | action      | VARCHAR(16)  | the action's name (drc.apply.actions)                    |
     | actor       | VARCHAR(128) | the admin token's name ("open" on an API without tokens) |
     | reason      | TEXT         | --reason, as given                                       |
     | detail      | LONGTEXT     | JSON: what the action did (SCNs, the skipped txn...)     |
@@ -12,8 +12,9 @@
     +-------------+--------------+----------------------------------------------------------+
 
 Written on the target by the channel's own session (skip_replication), so it stays in the
-datacenter where the action was taken; a skip's row commits in the same transaction as the
-checkpoint that moves past the skipped transaction.
+datacenter where the action was taken; a queued action's row (a skip's, a rewind's) commits in
+the same transaction as the checkpoint it moves. The trail names no actions: what each one
+writes, and reads back (a rewind's replay window), is the action's (drc.apply.actions).
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ from datetime import datetime
 from typing import Any
 
 from drc.core.markers import CHECKPOINT_SCHEMA
-from drc.core.scn import SCN
 from drc.mysql.sql import Statement, ident
 
 AUDIT_TABLE = "channel_audit"
 _TABLE = f"{ident(CHECKPOINT_SCHEMA)}.{ident(AUDIT_TABLE)}"
-ACTIONS = ("pause", "resume", "skip", "rewind", "reload")
+ACTION_MAX = 16  # the action column's width
 REASON_MAX = 2000
 
 
@@ -53,7 +53,7 @@ class AuditEntry:
 def create_statement() -> str:
     return (
         f"CREATE TABLE IF NOT EXISTS {_TABLE} (`id` BIGINT NOT NULL AUTO_INCREMENT, "
-        "`channel` VARCHAR(64) NOT NULL, `action` VARCHAR(16) NOT NULL, "
+        f"`channel` VARCHAR(64) NOT NULL, `action` VARCHAR({ACTION_MAX}) NOT NULL, "
         "`actor` VARCHAR(128) NOT NULL, `reason` TEXT NOT NULL, `detail` LONGTEXT NOT NULL, "
         "`at` DATETIME(6) NOT NULL, PRIMARY KEY (`id`), KEY (`channel`, `at`)) "
         "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
@@ -61,8 +61,6 @@ def create_statement() -> str:
 
 
 def record(channel: str, action: str, actor: str, reason: str, detail: dict[str, Any]) -> Statement:
-    if action not in ACTIONS:
-        raise ValueError(f"unknown control action {action!r}")
     return Statement(
         f"INSERT INTO {_TABLE} (`channel`, `action`, `actor`, `reason`, `detail`, `at`) "
         "VALUES (%s, %s, %s, %s, %s, UTC_TIMESTAMP(6))",
@@ -78,27 +76,13 @@ def history(channel: str, limit: int = 100) -> Statement:
     )
 
 
-def rewinds(channel: str, limit: int = 20) -> Statement:
-    """The channel's latest rewinds' details: where each rewound from (see :func:`replay_until`)."""
+def details(channel: str, action: str, limit: int) -> Statement:
+    """The details of the channel's latest ``limit`` rows of ``action``, newest first."""
     return Statement(
-        f"SELECT `detail` FROM {_TABLE} WHERE `channel` = %s AND `action` = 'rewind' "
+        f"SELECT `detail` FROM {_TABLE} WHERE `channel` = %s AND `action` = %s "
         "ORDER BY `id` DESC LIMIT %s",
-        (channel, limit),
+        (channel, action, limit),
     )
-
-
-def replay_until(details: list[str], applied: SCN) -> SCN | None:
-    """How far a rewind's replay still runs past the checkpoint ``applied``: the furthest SCN any
-    recent rewind went back from, when that is beyond the checkpoint. Read at start, so a restart
-    in the middle of a replay still counts the rest as replays rather than logging conflicts."""
-    furthest: SCN | None = None
-    for text in details:
-        try:
-            source = SCN.parse(str(json.loads(text)["from"]))
-        except (ValueError, KeyError, TypeError):
-            continue  # an audit row of another shape is no replay window
-        furthest = source if furthest is None else max(furthest, source)
-    return furthest if furthest is not None and furthest > applied else None
 
 
 def parse(row: tuple[Any, ...]) -> AuditEntry:

@@ -35,9 +35,8 @@ Its collaborators, handed in with the parts: the source (drc.apply.source: the s
 the filter chain and the tables snapshots joined), the group writer (drc.apply.writer), the
 catch-up handover (drc.apply.handover: the lease every target transaction reads, and an
 interrupted catch-up run to finish first), DDL (drc.apply.ddl), an operator's actions
-(drc.apply.actions: pause, skip, rewind, reload), the start-up (drc.apply.startup: the
-channel's tables, its checkpoint read), the retries (drc.apply.retrier) and what the channel
-shows (drc.apply.status).
+(drc.apply.actions), the start-up (drc.apply.startup: the channel's tables, its checkpoint
+read), the retries (drc.apply.retrier) and what the channel shows (drc.apply.status).
 
 Privileges of the apply user on the target:
 
@@ -101,7 +100,7 @@ class ChannelParts:
     writer: GroupWriter  # a group's decisions and writes (drc.apply.writer)
     handover: CatchupHandover  # the catch-up lease and an interrupted run (drc.apply.handover)
     ddl: DdlApplier  # replicated DDL, exactly once (drc.apply.ddl)
-    actions: OperatorActions  # pause, skip, rewind, reload (drc.apply.actions)
+    actions: OperatorActions  # an operator's actions (drc.apply.actions)
     startup: ChannelStartup  # the channel's tables, its checkpoint read (drc.apply.startup)
     retrier: Retrier  # target transactions retried and waited for (drc.apply.retrier)
     status: ChannelStatus  # counters, state, lag and stops (drc.apply.status)
@@ -343,7 +342,7 @@ class ApplyChannel:
         stats = self.stats
         stats.commits += 1
         stats.transactions += group.complete
-        stats.add_effects(written.effects)
+        stats.add(written.effects)
         stats.add_conflicts(written.conflict_tables, written.replays)
         stats.last_scn = self._applied
         stats.ddl_skipped = self.source.ddl_skipped

@@ -1,9 +1,9 @@
-"""An operator's hold on a running channel: pause, resume, skip, rewind (``drc channel ...``).
+"""An operator's hold on a running channel (``drc channel ...``; the actions: drc.apply.actions).
 
 The API thread asks, the channel's thread acts: :class:`ChannelControl` is the only state they
-share. Requests that change what the channel applies (skip, rewind) are queued and carried out
-by the channel between target transactions, which then completes the request with its result,
-so the caller learns what happened (or why not) and nothing races a commit.
+share. Requests that change what the channel applies (a skip, a rewind) are queued and carried
+out by the channel between target transactions, which then completes the request with its
+result, so the caller learns what happened (or why not) and nothing races a commit.
 
 States a channel reports: ``running``, ``paused`` (by an operator, or because it reached the SCN
 given to ``pause --until``), ``stopped`` (a change the target rejected; skip, rewind or resume
@@ -30,10 +30,15 @@ STOPPAGE_KEYS_SHOWN = 10
 
 @dataclass
 class Request:
-    action: str  # "skip" or "rewind"
+    """What an operator (or the node) asked of a channel: the action (drc.apply.actions) and
+    the body fields it takes; a queued one is completed by the channel's thread."""
+
+    action: str
     actor: str
     reason: str
     scn: SCN | None = None  # rewind: the SCN to replay after; skip: the SCN expected stopped
+    until: SCN | None = None  # pause: the SCN to pause after
+    at: float | None = None  # rewind: the body's time (Unix seconds), before the desk's lookup
     payload: Any = None  # reload: (ChannelConfig, filters, subscribe)
     done: threading.Event = field(default_factory=threading.Event)
     result: dict[str, Any] | None = None

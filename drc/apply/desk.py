@@ -1,27 +1,24 @@
 """The node's side of channel control (drc.api.control): the channels of this process, their
-states, their audit trail, and the actions an operator takes on them.
+states, their audit trail, and the desk an operator's actions are taken at.
 
-Pause and resume take effect through the channel's ChannelControl at once and are audited here
-on a short session of their own; skip and rewind are carried out by the channel's thread
-between target transactions (drc.apply.channel), which writes their audit row in the same
-transaction as the checkpoint it moves. A rewind is checked against the remote replicator first:
-a point it no longer holds is refused with its 410 message, and a time is turned into an SCN by
-the remote (``/v1/position``).
+Which actions there are, what each checks and does, is declared in drc.apply.actions; the desk
+hands an action what it may use here (AtDesk): the channel's control, the remote replicator
+(RemoteLookup: where a rewind goes is checked against it) and a short session of its own for
+the audit rows of actions done at once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from drc.apply import audit
+from drc.apply.actions import AtDesk, asked, offered
 from drc.apply.channel import ApplyChannel
 from drc.apply.control import Request
 from drc.apply.target import Target
-from drc.client.errors import ApiRequestError, PositionTooOldError
-from drc.core.control import ControlError
-from drc.core.errors import DrcError
 from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)
@@ -71,58 +68,28 @@ class ChannelsDesk:
             session.close()
         return [audit.parse(row).as_dict() for row in rows]
 
+    def actions(self) -> tuple[str, ...]:
+        return offered()
+
     def act(
         self, name: str, action: str, actor: str, reason: str, *, scn: Any, until: Any, at: Any
     ) -> dict[str, Any]:
+        declared, request = asked(action, actor, reason, scn=scn, until=until, at=at)
         channel = self._channels[name]
-        control = channel.control
-        if action == "pause":
-            control.pause(until)
-            detail = {
-                "until": None if until is None else str(until),
-                "at": str(channel.stats.last_scn),
-            }
-            self._audit(name, action, actor, reason, detail)
-            return {"action": "pause", "until": detail["until"], "applied": detail["at"]}
-        if action == "resume":
-            retry = control.stoppage is not None
-            control.resume()
-            self._audit(name, action, actor, reason, {"retry": retry})
-            return {"action": "resume", "retry_stopped_transaction": retry}
-        if action == "skip":
-            return control.submit(Request("skip", actor, reason, scn)).wait()
-        return self._rewind(channel, actor, reason, scn, at)
+        desk = AtDesk(
+            channel.control,
+            lambda: channel.stats.last_scn,
+            partial(self._remote.position, channel),
+            partial(self._remote.oldest, channel),
+            partial(self._audit, name),
+        )
+        return declared.take(desk, request)
 
-    def _rewind(
-        self, channel: ApplyChannel, actor: str, reason: str, scn: SCN | None, at: float | None
-    ) -> dict[str, Any]:
-        try:
-            if scn is None:
-                assert at is not None
-                scn = self._remote.position(channel, int(at * 1000))
-            oldest = self._remote.oldest(channel)
-        except PositionTooOldError as exc:
-            raise ControlError(f"rewind refused: {exc}", 410) from exc
-        except ApiRequestError as exc:
-            if exc.status == 410:
-                raise ControlError(f"rewind refused: {exc.server_message}", 410) from exc
-            raise ControlError(f"rewind refused: the remote said {exc}", 502) from exc
-        except DrcError as exc:
-            raise ControlError(f"rewind refused: the remote replicator: {exc}", 503) from exc
-        if scn < oldest:
-            raise ControlError(
-                f"rewind refused: {scn} is older than the remote buffer holds (it serves after "
-                f"{oldest}); replaying from there needs a snapshot",
-                410,
-            )
-        return channel.control.submit(Request("rewind", actor, reason, scn)).wait()
-
-    def _audit(
-        self, name: str, action: str, actor: str, reason: str, detail: dict[str, Any]
-    ) -> None:
+    def _audit(self, name: str, request: Request, detail: dict[str, Any]) -> None:
+        entry = audit.record(name, request.action, request.actor, request.reason, detail)
         session = self._session()
         try:
-            session.execute(audit.record(name, action, actor, reason, detail), "auditing")
+            session.execute(entry, "auditing")
             session.commit()
         finally:
             session.close()

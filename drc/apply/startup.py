@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from drc.apply import audit, ddl_journal, windows
+from drc.apply import actions, ddl_journal, windows
 from drc.apply.control import ChannelControl
 from drc.apply.handover import CatchupHandover
 from drc.apply.source import ChannelSource
@@ -57,13 +57,13 @@ class ChannelStartup:
         self.handover.opened()
         # Read before the checkpoint, whose read commits: no transaction is left open (a
         # catch-up driver keeps this channel's session, idle, for the whole run).
-        rewinds = target.query(audit.rewinds(name), "reading the channel's rewinds")
+        rewinds = target.query(actions.rewinds(name), "reading the channel's rewinds")
         row = target.read_checkpoint(name)
         if row is not None:
             if row.origin and row.origin != channel.origin:
                 raise _origin_mismatch(name, row.origin, channel.origin)
             applied = row.scn
-        self.control.replay_until = audit.replay_until([r[0] for r in rewinds], applied)
+        self.control.replay_until = actions.replay_until([r[0] for r in rewinds], applied)
         log.info("channel %s (from %s) resumes after %s", name, channel.origin, applied)
         return applied
 

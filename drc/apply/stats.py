@@ -10,17 +10,14 @@ from drc.core.scn import SCN
 
 
 @dataclass
-class ApplyStats:
+class ApplyStats(Effects):
+    """Effects' counters (rows written, idempotent fixes, conflicts) summed, and the rest."""
+
     transactions: int = 0  # source transactions applied (something was written)
-    rows: int = 0  # row changes written
     ddl: int = 0  # DDL statements run
     commits: int = 0  # target transactions committed
     skipped: int = 0  # source transactions received with nothing to write
     ddl_skipped: int = 0  # DDL not applicable here (GRANT, triggers, mapped tables...)
-    duplicate_inserts: int = 0  # idempotent fixes, see drc.apply.plan
-    missing_updates: int = 0
-    missing_deletes: int = 0
-    conflicts: int = 0  # conflicts detected and resolved (logged in drc.conflicts)
     retries: int = 0  # target transactions re-applied after a deadlock / lock wait timeout
     waits: int = 0  # waits for a target that was down or read-only
     last_scn: SCN | None = None  # the checkpoint: last SCN applied (durably)
@@ -33,14 +30,7 @@ class ApplyStats:
 
     @property
     def idempotent_fixes(self) -> int:
-        return self.duplicate_inserts + self.missing_updates + self.missing_deletes
-
-    def add_effects(self, effects: Effects) -> None:
-        self.rows += effects.rows
-        self.duplicate_inserts += effects.duplicate_inserts
-        self.missing_updates += effects.missing_updates
-        self.missing_deletes += effects.missing_deletes
-        self.conflicts += effects.conflicts
+        return self.fixes
 
     def add_conflicts(self, tables: Iterable[str], replays: int) -> None:
         """Where a committed group's conflicts were (``db.table`` each), and its replays."""

@@ -1,4 +1,5 @@
-"""The control endpoints' checks, with a stand-in for the node's channels (no servers)."""
+"""The control endpoints' checks, with a stand-in for the node's channels (no servers) that
+knows the declared actions and their checks (drc.apply.actions), as the node's desk does."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
+from drc.apply import actions
 from drc.core.control import ControlError
 
 
@@ -26,7 +28,11 @@ class _Desk:
     def history(self, name: str, limit: int) -> list[dict[str, Any]]:
         return [{"name": name, "limit": limit}]
 
+    def actions(self) -> tuple[str, ...]:
+        return actions.offered()
+
     def act(self, name: str, action: str, actor: str, reason: str, **kw: Any) -> dict[str, Any]:
+        actions.asked(action, actor, reason, **kw)
         if action == "skip":
             raise ControlError("channel from-dc2 is running; only a stopped channel skips")
         self.acts.append((name, action, actor, reason, kw))
@@ -69,6 +75,7 @@ def test_reading_needs_a_token_acting_needs_an_admin_token(client: TestClient, d
     [
         ("/v1/channels/nope/pause", {}, 404, "no channel 'nope'"),
         ("/v1/channels/from-dc2/explode", {}, 404, "unknown action"),
+        ("/v1/channels/from-dc2/reload", {}, 404, "'reload'; one of pause, resume, skip, rewind"),
         ("/v1/channels/from-dc2/pause", {"until": "not-an-scn"}, 400, "until"),
         ("/v1/channels/from-dc2/rewind", {}, 400, "exactly one of scn or time"),
         ("/v1/channels/from-dc2/rewind", {"time": "yesterday"}, 400, "ISO 8601"),
