@@ -10,6 +10,7 @@
   included) closes a cycle, between packages or between modules of one package.
 - The tests share set-up through tests/support/ and conftest fixtures: no module of tests/
   imports a test module (``test_*``) or a conftest.
+- One room per job: no module of drc/ over 500 lines, no class over 300.
 """
 
 from __future__ import annotations
@@ -441,3 +442,43 @@ def test_the_tests_rule_sees_a_violation(tmp_path: Path) -> None:
         ".test_other",
         "tests.unit.test_config",
     ]
+
+
+# ---------------------------------------------------------------------- sizes
+
+# One room per job: a module that outgrows this holds more than one job, a class more than one
+# role. The numbers are the issue's "about 500" and "about 300"; no exceptions.
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 300
+
+
+def oversized(source: str, name: str) -> list[str]:
+    """What in ``source`` is over the limits: the module by its lines, each class by its span."""
+    found = []
+    lines = source.count("\n") + (not source.endswith("\n") and bool(source))
+    if lines > MAX_MODULE_LINES:
+        found.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES})")
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.ClassDef):
+            span = (node.end_lineno or node.lineno) - node.lineno + 1
+            if span > MAX_CLASS_LINES:
+                found.append(f"{name}: class {node.name} {span} lines (at most {MAX_CLASS_LINES})")
+    return found
+
+
+def test_no_module_or_class_outgrows_one_job() -> None:
+    offenders = [
+        problem
+        for path in _modules()
+        for problem in oversized(path.read_text(), f"drc/{path.relative_to(ROOT).as_posix()}")
+    ]
+    assert offenders == [], "split by job: see docs/architecture.md"
+
+
+def test_the_size_rule_sees_a_long_module_and_a_long_class() -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_CLASS_LINES))
+    assert oversized(f"class Big:\n{body}", "m.py") == ["m.py: class Big 301 lines (at most 300)"]
+    assert oversized("x = 1\n" * (MAX_MODULE_LINES + 1), "m.py") == [
+        "m.py: 501 lines (at most 500)"
+    ]
+    assert oversized("x = 1\n" * MAX_MODULE_LINES, "m.py") == []
