@@ -8,12 +8,12 @@ STAMP := $(VENV)/.installed
 CDS := $(VENV)/spark-cds.jsa
 SANDBOX_DIR ?= .sandbox
 APT_PACKAGES := mariadb-server zookeeper default-jre-headless libmariadb-java sysbench openssl \
-  systemd prometheus chromium percona-toolkit
+  systemd prometheus chromium percona-toolkit gcc libc6-dev python3-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-packages test test-unit test-integration test-slow demo demo-down bench lint clean
+.PHONY: setup system-packages native test test-unit test-integration test-slow demo demo-down bench lint clean
 
-setup: system-packages $(STAMP) $(CDS)
+setup: system-packages $(STAMP) native $(CDS)
 
 # dpkg-query is fast, so this check costs nothing when everything is already installed.
 system-packages:
@@ -31,6 +31,11 @@ $(STAMP): pyproject.toml
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,spark]'
 	@touch $@
+
+# The compiled hot path (docs/compiled.md): drc.native.build does nothing when its last build is
+# complete and made from the sources as they are (it checks their hashes), else builds (~45 s).
+native: $(STAMP)
+	$(BIN)/python -m drc.native.build --quiet
 
 $(CDS): $(STAMP)
 	$(BIN)/python -m drc.spark.cds $@
@@ -65,4 +70,4 @@ lint: setup
 
 clean:
 	-[ -x $(BIN)/drc ] && $(BIN)/drc sandbox down --dir $(SANDBOX_DIR)
-	rm -rf $(VENV) $(SANDBOX_DIR) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(SANDBOX_DIR) .pytest_cache .mypy_cache .ruff_cache .hypothesis drc/native/compiled

@@ -221,7 +221,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return decoder(data)
 
 
-def unpack(data: bytes | memoryview) -> Any:
+def unpack(data: bytes | bytearray | memoryview) -> Any:
     """Inverse of :func:`pack`; bad bytes raise one of :data:`DECODE_ERRORS`. What it returns
     is not yet checked for types DRC never writes (:func:`check_wire_row` does that)."""
     return msgpack.unpackb(

@@ -9,6 +9,7 @@ with small memory settings and the settings this machine kind needs.
 - With a local master, or a cluster on a loopback address, the driver binds to 127.0.0.1 (as
   ``SPARK_LOCAL_IP`` would) so nothing listens beyond the machine.
 - No web UI (``spark.ui.enabled``): it would take a port and a thread for nobody.
+- Executors get the driver's DRC_COMPILED (drc.native): the same hot path, compiled or pure.
 - The driver's JVM maps the class-data archive ``make setup`` built (drc.spark.cds), if any.
 - ``jars``: e.g. MariaDB Connector/J for JDBC (``jdbc:mysql://`` URLs with driver
   ``org.mariadb.jdbc.Driver``; the ``jdbc:mariadb:`` dialect quotes columns with ``"``).
@@ -26,6 +27,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from drc import native
 from drc.spark import cds
 
 DRIVER_MEMORY = "512m"
@@ -81,6 +83,9 @@ def session_conf(
         "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
+        # Executors pick the compiled or pure hot path as the driver was told (drc.native);
+        # a local master's inherit the environment anyway, a cluster's get it from here.
+        f"spark.executorEnv.{native.SETTING}": native.STATE.setting,
     }
     cluster = _CLUSTER.fullmatch(master)
     if cluster is None or cluster[1] in _LOOPBACK:

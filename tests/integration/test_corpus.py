@@ -10,7 +10,6 @@ multiset of rows, the same views, routines and triggers. Then the same again the
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,67 +23,16 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.apply import running_nodes
-from tests.support.servers import connect, query
-
-# The corpus is not shipped with DRC: shared/ beside the checkout, or DRC_CORPUS_DIR, or the
-# workplace's copy (CI clones the repository elsewhere on the same machine).
-CORPUS = next(
-    (
-        path
-        for path in (
-            Path(os.environ.get("DRC_CORPUS_DIR", "/nonexistent")),
-            Path(__file__).resolve().parents[3] / "shared" / "corpus" / "debezium",
-            Path("/work/shared/corpus/debezium"),
-        )
-        if path.is_dir()
-    ),
-    Path(__file__).resolve().parents[3] / "shared" / "corpus" / "debezium",
+from tests.support.corpus import (
+    FIXED_DATABASES,
+    PREFIX,
+    corpus_files,
+    database_of,
+    drop_databases,
+    ident,
+    load,
 )
-# Databases the scripts name themselves, besides the one each is loaded into.
-FIXED_DATABASES = ("connector_test", "emptydb", "transactionpayload_test")
-PREFIX = "dbz_"
-
-
-def corpus_files() -> list[Path]:
-    files = sorted(CORPUS.glob("*.sql"))
-    if not files:
-        pytest.fail(f"no corpus scripts in {CORPUS}: check out shared/ beside the repository")
-    return files
-
-
-def statements(script: str) -> Iterator[str]:
-    """Debezium's loader: drop `--` lines, cut trailing `-- ` comments, split on `;`, `$$`->`;`."""
-    kept = []
-    for line in script.splitlines():
-        if line.strip().startswith("--"):
-            continue
-        kept.append(re.sub(r"\s--\s.*$", "", line))
-    for piece in "\n".join(kept).split(";"):
-        if piece.strip():
-            yield piece.replace("$$", ";").strip()
-
-
-def database_of(path: Path) -> str:
-    return PREFIX + re.sub(r"\W", "_", path.stem)
-
-
-def load(server: ServerInfo, path: Path) -> None:
-    database = database_of(path)
-    conn = connect(server)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{database}`")
-            cur.execute(f"USE `{database}`")
-            for statement in statements(path.read_text()):
-                cur.execute(statement)
-                while cur.nextset():
-                    pass
-    finally:
-        conn.close()
-
-
-def _ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+from tests.support.servers import query
 
 
 def snapshot(server: ServerInfo, databases: list[str]) -> dict[str, Any]:
@@ -98,7 +46,7 @@ def snapshot(server: ServerInfo, databases: list[str]) -> dict[str, Any]:
         databases,
     )
     for schema, table, kind in tables:
-        name = f"{_ident(schema)}.{_ident(table)}"
+        name = f"{ident(schema)}.{ident(table)}"
         if kind == "VIEW":
             out[f"view {name}"] = query(
                 server,
@@ -139,16 +87,6 @@ def nodes(sandbox: SandboxDescription, tmp_path: Path) -> Iterator[dict[str, Nod
         yield started
 
 
-def _drop_databases(servers: list[ServerInfo], databases: list[str]) -> None:
-    for server in servers:
-        conn = connect(server)
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin = 0")  # a clean slate, not a replicated change
-            for database in databases:
-                cur.execute(f"DROP DATABASE IF EXISTS {_ident(database)}")
-        conn.close()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("origin", ["dc1", "dc2"])
 def test_the_corpus_arrives_identical(
@@ -157,7 +95,7 @@ def test_the_corpus_arrives_identical(
     source = sandbox.server(origin)
     other = next(s for s in sandbox.servers if s.datacenter != origin)
     databases = [database_of(path) for path in corpus_files()] + list(FIXED_DATABASES)
-    _drop_databases([source, other], databases)
+    drop_databases([source, other], databases)
 
     failed = []
     for path in corpus_files():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from drc import native
 from drc.spark import cds
 from drc.spark.session import check_master, session_conf, with_task_retries
 
@@ -51,6 +52,7 @@ def test_local_and_loopback_drivers_bind_to_loopback_with_small_heaps() -> None:
     remote = session_conf("spark://spark-1.dc:7077", jars=["/j/a.jar", "/j/b.jar"])
     assert "spark.driver.bindAddress" not in remote
     assert remote["spark.jars"] == "/j/a.jar,/j/b.jar"
+    assert remote["spark.executorEnv.DRC_COMPILED"] == native.STATE.setting  # the same hot path
     assert (
         session_conf("local", extra={"spark.executor.memory": "1g"})["spark.executor.memory"]
         == "1g"

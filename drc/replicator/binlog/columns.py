@@ -78,6 +78,7 @@ class DecimalLayout:
     top: int  # the sign bit
     invert: int  # every bit but the sign
     text: str  # format of sign, integer part and fraction
+    scale: int = 0  # the number of decimals
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +261,7 @@ def decimal_layout(precision: int, decimals: int) -> DecimalLayout | None:
         top=top,
         invert=((1 << 8 * size) - 1) ^ top,
         text=f"{{}}{{}}.{{:0{decimals}d}}" if decimals else "{}{}",
+        scale=decimals,
     )
 
 

@@ -139,6 +139,13 @@ def float32_text(value: float) -> float:
 
 def read_decimal(layout: DecimalLayout, data: bytes, pos: int) -> tuple[Decimal, int]:
     """A packed DECIMAL (drc.replicator.binlog.columns.DecimalLayout)."""
+    sign, whole, fraction, end = decimal_parts(layout, data, pos)
+    return Decimal(layout.text.format(sign, whole, fraction)), end
+
+
+def decimal_parts(layout: DecimalLayout, data: bytes, pos: int) -> tuple[str, int, int, int]:
+    """A packed DECIMAL's sign ('' or '-'), integer part, fraction digits (an int of
+    ``layout`` decimals) and the position after it."""
     end = pos + layout.size
     value = int.from_bytes(data[pos:end], "big")
     sign = "" if value & layout.top else "-"
@@ -154,7 +161,7 @@ def read_decimal(layout: DecimalLayout, data: bytes, pos: int) -> tuple[Decimal,
         if group >= scale:
             raise ValueError(f"DECIMAL digit group {group} out of range")
         fraction = fraction * scale + group
-    return Decimal(layout.text.format(sign, whole, fraction)), end
+    return sign, whole, fraction, end
 
 
 def _read_member(spec: ColumnSpec, data: bytes, pos: int) -> tuple[Any, int]:

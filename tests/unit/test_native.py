@@ -1,0 +1,78 @@
+"""The compiled hot path (drc.native): the setting, the build's freshness check, and the same
+bytes from the compiled and the pure modules (tests/support/native_corpus)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drc import native
+from drc.core import codec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(setting: str) -> dict[str, object]:
+    env = {**os.environ, native.SETTING: setting, "PYTHONHASHSEED": "0"}
+    argv = [sys.executable, "-m", "tests.support.native_corpus"]
+    out = subprocess.run(argv, cwd=REPO, env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def test_the_setting_reads_auto_on_and_off() -> None:
+    assert native.setting({}) == "auto"
+    assert native.setting({"DRC_COMPILED": " ON "}) == "on"
+    assert native.setting({"DRC_COMPILED": "1"}) == "on"
+    assert native.setting({"DRC_COMPILED": "no"}) == "off"
+    with pytest.raises(ValueError, match="use auto, on or off"):
+        native.setting({"DRC_COMPILED": "fast"})
+
+
+def test_a_build_is_used_only_when_complete_and_fresh(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    assert native.built_files(manifest)[1].startswith("not built")
+    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
+    source = native.source_path("drc.core.codec")
+    built = {
+        "suffix": suffix,
+        "modules": {name: name.replace(".", "/") + suffix for name in native.MODULES},
+        "shared": {"name": "drc_native__mypyc", "file": "drc_native__mypyc" + suffix},
+        "sources": {"drc.core.codec": "core/codec.py"},
+        "sha256": {"drc.core.codec": native.digest(source)},
+    }
+    manifest.write_text(json.dumps({**built, "suffix": ".other.so"}))
+    assert "this interpreter loads" in native.built_files(manifest)[1]
+    manifest.write_text(json.dumps({**built, "sha256": {"drc.core.codec": "0" * 64}}))
+    assert native.built_files(manifest)[1].startswith("stale: core/codec.py changed")
+    manifest.write_text(json.dumps(built))
+    assert native.built_files(manifest)[1].startswith("incomplete")
+    for file in [*built["modules"].values(), built["shared"]["file"]]:  # type: ignore[attr-defined]
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / file).write_bytes(b"")
+    files, _ = native.built_files(manifest)
+    assert (
+        files is not None
+        and files["drc.core.codec"] == tmp_path / built["modules"]["drc.core.codec"]
+    )  # type: ignore[index]
+
+
+def test_off_runs_the_pure_modules() -> None:
+    assert run("off") == {"compiled": False, "digest": run("off")["digest"]}
+
+
+def test_this_process_runs_what_the_state_says() -> None:
+    assert native.is_compiled(codec) == native.STATE.compiled
+
+
+@pytest.mark.skipif(
+    native.built_files()[0] is None, reason=f"compiled modules: {native.built_files()[1]}"
+)
+def test_compiled_and_pure_give_the_same_bytes() -> None:
+    compiled, pure = run("on"), run("off")
+    assert compiled["compiled"] is True and pure["compiled"] is False
+    assert compiled["digest"] == pure["digest"]
