@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pymysql
-import pytest
 
 from drc import native
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.corpus import FIXED_DATABASES, corpus_files, database_of, drop_databases, load
 from tests.support.decoding_workload import SCHEMA, WORKLOAD
 from tests.support.servers import connect, master_position
+from tests.support.tools import require_compiled_build
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "nat_"  # not test_corpus's: its databases are its own
@@ -38,10 +38,8 @@ def capture(server: ServerInfo, start: tuple[str, int], setting: str) -> dict[st
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(
-    native.built_files()[0] is None, reason=f"compiled modules: {native.built_files()[1]}"
-)
 def test_compiled_and_pure_capture_the_same_records(dc1: ServerInfo) -> None:
+    require_compiled_build()
     databases = [database_of(path, PREFIX) for path in corpus_files()] + list(FIXED_DATABASES)
     drop_databases([dc1], databases)
     start = master_position(dc1)

@@ -22,3 +22,16 @@ def require_tool(name: str, package: str) -> str:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     return path
+
+
+def require_compiled_build() -> None:
+    """The compiled hot path's build (drc.native) a test compares against the pure modules; a
+    missing or stale one fails under CI (make setup builds it), and skips elsewhere."""
+    from drc import native
+
+    files, reason = native.built_files()
+    if files is None:
+        message = f"compiled modules: {reason}"
+        if running_in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)

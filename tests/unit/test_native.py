@@ -13,6 +13,7 @@ import pytest
 
 from drc import native
 from drc.core import codec
+from tests.support.tools import require_compiled_build
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,10 +70,8 @@ def test_this_process_runs_what_the_state_says() -> None:
     assert native.is_compiled(codec) == native.STATE.compiled
 
 
-@pytest.mark.skipif(
-    native.built_files()[0] is None, reason=f"compiled modules: {native.built_files()[1]}"
-)
 def test_compiled_and_pure_give_the_same_bytes() -> None:
+    require_compiled_build()
     compiled, pure = run("on"), run("off")
     assert compiled["compiled"] is True and pure["compiled"] is False
     assert compiled["digest"] == pure["digest"]
