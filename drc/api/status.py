@@ -24,6 +24,8 @@ its periodic verify (drc.verify.schedule: state, runs by result, the last run's 
 and per-table rows and differences, the next run's time).
 
 A ``drc run --role apply`` process has no buffer: ``buffer``, ``lag`` and ``capture`` are null.
+``hot_path``: whether the compiled decoder and codec run (drc.native: ``compiled``, the
+``DRC_COMPILED`` ``setting``, and the ``reason``, e.g. a build that is stale after an upgrade).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import anyio.to_thread
 from fastapi import APIRouter, Depends
 
+from drc import native
 from drc.api import wire
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
@@ -88,7 +91,14 @@ def status(deps: ApiDeps) -> dict[str, Any]:
         "heartbeat": deps.heartbeat() if deps.heartbeat is not None else None,
         "lww": deps.protection() if deps.protection is not None else None,
         "channels": deps.channels() if deps.channels is not None else [],
+        "hot_path": hot_path(),
     }
+
+
+def hot_path() -> dict[str, Any]:
+    """Whether this process runs the compiled hot path (drc.native), and why (or why not)."""
+    state = native.STATE
+    return {"compiled": state.compiled, "setting": state.setting, "reason": state.reason}
 
 
 def buffer_status(buffer: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import threading
 
 import click
 
+from drc import native
 from drc.cli.options import config_option, progress_option
 from drc.config import load_config
 
@@ -29,6 +30,11 @@ def run_node(config_path: str, role: str, progress_every: float) -> None:
     from drc.runtime import freeze_startup_heap
 
     setup_logging()
+    hot = native.STATE
+    logging.getLogger("drc.native").info(
+        "hot path: %s (%s=%s: %s)", "compiled" if hot.compiled else "pure Python",
+        native.SETTING, hot.setting, hot.reason,
+    )  # fmt: skip
     config = load_config(config_path)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

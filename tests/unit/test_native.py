@@ -75,3 +75,11 @@ def test_compiled_and_pure_give_the_same_bytes() -> None:
     compiled, pure = run("on"), run("off")
     assert compiled["compiled"] is True and pure["compiled"] is False
     assert compiled["digest"] == pure["digest"]
+
+
+def test_the_status_says_which_hot_path_runs() -> None:
+    from drc.api.status import hot_path
+
+    shown = hot_path()
+    assert shown["compiled"] is native.STATE.compiled is native.is_compiled(codec)
+    assert shown["setting"] in ("auto", "on", "off") and shown["reason"]
