@@ -27,7 +27,7 @@ before every run) by each variant:
 
 Each run reports wall time, this process's CPU per transaction (time.process_time), the target
 server's CPU per transaction (utime+stime of its mariadbd, /proc/<pid>/stat, before and after),
-the commands the server counted (SHOW GLOBAL STATUS: Com_query, Com_stmt_execute, ...), and
+the commands the server counted (SHOW GLOBAL STATUS: Questions, Com_insert, ...), and
 whether CHECKSUM TABLE of the result equals the source's. Variants run in rounds, in a rotated
 order, so drift on a shared host spreads over all of them. Usage (needs the optional clients,
 e.g. a venv with ``pip install -e . mariadb mysqlclient``):
