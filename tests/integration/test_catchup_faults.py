@@ -176,7 +176,9 @@ def test_after_a_killed_catchup_streaming_finishes_its_run_then_streams_nothing_
         backlog(dc1, schema, capture)
         path = config_for(tmp_path, dc2, url, "resume", schema, catchup_backlog_mb=0)
         log = tmp_path / "catchup.log"
-        with driver(argv_for(path, "resume"), log) as proc:  # killed with keyless rows written
+        # A lease of 10 s, not 3: on a loaded host a renewal can come late, and a catch-up that
+        # lost its lease stops on its own before the test can kill it.
+        with driver(argv_for(path, "resume", lease_ttl="10"), log) as proc:  # killed midway
             wait_batches(proc, dc2, log, 3, lambda: events(dc2, schema) > 0)
             os.killpg(proc.pid, signal.SIGKILL)
         checkpoint = checkpoint_of(dc2, "resume")
