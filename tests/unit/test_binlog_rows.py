@@ -104,8 +104,10 @@ def test_a_null_in_a_column_drc_cannot_decode_is_fine_a_value_is_not() -> None:
         ([column(T.NEWDECIMAL, "d", precision=1, decimals=0)], body(1, row(b"\x00")),
          "out of range"),
         ([column(T.LONG, "a")], b"\xff" + body(1), "length-encoded integer"),
+        ([column(T.LONG, "a")], body(1, b"\0", present=b"\0"), "no column present"),
     ],
-    ids=["string", "short int", "trailing byte", "utf8", "enum index", "decimal", "count"],
+    ids=["string", "short int", "trailing byte", "utf8", "enum index", "decimal", "count",
+         "no column present"],
 )  # fmt: skip
 def test_corrupt_bodies_raise_one_named_error(columns: list[Any], data: bytes, why: str) -> None:
     with pytest.raises(RowDecodeError, match=rf"shop\.orders does not decode.*{why}"):

@@ -74,6 +74,7 @@ def _images(layout: RowLayout, op: Op, data: bytes, pos: int, end: int) -> tuple
     full = present == layout.full and present_after == layout.full  # the usual case
     images: list[Image] = []
     while pos < end:
+        start = pos
         row, pos = full_row(layout, data, pos) if full else partial_row(layout, present, data, pos)
         if update:
             if full:
@@ -85,6 +86,8 @@ def _images(layout: RowLayout, op: Op, data: bytes, pos: int, end: int) -> tuple
             images.append((None, row))
         else:
             images.append((row, None))
+        if pos == start:  # no column present: the loop would never end (a corrupt event)
+            raise ValueError("a row image of no bytes (no column present)")
     if pos != end:
         raise IndexError(f"the last row ends {pos - end} bytes past the event")
     return tuple(images)
