@@ -43,7 +43,7 @@ from typing import Any
 from drc.apply import checkpoint, plan
 from drc.apply.plan import Effects
 from drc.conflicts.probes import Observed, Probe, ProbePlan
-from drc.core.target_errors import ApplyError, MissingTableError
+from drc.core.target_errors import ApplyError, MissingTableError, TargetUnavailableError
 from drc.core.target_table import TargetTable
 from drc.mysql import sql
 from drc.mysql.driver import TargetSettings, open_link
@@ -229,18 +229,37 @@ class TargetSession(Session):
         """After DDL: table definitions are read again on next use."""
         self._tables.clear()
 
-    def _describe(self, schema: str, table: str) -> TargetTable:
-        what = f"reading the definition of {schema}.{table}"
-        columns = self.query(sql.Statement(
-            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
-            "TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-            (schema, table)), what)  # fmt: skip
-        if not columns:
+    def _columns_of_a_table_not_listed(
+        self, schema: str, table: str, what: str
+    ) -> list[tuple[Any, ...]]:
+        """information_schema leaves out, with only a warning, a table it cannot open at that
+        moment (one another session is altering): no columns listed is proof of nothing.
+        Opening the table is: a server error "no such table" says it is missing; a table that
+        opens is listed on a second look, or the read is retried whole (reconnect, wait)."""
+        probe = sql.Statement(f"SELECT 1 FROM {sql.table_name(schema, table)} LIMIT 0", ())
+        try:
+            self.query(probe, what)
+        except ApplyError as exc:
+            if exc.code not in _NO_SUCH_TABLE:
+                raise
             raise MissingTableError(
                 f"the target has no table {schema}.{table} for the changes the source makes to "
                 "it: create it on the target (or map the source table with map_tables); "
                 "nothing after the last checkpoint was applied"
+            ) from None
+        columns = self.query(_columns_statement(schema, table), what)
+        if not columns:
+            raise TargetUnavailableError(
+                f"the target opens {schema}.{table} but does not list its columns (a schema "
+                "change in progress there?): trying again"
             )
+        return columns
+
+    def _describe(self, schema: str, table: str) -> TargetTable:
+        what = f"reading the definition of {schema}.{table}"
+        columns = self.query(_columns_statement(schema, table), what)
+        if not columns:
+            columns = self._columns_of_a_table_not_listed(schema, table, what)
         key = self.query(sql.Statement(
             "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
             "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
@@ -365,3 +384,14 @@ def _fallback_errors(replies: Sequence[Any], what: str, savepoint: bool) -> list
 def _size(write: plan.Write) -> int:
     rows = len(write.rows) if isinstance(write, plan.Upsert) else 1
     return 64 * rows * len(getattr(write, "columns", ())) + 64
+
+
+_NO_SUCH_TABLE = frozenset({1146, 1049})  # no such table, no such database
+
+
+def _columns_statement(schema: str, table: str) -> sql.Statement:
+    return sql.Statement(
+        "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
+        "TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (schema, table),
+    )
