@@ -229,13 +229,13 @@ class TargetSession(Session):
         """After DDL: table definitions are read again on next use."""
         self._tables.clear()
 
-    def _columns_of_a_table_not_listed(
-        self, schema: str, table: str, what: str
-    ) -> list[tuple[Any, ...]]:
-        """information_schema leaves out, with only a warning, a table it cannot open at that
-        moment (one another session is altering): no columns listed is proof of nothing.
-        Opening the table is: a server error "no such table" says it is missing; a table that
-        opens is listed on a second look, or the read is retried whole (reconnect, wait)."""
+    def _describe(self, schema: str, table: str) -> TargetTable:
+        """The table opened first, then read from information_schema. A session holding locks
+        (a channel mid-transaction) gets no rows there, only a warning, for a table it would
+        have to wait for (an ALTER in progress): no rows would be taken for "no table" or
+        "no primary key". Opened, the table is locked for the session until it commits, so
+        the reads that follow list it as it is."""
+        what = f"reading the definition of {schema}.{table}"
         probe = sql.Statement(f"SELECT 1 FROM {sql.table_name(schema, table)} LIMIT 0", ())
         try:
             self.query(probe, what)
@@ -247,19 +247,14 @@ class TargetSession(Session):
                 "it: create it on the target (or map the source table with map_tables); "
                 "nothing after the last checkpoint was applied"
             ) from None
-        columns = self.query(_columns_statement(schema, table), what)
-        if not columns:
+        columns = self.query(sql.Statement(
+            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
+            "TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (schema, table)), what)  # fmt: skip
+        if not columns:  # not expected once opened; a retry reads it again from scratch
             raise TargetUnavailableError(
-                f"the target opens {schema}.{table} but does not list its columns (a schema "
-                "change in progress there?): trying again"
+                f"the target opens {schema}.{table} but does not list its columns: trying again"
             )
-        return columns
-
-    def _describe(self, schema: str, table: str) -> TargetTable:
-        what = f"reading the definition of {schema}.{table}"
-        columns = self.query(_columns_statement(schema, table), what)
-        if not columns:
-            columns = self._columns_of_a_table_not_listed(schema, table, what)
         key = self.query(sql.Statement(
             "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
             "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
@@ -387,11 +382,3 @@ def _size(write: plan.Write) -> int:
 
 
 _NO_SUCH_TABLE = frozenset({1146, 1049})  # no such table, no such database
-
-
-def _columns_statement(schema: str, table: str) -> sql.Statement:
-    return sql.Statement(
-        "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
-        "TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-        (schema, table),
-    )

@@ -186,6 +186,7 @@ def test_a_table_altered_on_the_target_while_read_is_never_taken_for_missing(
                 pass  # what the channel's retry loop takes again
             else:
                 assert found.columns[:2] == ("id", "v")
+                assert found.primary_key == ("id",)
                 described += 1
             session.recover(TargetUnavailableError("next round"))
     finally:

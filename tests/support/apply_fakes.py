@@ -285,6 +285,11 @@ class FakeCursor:
             columns, key = target.tables[(schema, table)]
             self.rows = [(table, f"CREATE TABLE {table} {columns} KEY {key}")]
             return 1
+        if sql.startswith("SELECT 1 FROM") and sql.endswith(" LIMIT 0"):  # opening a table
+            schema, table = (n.replace("``", "`") for n in re.findall(r"`((?:[^`]|``)*)`", sql))
+            if (schema, table) not in target.tables:
+                raise pymysql.err.ProgrammingError(1146, f"Table '{schema}.{table}' doesn't exist")
+            return 0
         if "information_schema.SCHEMATA" in sql:
             return 0  # the fake has no databases to describe
         if "information_schema" in sql:
