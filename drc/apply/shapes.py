@@ -41,7 +41,10 @@ from drc.core.events import RowChange
 from drc.core.target_table import TargetTable, values_of
 
 B = TypeVar("B")
-WINDOW = 1000  # placed writes kept waiting behind the oldest open batch at most
+# Placed writes kept waiting behind the oldest open batch at most: about one of the sink's
+# pipelined chunks (drc.apply.sink.WriteBatch), so the first chunk goes out while the rest of a
+# large group is planned; closing a batch that early costs a statement per window.
+WINDOW = 200
 
 
 class Batches(Generic[B]):
