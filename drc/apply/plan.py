@@ -43,7 +43,7 @@ row's writes run in stream order and the counts above stay exact per row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -211,6 +211,7 @@ class Planner:
         self._max_bytes = max_bytes
         self._batches: shapes.Batches[Write | _Run] = shapes.Batches(window)
         self._fitting: set[tuple[int, tuple[str, ...]]] = set()  # (id(table), columns) checked
+        self._names: dict[int, Hashable] = {}  # id(table) -> shapes.table_key
 
     def fits(self, change: RowChange, table: TargetTable) -> bool:
         """Whether ``table`` has every column ``change`` writes (checked once per shape)."""
@@ -234,7 +235,10 @@ class Planner:
                 "was applied"
             )
         batches, op = self._batches, change.op
-        keys = shapes.touched_keys(change, table)
+        name = self._names.get(id(table))
+        if name is None:
+            name = self._names[id(table)] = shapes.table_key(table)
+        keys = shapes.touched_keys(change, table, name)
         barrier = table.keeps_order
         if op is Op.UPDATE or not keyed and op is Op.DELETE:
             write = _keyed_update(change, table) if keyed else _whole_row_write(change, table)

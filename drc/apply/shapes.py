@@ -16,7 +16,8 @@ moves it earlier, past every write placed after that batch, when key order allow
 - Tables whose writes may be seen by other rows (``TargetTable.keeps_order``: a trigger that
   fires for DRC's writes, or a foreign key to or from the table) are barriers: their change
   joins a batch only if that batch is the last one (plain neighbours), and nothing placed after
-  it moves before it.
+  it moves before it. The server lists a trigger only to a user with TRIGGER on its table: the
+  apply user sees every trigger with TRIGGER granted (a trigger it cannot see is not a barrier).
 - DDL never reaches a planner: a group is committed before a schema change is applied.
 - Conflict-resolved changes (drc.conflicts) come in stream order after their resolution; the
   key rule keeps each one in order with every other change to its keys.
@@ -121,21 +122,30 @@ class Batches(Generic[B]):
         return out
 
 
-def touched_keys(change: RowChange, table: TargetTable) -> list[Hashable]:
-    """The keys ``change`` touches (see the module docstring)."""
-    name = (table.schema.lower(), table.table.lower())
+def touched_keys(change: RowChange, table: TargetTable, name: Hashable) -> list[Hashable]:
+    """The keys ``change`` touches (see the module docstring); ``name``: the table's, the same
+    however it is spelled (``table_key``)."""
     if not table.primary_key:
         return [name]
     keys: list[Hashable] = []
-    for index, columns in enumerate((table.primary_key, *table.unique_keys)):
+    indexes = (table.primary_key, *table.unique_keys) if table.unique_keys else (table.primary_key,)
+    for index, columns in enumerate(indexes):
+        seen = None
         for image in (change.before, change.after):
             if image is None:
                 continue
             values = values_of(columns, image)
-            if any(v is None for v in values):
+            if values == seen or (index and any(v is None for v in values)):
                 continue
-            keys.append((name, index, tuple([_fold(v) for v in values])))
+            seen = values
+            if len(values) != 1 or type(values[0]) is not int:
+                values = tuple([_fold(v) for v in values])
+            keys.append((name, index, values))
     return keys
+
+
+def table_key(table: TargetTable) -> Hashable:
+    return (table.schema.lower(), table.table.lower())
 
 
 def _fold(value: Any) -> Any:
