@@ -3,9 +3,10 @@
 A sandbox's dc1 runs sysbench oltp_write_only; DRC's replicator captures the binlog range into
 an EventBuffer (in this process), and the transactions are decoded and planned once, in groups
 of ``--group`` source transactions (one target transaction each, with its checkpoint upsert),
-exactly as drc.apply plans them (drc.apply.plan.Planner: stream order, neighbours merged). The
-same groups are then applied into dc2 (a copy of the schema with the starting rows, reset
-before every run) by each variant:
+exactly as drc.apply plans them (drc.apply.plan.Planner; since r26-shapes it batches by shape
+where key order allows, drc.apply.shapes: on sysbench drc-sink now plans about as
+drc-sink-shapes does). The same groups are then applied into dc2 (a copy of the schema with
+the starting rows, reset before every run) by each variant:
 
     drc-sink            DRC's current path: drc.apply.sink.TargetSession.write (pymysql's
                         connection, text protocol, statements pipelined in chunks, savepoints)

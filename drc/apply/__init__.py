@@ -17,6 +17,7 @@
     engine.py      the decisions: row changes + the target's rows -> writes, conflict log
                    (conflicts are detected and resolved by drc.conflicts, beside apply)
     plan.py        row changes -> idempotent, grouped writes
+    shapes.py      which writes of a transaction may be batched across others (key order)
     checkpoint.py  the drc.checkpoint row
     retry.py       which errors are retried, and how
     target.py      the Target protocol: what apply needs from the database it writes into

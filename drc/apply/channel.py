@@ -51,6 +51,9 @@ Privileges of the apply user on the target:
                                          drc.conflicts and drc.tomb_* with a [conflicts] section
     TRIGGER                              on tables with a conflict timestamp column
     SELECT on information_schema         (implicit) to read column and key definitions
+                                         (triggers: only where it has TRIGGER; one it cannot
+                                         see does not keep its table's writes in stream order,
+                                         drc.apply.shapes)
     setting skip_replication             no privilege on MariaDB 10.11; SUPER on older servers
 
 It must NOT have SUPER or READ_ONLY ADMIN: those bypass read_only, and a target made read-only

@@ -31,8 +31,10 @@ Decisions, each documented where it is made:
     every table                     drc.apply.plan: idempotent writes (an insert is an upsert,
                                     an update of a missing row inserts it, a delete of a
                                     missing row is a counted no-op), keyless tables refused or
-                                    matched by whole row (LIMIT 1), neighbours merged into
-                                    multi-row statements, stream order kept
+                                    matched by whole row (LIMIT 1), inserts and deletes
+                                    batched by shape into multi-row statements where key
+                                    order allows (drc.apply.shapes): each row's writes in
+                                    stream order
 
 A bulk caller (catch-up executors) does the same per partition: its changes as Transactions
 (each keeps its SCN and commit time: conflict log entries and lww delete times need them, and
@@ -101,7 +103,8 @@ class Counts:
 
 @dataclass
 class Decision:
-    """The writes for a batch, in stream order, and what goes with them in its transaction."""
+    """The writes for a batch (each row's in stream order), and what goes with them in its
+    transaction."""
 
     writes: Iterable[Write] = field(default_factory=list)  # a list unless decided lazily
     entries: list[ConflictEntry] = field(default_factory=list)

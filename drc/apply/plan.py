@@ -32,18 +32,22 @@ applied exactly once, and a rewound channel would insert a keyless row again. A 
 with a UNIQUE key that refuses an insert has diverged from the source: the channel stops
 (TargetDivergedError) rather than guess which row is meant.
 
-Grouping (:class:`Planner`): consecutive inserts into the same table with the same columns
-become one multi-row upsert (a plain multi-row INSERT for a keyless table), consecutive deletes
-from the same keyed table one multi-key delete, bounded by rows and bytes. Writes come out in
-stream order: a run only ever merges neighbours, so nothing moves across any other change.
+Grouping (:class:`Planner`): inserts into the same table with the same columns become one
+multi-row upsert (a plain multi-row INSERT for a keyless table), deletes from the same keyed
+table one multi-key delete, bounded by rows and bytes; each update stays a statement of its
+own. A change joins the latest batch of its shape across other writes of the transaction only
+where key order allows (drc.apply.shapes: no write it passes touches a row it touches by any
+unique key, keyless tables and tables with triggers or foreign keys keep stream order), so each
+row's writes run in stream order and the counts above stay exact per row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from drc.apply import shapes
 from drc.core.events import Op, RowChange
 from drc.core.target_errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
 from drc.core.target_table import TargetTable, key_of
@@ -189,10 +193,10 @@ def _diverged(table: TargetTable, exc: DuplicateKey) -> TargetDivergedError:
 
 
 class Planner:
-    """Turns row changes into writes, merging neighbours into multi-row statements.
+    """Turns row changes into writes, batched by shape where key order allows (drc.apply.shapes).
 
-    ``add`` returns the writes that are complete (the pending run is emitted as soon as a change
-    cannot join it); ``finish`` returns the rest. Call ``finish`` before committing.
+    ``add`` returns the writes that are complete (batches closed at the front); ``finish``
+    returns the rest. Call ``finish`` before committing.
     """
 
     def __init__(
@@ -200,12 +204,14 @@ class Planner:
         no_primary_key: NoPrimaryKey = "refuse",
         max_rows: int = MAX_ROWS_PER_STATEMENT,
         max_bytes: int = MAX_BYTES_PER_STATEMENT,
+        window: int = shapes.WINDOW,
     ) -> None:
         self._no_pk = no_primary_key
         self._max_rows = max_rows
         self._max_bytes = max_bytes
-        self._run: _Run | None = None
+        self._batches: shapes.Batches[Write | _Run] = shapes.Batches(window)
         self._fitting: set[tuple[int, tuple[str, ...]]] = set()  # (id(table), columns) checked
+        self._names: dict[int, Hashable] = {}  # id(table) -> shapes.table_key
 
     def fits(self, change: RowChange, table: TargetTable) -> bool:
         """Whether ``table`` has every column ``change`` writes (checked once per shape)."""
@@ -220,37 +226,43 @@ class Planner:
     def add(self, change: RowChange, table: TargetTable) -> list[Write]:
         if not self.fits(change, table):
             _missing_column(change, table)
-        if not table.primary_key:
-            if self._no_pk == "refuse":
-                raise NoPrimaryKeyError(
-                    f"{table.name} has no primary key and this channel has no_primary_key = "
-                    '"refuse": add a primary key to the table, or set no_primary_key = '
-                    '"match_whole_row" for the channel; nothing after the last checkpoint '
-                    "was applied"
-                )
-            if change.op is not Op.INSERT:
-                return [*self.finish(), _whole_row_write(change, table)]
-        if self._run is not None and self._run.accepts(change, table, self._limits):
-            self._run.add(change, table)
-            return []
-        out = self.finish()
-        if change.op is Op.UPDATE:
-            out.append(_keyed_update(change, table))
+        keyed = bool(table.primary_key)
+        if not keyed and self._no_pk == "refuse":
+            raise NoPrimaryKeyError(
+                f"{table.name} has no primary key and this channel has no_primary_key = "
+                '"refuse": add a primary key to the table, or set no_primary_key = '
+                '"match_whole_row" for the channel; nothing after the last checkpoint '
+                "was applied"
+            )
+        batches, op = self._batches, change.op
+        name = self._names.get(id(table))
+        if name is None:
+            name = self._names[id(table)] = shapes.table_key(table)
+        keys = shapes.touched_keys(change, table, name)
+        barrier = table.keeps_order
+        if op is Op.UPDATE or not keyed and op is Op.DELETE:
+            write = _keyed_update(change, table) if keyed else _whole_row_write(change, table)
+            position = batches.place(write, None)
         else:
-            self._run = _Run.start(change, table)
-        return out
+            # the session's cached table object: a table read again is another shape
+            shape = (op, id(table), tuple(change.row) if op is Op.INSERT else ())
+            found = batches.open_batch(shape, keys, barrier)
+            run_ = None if found is None else batches.item(found)
+            if isinstance(run_, _Run) and not run_.full(self._max_rows, self._max_bytes):
+                assert found is not None
+                run_.add(change, table)
+                position = found
+            else:
+                position = batches.place(_Run.start(change, table), shape)
+        batches.touched(keys, position, barrier)
+        return [_written(item) for item in batches.ready()]
 
     def finish(self) -> list[Write]:
-        run_, self._run = self._run, None
-        return [] if run_ is None else [run_.write()]
-
-    @property
-    def _limits(self) -> tuple[int, int]:
-        return self._max_rows, self._max_bytes
+        return [_written(item) for item in self._batches.drain()]
 
 
 class _Run:
-    """Neighbouring inserts (same table and columns) or deletes (same table) being merged."""
+    """Inserts (same table and columns) or deletes (same table) being merged."""
 
     def __init__(self, op: Op, table: TargetTable, columns: tuple[str, ...]) -> None:
         self.op = op
@@ -267,14 +279,8 @@ class _Run:
         run_.add(change, table)
         return run_
 
-    def accepts(self, change: RowChange, table: TargetTable, limits: tuple[int, int]) -> bool:
-        if change.op is not self.op or table is not self.table:  # the session's cached table
-            return False
-        if change.op is Op.DELETE and not table.primary_key:
-            return False  # keyless deletes go one row at a time (LIMIT 1 each)
-        if len(self.rows) >= limits[0] or self.bytes >= limits[1]:
-            return False
-        return change.op is Op.DELETE or tuple(change.row) == self.columns
+    def full(self, max_rows: int, max_bytes: int) -> bool:
+        return len(self.rows) >= max_rows or self.bytes >= max_bytes
 
     def add(self, change: RowChange, table: TargetTable) -> None:
         if self.op is Op.INSERT:
@@ -291,6 +297,10 @@ class _Run:
             return Upsert(self.table, self.columns, tuple(self.rows))
         t = self.table
         return Delete(t, sql.by_keys(t.primary_key, self.rows, t.float_columns), len(self.rows))
+
+
+def _written(item: Write | _Run) -> Write:
+    return item.write() if isinstance(item, _Run) else item
 
 
 def _keyed_update(change: RowChange, table: TargetTable) -> Update:

@@ -42,7 +42,9 @@ from typing import Any
 
 from drc.apply import checkpoint, plan
 from drc.apply.plan import Effects
+from drc.conflicts import tombstones
 from drc.conflicts.probes import Observed, Probe, ProbePlan
+from drc.core import schema_objects
 from drc.core.target_errors import ApplyError, MissingTableError, TargetUnavailableError
 from drc.core.target_table import TargetTable
 from drc.mysql import sql
@@ -261,7 +263,39 @@ class TargetSession(Session):
             (schema, table)), what)  # fmt: skip
         names = tuple(r[0] for r in columns)
         floats = sql.float_columns(names, [r[1] for r in columns])
-        return TargetTable(schema, table, names, tuple(r[0] for r in key), floats)
+        unique: dict[str, list[str]] = {}
+        for index, column in self.query(sql.Statement(
+            "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE "
+            "TABLE_SCHEMA = %s AND TABLE_NAME = %s AND NON_UNIQUE = 0 AND INDEX_NAME <> "
+            "'PRIMARY' ORDER BY INDEX_NAME, SEQ_IN_INDEX", (schema, table)), what):  # fmt: skip
+            unique.setdefault(index, []).append(column)
+        return TargetTable(
+            schema, table, names, tuple(r[0] for r in key), floats,
+            tuple(tuple(columns) for columns in unique.values()),
+            self._keeps_order(schema, table, what),
+        )  # fmt: skip
+
+    def _keeps_order(self, schema: str, table: str, what: str) -> bool:
+        """Whether a trigger fires for DRC's writes to the table (one not guarded by
+        @drc_apply) or a foreign key refers to or from it (drc.apply.shapes)."""
+        triggers = self.query(sql.Statement(
+            "SELECT TRIGGER_NAME, ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE "
+            "EVENT_OBJECT_SCHEMA = %s AND EVENT_OBJECT_TABLE = %s",
+            (schema, table)), what)  # fmt: skip
+        if not self.query(_may_see_triggers(schema, table), what):
+            # information_schema shows triggers only to a user with TRIGGER on the table:
+            # none seen then proves nothing, and the table's writes keep their order.
+            return True
+        own = set(tombstones.trigger_names(schema, table))
+        if any(
+            name not in own and not schema_objects.guarded_body(str(body))
+            for name, body in triggers
+        ):
+            return True
+        return bool(self.query(sql.Statement(
+            "SELECT 1 FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE (CONSTRAINT_SCHEMA = "
+            "%s AND TABLE_NAME = %s) OR (UNIQUE_CONSTRAINT_SCHEMA = %s AND REFERENCED_TABLE_NAME "
+            "= %s) LIMIT 1", (schema, table, schema, table)), what))  # fmt: skip
 
     def local_row(
         self, schema: str, table: str, key: Mapping[str, Any]
@@ -382,3 +416,26 @@ def _size(write: plan.Write) -> int:
 
 
 _NO_SUCH_TABLE = frozenset({1146, 1049})  # no such table, no such database
+
+
+# The session's account and role as information_schema's privilege tables spell a grantee:
+# 'user'@'host' and 'role'.
+_GRANTEES = (
+    "GRANTEE IN (CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', "
+    "SUBSTRING_INDEX(CURRENT_USER(), '@', -1), ''''), CONCAT('''', CURRENT_ROLE(), ''''))"
+)
+
+
+def _may_see_triggers(schema: str, table: str) -> sql.Statement:
+    """A row if the session's user (or its role) holds TRIGGER on the table: globally, on
+    its database or on the table itself (a database grant with wildcards is not matched,
+    which only keeps that table's writes in order)."""
+    return sql.Statement(
+        f"SELECT 1 FROM information_schema.USER_PRIVILEGES WHERE {_GRANTEES} AND "
+        "PRIVILEGE_TYPE = 'TRIGGER' UNION ALL "
+        f"SELECT 1 FROM information_schema.SCHEMA_PRIVILEGES WHERE {_GRANTEES} AND "
+        "PRIVILEGE_TYPE = 'TRIGGER' AND TABLE_SCHEMA = %s UNION ALL "
+        f"SELECT 1 FROM information_schema.TABLE_PRIVILEGES WHERE {_GRANTEES} AND "
+        "PRIVILEGE_TYPE = 'TRIGGER' AND TABLE_SCHEMA = %s AND TABLE_NAME = %s LIMIT 1",
+        (schema, schema, table),
+    )

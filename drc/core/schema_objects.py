@@ -102,6 +102,13 @@ def guard_trigger(statement: str, found: SchemaObject) -> str:
     return statement[: found.body_start] + GUARD_OPEN + body + GUARD_CLOSE
 
 
+def guarded_body(body: str) -> bool:
+    """Whether a trigger body (information_schema.TRIGGERS.ACTION_STATEMENT) does nothing for
+    DRC's apply sessions: all of it inside ``IF @drc_apply IS NULL THEN .. END IF``."""
+    body = body.strip().rstrip(";").rstrip()
+    return bool(_GUARDED.match(body)) and re.search(r"\bEND\s+IF$", body, re.IGNORECASE) is not None
+
+
 def is_guarded(statement: str, found: SchemaObject) -> bool:
     return found.body_start is not None and bool(_GUARDED.match(statement, found.body_start))
 

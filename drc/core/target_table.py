@@ -20,6 +20,11 @@ class TargetTable:
     columns: tuple[str, ...]
     primary_key: tuple[str, ...]
     float_columns: frozenset[str] = frozenset()  # lower-case names (drc.mysql.sql.row_values)
+    unique_keys: tuple[tuple[str, ...], ...] = ()  # UNIQUE keys besides the primary key
+    # Its writes must keep stream order against every other write of the transaction: a
+    # trigger fires for DRC's writes (one not guarded by @drc_apply), or a foreign key
+    # refers to it or from it (drc.apply.shapes).
+    keeps_order: bool = False
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Columns of ``names`` the table lacks (MySQL column names are case-insensitive)."""
@@ -33,8 +38,13 @@ class TargetTable:
 
 def key_of(table: TargetTable, image: Mapping[str, Any]) -> tuple[Any, ...]:
     """The primary key values of a row image, in the table's key order."""
+    return values_of(table.primary_key, image)
+
+
+def values_of(columns: Sequence[str], image: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The values of ``columns`` in a row image (names matched case-insensitively)."""
     try:
-        return tuple(image[k] for k in table.primary_key)
+        return tuple(image[k] for k in columns)
     except KeyError:  # the source spells a key column with another case
         folded = {name.lower(): value for name, value in image.items()}
-        return tuple(folded[k.lower()] for k in table.primary_key)
+        return tuple(folded[k.lower()] for k in columns)

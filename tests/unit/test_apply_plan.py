@@ -50,25 +50,23 @@ def test_consecutive_inserts_into_one_table_become_one_upsert() -> None:
     assert writes[0].statement().params == (1, "x", 2, "x", 3, "x")
 
 
-def test_a_different_op_on_the_same_table_ends_the_run_in_stream_order() -> None:
+def test_an_insert_joins_its_batch_across_an_update_of_another_key() -> None:
     writes = plan_all([ins(T, 1), ins(T, 2), upd(T, 1), ins(T, 3), dele(T, 2), dele(T, 3)])
-    assert shape(writes) == [
-        ("Upsert", "t", 2), ("Update", "t", 1), ("Upsert", "t", 1), ("Delete", "t", 2),
-    ]  # fmt: skip
+    assert shape(writes) == [("Upsert", "t", 3), ("Update", "t", 1), ("Delete", "t", 2)]
+    assert writes[0].statement().params == (1, "x", 2, "x", 3, "x")
 
 
-def test_another_table_ends_the_run_and_nothing_is_reordered_across_it() -> None:
+def test_writes_to_another_table_do_not_end_a_batch() -> None:
     writes = plan_all([ins(T, 1), ins(U, 1), ins(T, 2), dele(T, 1), dele(U, 1), dele(T, 2)])
     assert shape(writes) == [
-        ("Upsert", "t", 1), ("Upsert", "u", 1), ("Upsert", "t", 1),
-        ("Delete", "t", 1), ("Delete", "u", 1), ("Delete", "t", 1),
+        ("Upsert", "t", 2), ("Upsert", "u", 1), ("Delete", "t", 2), ("Delete", "u", 1),
     ]  # fmt: skip
 
 
 def test_inserts_with_other_columns_do_not_share_a_statement() -> None:
     other = RowChange("db", "t", Op.INSERT, None, {"id": 9})
     assert shape(plan_all([ins(T, 1), other, ins(T, 2)])) == [
-        ("Upsert", "t", 1), ("Upsert", "t", 1), ("Upsert", "t", 1),
+        ("Upsert", "t", 2), ("Upsert", "t", 1),
     ]  # fmt: skip
 
 

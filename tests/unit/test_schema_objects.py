@@ -166,3 +166,12 @@ def test_local_trigger_rewrite_equals_what_channels_apply() -> None:
     )
     again = so.parse(local, "d")
     assert again is not None and so.is_guarded(local, again)
+
+
+def test_a_guarded_body_does_nothing_for_apply_sessions() -> None:
+    # information_schema.TRIGGERS.ACTION_STATEMENT as the guard writes it, and as users may
+    assert so.guarded_body("IF @drc_apply IS NULL THEN INSERT INTO log VALUES (NEW.id); END IF")
+    assert so.guarded_body(" if @drc_apply is null then SET @n = 1; end if; ")
+    assert not so.guarded_body("INSERT INTO log VALUES (NEW.id)")
+    assert not so.guarded_body("BEGIN IF @drc_apply IS NULL THEN SET @n = 1; END IF; END")
+    assert not so.guarded_body("IF @drc_apply IS NULL THEN SET @n = 1; END IF; SET @m = 1")
