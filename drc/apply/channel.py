@@ -51,8 +51,9 @@ Privileges of the apply user on the target:
                                          drc.conflicts and drc.tomb_* with a [conflicts] section
     TRIGGER                              on tables with a conflict timestamp column
     SELECT on information_schema         (implicit) to read column and key definitions
-                                         (triggers: only where it has TRIGGER; one it cannot
-                                         see does not keep its table's writes in stream order,
+                                         (triggers: only where it has TRIGGER; without it a
+                                         table's inserts and deletes are not batched by shape,
+                                         as a trigger it cannot see might depend on their order,
                                          drc.apply.shapes)
     setting skip_replication             no privilege on MariaDB 10.11; SUPER on older servers
 
