@@ -47,6 +47,8 @@ class ChannelConfig(Section):
     max_txns_per_commit: int = Field(500, ge=1)
     max_bytes_per_commit_mb: float = Field(8, gt=0)
     max_commit_delay_ms: float = Field(100, ge=0)
+    # Connections a group's independent transactions are written on at once (drc.apply.parallel)
+    parallel_workers: int = Field(1, ge=1, le=16)
     wait_ms: int = Field(200, ge=-1)
     # "stream": one long-lived GET /v1/stream per remote (pulls where a remote has none);
     # "pull": a GET /v1/events per batch, as before streams existed.

@@ -77,6 +77,7 @@ from drc.apply.control import Stoppage
 from drc.apply.ddl import DdlApplier
 from drc.apply.group import Group, GroupLimits, worth_saving
 from drc.apply.handover import CatchupHandover, LeaseMoved
+from drc.apply.parallel import ParallelWriter
 from drc.apply.retrier import Retrier
 from drc.apply.retry import Stopped
 from drc.apply.source import ChannelSource, Subscribe, SubscriberLike
@@ -101,7 +102,7 @@ class ChannelParts:
 
     target: Target  # the local database (drc.apply.sink.TargetSession)
     source: ChannelSource  # the stream and what of it is applied (drc.apply.source)
-    writer: GroupWriter  # a group's decisions and writes (drc.apply.writer)
+    writer: GroupWriter | ParallelWriter  # a group's decisions and writes (drc.apply.writer)
     handover: CatchupHandover  # the catch-up lease and an interrupted run (drc.apply.handover)
     ddl: DdlApplier  # replicated DDL, exactly once (drc.apply.ddl)
     actions: OperatorActions  # an operator's actions (drc.apply.actions)
@@ -131,7 +132,8 @@ class ApplyChannel:
         self._limits, self._clock = parts.limits, parts.clock
         self._applied = SCN.zero()  # the checkpoint row's SCN
         self._stop = threading.Event()
-        self._idempotency = Idempotency(lambda: self._applied)  # the channel's own position
+        # the channel's own position, and what a parallel group committed beyond it
+        self._idempotency = Idempotency(lambda: self._applied, self.writer.applied)
 
     @property
     def channel(self) -> ChannelConfig:
@@ -177,6 +179,7 @@ class ApplyChannel:
             self.status.ended(exc)
             raise
         finally:
+            self.writer.close()
             self.target.close()
 
     def open(self) -> SCN:
@@ -192,6 +195,7 @@ class ApplyChannel:
 
     def _start(self) -> None:
         self._applied = self.startup.open(self.channel, self._applied)
+        self.writer.recover(self._applied)
         self.stats.last_scn = self._applied
         self.progress.started(self._clock())
 
@@ -291,7 +295,7 @@ class ApplyChannel:
         .writer), the lease read first (drc.apply.handover: its shared lock keeps a catch-up
         out until COMMIT), sent ahead of the writes while it was last seen free and unchanged
         (if it moved, the attempt is rolled back and made again reading it first)."""
-        if self.handover.steady:
+        if self.handover.steady and not self.writer.splits(group.transactions):
             try:
                 ahead = self.handover.send_ahead()
                 return self.writer.write(group.transactions, row, ahead, self.source.converging)
@@ -344,7 +348,8 @@ class ApplyChannel:
 
     def _record(self, group: Group, written: Written) -> None:
         stats = self.stats
-        stats.commits += 1
+        stats.commits += 1 + written.parts
+        stats.parallel_parts += written.parts
         stats.transactions += group.complete
         stats.add(written.effects)
         stats.add_conflicts(written.conflict_tables, written.replays)

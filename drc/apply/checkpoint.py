@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from drc.apply import audit, ddl_journal
+from drc.apply import applied_set, audit, ddl_journal
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
 from drc.core.scn import SCN
 from drc.mysql.sql import Statement, ident, quote
@@ -63,6 +63,9 @@ class CheckpointRow:
             self, scn=applied, pending_ddl_scn=pending if pending and pending > applied else None
         )
 
+    def upsert(self) -> Statement:
+        return upsert(self)
+
 
 def create_statements() -> list[str]:
     """DDL that makes sure the schema and tables exist (run without parameters)."""
@@ -73,6 +76,7 @@ def create_statements() -> list[str]:
         " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
         ddl_journal.create_statement(),
         audit.create_statement(),
+        applied_set.create_statement(),
     ]
 
 

@@ -21,11 +21,13 @@ from typing import Any
 
 from drc.apply.actions import OperatorActions
 from drc.apply.channel import ApplyChannel, ChannelParts
+from drc.apply.control import ChannelControl
 from drc.apply.ddl import DdlApplier
 from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
 from drc.apply.group import GroupLimits
 from drc.apply.handover import CatchupHandover, FinishRun
+from drc.apply.parallel import ParallelWriter, Worker
 from drc.apply.retrier import Retrier
 from drc.apply.sink import TargetSession
 from drc.apply.source import ChannelSource, Subscribe, SubscriberLike
@@ -142,10 +144,18 @@ def build_parts(
     engine = ApplyEngine(
         session, channel.no_primary_key, None if handling is None else handling.engine
     )
+    single = GroupWriter(session, engine, actions.control, handling)
+    writer: GroupWriter | ParallelWriter = single
+    if channel.parallel_workers > 1:
+        writer = ParallelWriter(
+            single, channel.name, channel.parallel_workers,
+            partial(_worker, channel, session, handling, actions.control, conflicts, datacenter,
+                    names),
+        )  # fmt: skip
     return ChannelParts(
         target=session,
         source=source,
-        writer=GroupWriter(session, engine, actions.control, handling),
+        writer=writer,
         handover=handover,
         ddl=DdlApplier(session, channel.name, channel.definer, handling),
         actions=actions,
@@ -188,6 +198,26 @@ def channel_filters(
     ]
     subscribed = _subscription(channel, tombstones)
     return filters, partial(subscriber_factory or default_subscriber, subscribed)
+
+
+def _worker(
+    channel: ChannelConfig,
+    main: TargetSession,
+    handling: ConflictTarget | None,
+    control: ChannelControl,
+    conflicts: ConflictsConfig | None,
+    datacenter: str,
+    names: NameMap,
+) -> Worker:
+    """One more connection of a parallel channel, deciding as the channel's own does."""
+    session = TargetSession(main.settings, main.connect)
+    shared = None
+    if handling is not None:
+        own = _conflict_target(channel, session, conflicts, datacenter, names)
+        assert own is not None
+        shared = handling.sharing(session, own.engine)
+    engine = ApplyEngine(session, channel.no_primary_key, None if shared is None else shared.engine)
+    return Worker(session, GroupWriter(session, engine, control, shared))
 
 
 def _conflict_target(

@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from drc.apply import checkpoint, plan
+from drc.apply.applied_set import PartRow
 from drc.apply.plan import Effects
 from drc.conflicts import tombstones
 from drc.conflicts.probes import Observed, Probe, ProbePlan
@@ -66,6 +67,7 @@ class TargetSession(Session):
         super().__init__(settings, connect)
         self._inflight: deque[_InFlight] = deque()  # sent, replies not read yet; oldest first
         self._tables: dict[tuple[str, str], TargetTable] = {}
+        self.forgotten = 0  # how often the definitions were forgotten (drc.apply.parallel)
 
     def close(self) -> None:
         self._inflight.clear()
@@ -90,7 +92,7 @@ class TargetSession(Session):
         self,
         writes: Iterable[plan.Write],
         extra: Sequence[sql.Statement],
-        row: checkpoint.CheckpointRow,
+        row: checkpoint.CheckpointRow | PartRow,
         before_commit: Callable[[], None] | None = None,
     ) -> Effects:
         """Writes, then ``extra`` (conflict log, tombstones), then the checkpoint row, and
@@ -230,6 +232,7 @@ class TargetSession(Session):
     def forget_tables(self) -> None:
         """After DDL: table definitions are read again on next use."""
         self._tables.clear()
+        self.forgotten += 1
 
     def _describe(self, schema: str, table: str) -> TargetTable:
         """The table opened first, then read from information_schema. A session holding locks
@@ -332,11 +335,12 @@ class TargetSession(Session):
         self.commit()  # start the first apply transaction with a fresh snapshot
         return checkpoint.parse(channel, rows[0]) if rows else None
 
-    def write_checkpoint(self, row: checkpoint.CheckpointRow) -> None:
-        """Write the checkpoint row in the open transaction: sent now, pipelined behind the
-        chunk in flight (if any) and read with it, so it costs no round trip of its own."""
+    def write_checkpoint(self, row: checkpoint.CheckpointRow | PartRow) -> None:
+        """Write the checkpoint row (or a parallel part's row, drc.apply.applied_set) in the
+        open transaction: sent now, pipelined behind the chunk in flight (if any) and read with
+        it, so it costs no round trip of its own."""
         self.open()
-        text = self.text(checkpoint.upsert(row))
+        text = self.text(row.upsert())
         if not self._inflight or self._inflight[-1].checkpoint is not None:
             self.ready()
             self._inflight.append(_InFlight((), Effects()))

@@ -259,14 +259,18 @@ def _rename(row: Mapping[str, Any] | None, columns: Mapping[str, str] | None) ->
 
 
 class Idempotency:
-    """Drops a transaction at or before the applied position (a redelivered batch)."""
+    """Drops a transaction at or before the applied position (a redelivered batch), or one
+    committed beyond it by a parallel group a crash left half-written."""
 
-    def __init__(self, applied: Callable[[], SCN]) -> None:
+    def __init__(
+        self, applied: Callable[[], SCN], beyond: Callable[[SCN], bool] = lambda scn: False
+    ) -> None:
         self.applied = applied
+        self.beyond = beyond  # committed beyond the position (drc.apply.parallel)
         self.dropped = 0
 
     def __call__(self, txn: Transaction) -> Transaction | None:
-        if txn.scn <= self.applied():
+        if txn.scn <= self.applied() or self.beyond(txn.scn):
             self.dropped += 1
             return None
         return txn

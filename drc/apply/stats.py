@@ -16,6 +16,7 @@ class ApplyStats(Effects):
     transactions: int = 0  # source transactions applied (something was written)
     ddl: int = 0  # DDL statements run
     commits: int = 0  # target transactions committed
+    parallel_parts: int = 0  # of them, parts of groups written on several connections at once
     skipped: int = 0  # source transactions received with nothing to write
     ddl_skipped: int = 0  # DDL not applicable here (GRANT, triggers, mapped tables...)
     retries: int = 0  # target transactions re-applied after a deadlock / lock wait timeout

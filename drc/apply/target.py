@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from drc.apply.applied_set import PartRow
 from drc.apply.checkpoint import CheckpointRow
 from drc.apply.plan import Effects, Write
 from drc.conflicts.probes import Observed, Probe
@@ -58,7 +59,7 @@ class Target(Protocol):
         self,
         writes: Iterable[Write],
         extra: Sequence[Statement],
-        row: CheckpointRow,
+        row: CheckpointRow | PartRow,
         before_commit: Callable[[], None] | None = None,
     ) -> Effects: ...
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from drc.apply.applied_set import PartRow
 from drc.apply.checkpoint import CheckpointRow
 from drc.apply.control import ChannelControl
 from drc.apply.engine import ApplyEngine, Converging
@@ -32,6 +33,7 @@ class Written:
     effects: Effects
     conflict_tables: list[str]  # "db.table" of each conflict logged
     replays: int
+    parts: int = 0  # target transactions besides the checkpoint's (drc.apply.parallel)
 
 
 class GroupWriter:
@@ -53,7 +55,7 @@ class GroupWriter:
     def write(
         self,
         transactions: Sequence[Transaction],
-        row: CheckpointRow,
+        row: CheckpointRow | PartRow,
         before_commit: Callable[[], None] | None,
         converging: Converging | None,
     ) -> Written:
@@ -71,3 +73,19 @@ class GroupWriter:
         effects = self.target.write(decision.writes, decision.log_statements(), row, before_commit)
         effects.conflicts = decision.counts.conflicts
         return Written(effects, [f"{e.schema}.{e.table}" for e in decision.entries], len(replays))
+
+    # A channel's writer on one connection (drc.apply.parallel.ParallelWriter has several).
+
+    def applied(self, scn: SCN) -> bool:
+        """Whether ``scn``, beyond the checkpoint, was committed already: never, here."""
+        return False
+
+    def recover(self, checkpoint: SCN) -> None:
+        """On start, after the checkpoint was read: nothing committed beyond it, here."""
+
+    def splits(self, transactions: Sequence[Transaction]) -> bool:
+        """Whether a group may go out in parts: never, here."""
+        return False
+
+    def close(self) -> None:
+        """The channel is done (its own session is closed by the channel)."""

@@ -14,8 +14,9 @@ pymysql one being drc.apply.sink.TargetSession):
 
 from __future__ import annotations
 
+import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from drc.conflicts import log as conflict_log
@@ -70,6 +71,19 @@ class ConflictTarget:
         # Tables set up without their triggers, and why (drc status, /metrics).
         self.unprotected: dict[tuple[str, str], str] = {}
         self._maintained_at: float | None = None
+
+    def sharing(self, session: Any, engine: ConflictEngine) -> ConflictTarget:
+        """This conflict handling on another connection of the channel (drc.apply.parallel):
+        probes run there, the tables it set up are this one's (set up once, by this one)."""
+        other = copy.copy(self)
+        other.session, other.engine = session, engine
+        return other
+
+    def ready_for(self, tables: Iterable[tuple[str, str]]) -> None:
+        """Set up what ``tables`` need before other connections probe them (DDL commits, so
+        it runs here, before the parts of a parallel group start)."""
+        for schema, table in tables:
+            self._ensure(schema, table)
 
     # ------------------------------------------------------------------ setup
 

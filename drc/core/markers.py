@@ -7,6 +7,15 @@ touching this table as DRC-originated, and channels never send such a transactio
 
 CHECKPOINT_SCHEMA = "drc"
 CHECKPOINT_TABLE = "checkpoint"
+# A parallel channel's parts (drc.apply.applied_set) commit without the checkpoint row: their
+# row in this table marks them instead.
+APPLIED_PARTS_TABLE = "applied_parts"
+
+
+def is_marker_table(schema: str, table: str) -> bool:
+    """A table only apply channels write, so a transaction writing it is DRC-originated."""
+    return schema == CHECKPOINT_SCHEMA and table in (CHECKPOINT_TABLE, APPLIED_PARTS_TABLE)
+
 
 # Tombstone tables (drc.conflicts.tombstones): an application's delete of a row in a
 # last-writer-wins table also writes ``drc.tomb_*`` through a trigger. The replicator always

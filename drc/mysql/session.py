@@ -68,6 +68,11 @@ class Session:
         self._cursor: Any = None
         self._unread = 0  # commands sent whose replies were not read yet
 
+    @property
+    def connect(self) -> Callable[..., Any]:
+        """How this session makes its connections (another session of it makes them alike)."""
+        return self._connect
+
     # ------------------------------------------------------------------ connection
 
     def open(self) -> None:

@@ -33,7 +33,7 @@ from typing import Protocol
 from drc.core import gtid as gtids
 from drc.core.events import Op, RowChange, SchemaChange, TableSchema, Transaction
 from drc.core.gtid import Gtid, GtidPosition
-from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE, always_captured
+from drc.core.markers import always_captured, is_marker_table
 from drc.core.scn import SCN
 from drc.core.selection import selects_ddl
 from drc.core.statements import is_account_statement
@@ -204,7 +204,7 @@ class TransactionAssembler:
         if txn is None:  # rows outside a group: a source without GTID events; open one
             txn = self._open = _Open(None, self._server_id, standalone=False)
         key = (table.schema, table.table)
-        if key == (CHECKPOINT_SCHEMA, CHECKPOINT_TABLE):
+        if is_marker_table(*key):
             txn.drc_originated = True
         if not self._capture.matches(*key) and not always_captured(*key):
             return None

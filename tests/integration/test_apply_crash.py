@@ -32,9 +32,10 @@ TXNS = 1000
 KILLS = 5
 
 
-def _config(tmp: Path, dc2: ServerInfo, url: str) -> Path:
+def _config(tmp: Path, dc2: ServerInfo, url: str, workers: int) -> Path:
     return apply_process_config(tmp, dc2, url, "crash", [f"{SCHEMA}.*"],
-                                max_txns_per_commit=50, max_commit_delay_ms=20)  # fmt: skip
+                                max_txns_per_commit=50, max_commit_delay_ms=20,
+                                parallel_workers=workers)  # fmt: skip
 
 
 def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -108,9 +109,12 @@ def _wait_resumed(log: Path, runs: int, timeout: float = 60.0) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 3], ids=["one-connection", "parallel"])
 def test_kill_9_at_random_moments_loses_and_repeats_nothing(
-    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path, workers: int
 ) -> None:
+    """With ``parallel_workers`` a kill may also fall between a group's parts and its
+    checkpoint (drc.apply.parallel): what the parts committed is skipped on restart."""
     drop_everywhere(SCHEMA, dc1, dc2)
     apply_user(dc2)
     start, target_start = position(dc1), position(dc2)
@@ -120,7 +124,7 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(
     log = tmp_path / "apply.log"
     limits = FragmentLimits(rows=200)
     with serving(dc1, tmp_path / "buf", [f"{SCHEMA}.*"], start, fragments=limits) as (_, url):
-        config = _config(tmp_path, dc2, url)
+        config = _config(tmp_path, dc2, url, workers)
         kills_done, done = threading.Event(), threading.Event()
         writer = threading.Thread(target=_workload, args=(dc1, kills_done, done), daemon=True)
         rng = random.Random(20261122)

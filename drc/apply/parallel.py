@@ -1,0 +1,196 @@
+"""Parallel apply: a group's independent transactions written on several connections at once.
+
+A channel with ``parallel_workers = N`` (N > 1) splits each group (drc.apply.partition) into at
+most N parts that share no primary or unique key (nor a table that keeps order, nor a keyless
+table). One part is the group as it always was: the channel's own session writes it with the
+checkpoint row. Several parts go out at once::
+
+    channel session   lease read (shared lock, held to its COMMIT: no catch-up starts meanwhile)
+    worker 1..N       part i: decisions (probes, conflicts) and writes, its row in
+                      drc.applied_parts (every SCN of the group committed so far), COMMIT
+    channel session   the checkpoint row moves past the group, COMMIT
+
+Exactly once: a part commits its row of drc.applied_parts (drc.apply.applied_set) with its
+writes, so after a crash between the parts and the checkpoint the channel knows which source
+transactions beyond the checkpoint are applied, and skips them (:meth:`ParallelWriter.applied`,
+read by the channel's Idempotency stage). A failed part is retried without the parts that
+committed (they are remembered, and read back after a connection was lost); a fatal error
+leaves the committed parts committed, and the channel writes the rest one transaction at a
+time to name the one that failed, as it does for any group. DDL is a barrier: the channel
+commits the group before it (drc.apply.channel), and each worker reads table definitions again
+after the channel forgot them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from drc.apply import applied_set
+from drc.apply.applied_set import PartRow
+from drc.apply.checkpoint import CheckpointRow
+from drc.apply.engine import Converging
+from drc.apply.partition import split
+from drc.apply.sink import TargetSession
+from drc.apply.writer import GroupWriter, Written
+from drc.core.events import Transaction
+from drc.core.scn import SCN
+from drc.core.target_errors import TargetUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Worker:
+    """One connection of a parallel channel and the writer deciding on it."""
+
+    target: TargetSession
+    writer: GroupWriter
+    forgotten: int = 0  # the channel session's count of forgotten definitions, as last seen
+
+
+class ParallelWriter:
+    """A channel's group writer (see the module docstring). ``workers``: builds the writer of
+    one more connection (drc.apply.service), called the first time a group has two parts."""
+
+    def __init__(
+        self, main: GroupWriter, channel: str, count: int, workers: Callable[[], Worker]
+    ) -> None:
+        assert isinstance(main.target, TargetSession)
+        self.main = main
+        self.target: TargetSession = main.target
+        self.channel = channel
+        self.count = count
+        self._new_worker = workers
+        self._workers: list[Worker] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._done: set[SCN] = set()  # committed beyond the checkpoint, by parts
+        self._unsure = False  # a part's COMMIT may have landed unseen: read the rows again
+        self._lock = threading.Lock()
+
+    def applied(self, scn: SCN) -> bool:
+        """Whether a part committed the source transaction ``scn`` beyond the checkpoint."""
+        return scn in self._done
+
+    def recover(self, checkpoint: SCN) -> None:
+        """On start, after the checkpoint was read: the transactions a group left half-written
+        committed beyond it (drc.apply.applied_set)."""
+        rows = self.target.query(applied_set.select(self.channel), "reading applied parts")
+        self._done = applied_set.beyond(rows, checkpoint)
+        if self._done:
+            log.info(
+                "channel %s: %d transactions beyond the checkpoint %s were committed by a "
+                "parallel group before a stop; they are skipped", self.channel,
+                len(self._done), checkpoint,
+            )  # fmt: skip
+
+    def splits(self, transactions: Sequence[Transaction]) -> bool:
+        """Whether the group may go out in parts (then the channel reads the lease first)."""
+        return len({t.scn for t in transactions[:2]}) > 1 or (
+            len(transactions) > 2 and transactions[0].scn != transactions[-1].scn
+        )
+
+    def write(
+        self,
+        transactions: Sequence[Transaction],
+        row: CheckpointRow,
+        before_commit: Callable[[], None] | None,
+        converging: Converging | None,
+    ) -> Written:
+        """One attempt, as GroupWriter.write; the parts that commit stay committed."""
+        if self._unsure and self._workers:  # read on a worker: the channel's snapshot is older
+            reader = self._workers[0].target
+            rows = reader.query(applied_set.select(self.channel), "reading applied parts")
+            reader.commit()
+            self._done |= applied_set.beyond(rows, SCN.zero())
+            self._unsure = False
+        todo = [t for t in transactions if t.scn not in self._done]
+        parts = split(todo, self.target.table, self.count) if before_commit is None else [todo]
+        if len(parts) <= 1:
+            written = self.main.write(todo, row, before_commit, converging)
+            self._settled(row.scn)
+            return written
+        conflicts = self.main.conflicts
+        if conflicts is not None:
+            conflicts.ready_for({(c.schema, c.table) for t in todo for c in t.changes})
+        results = self._run(parts, row, converging)
+        effects = self.target.write([], [], row, None)  # the checkpoint moves past the group
+        self._settled(row.scn)
+        for result in results:
+            effects.add(result.effects)
+        return Written(
+            effects,
+            [t for r in results for t in r.conflict_tables],
+            sum(r.replays for r in results),
+            len(results),
+        )
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        for worker in self._workers:
+            worker.target.close()
+
+    # ------------------------------------------------------------------ parts
+
+    def _run(
+        self, parts: list[list[Transaction]], row: CheckpointRow, converging: Converging | None
+    ) -> list[Written]:
+        while len(self._workers) < len(parts):
+            self._workers.append(self._new_worker())
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.count, thread_name_prefix=f"apply-{self.channel}")
+        done = frozenset(self._done)
+        futures = [
+            self._pool.submit(self._part, index, part, row, done, converging)
+            for index, part in enumerate(parts)
+        ]
+        results: list[Written] = []
+        failure: BaseException | None = None
+        for future in futures:
+            try:
+                results.append(future.result())
+            except BaseException as exc:  # every part settled first; the first failure wins
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return results
+
+    def _part(
+        self,
+        index: int,
+        part: list[Transaction],
+        row: CheckpointRow,
+        done: frozenset[SCN],
+        converging: Converging | None,
+    ) -> Written:
+        worker = self._workers[index]
+        if worker.forgotten != self.target.forgotten:  # DDL since: definitions read again
+            worker.target.forget_tables()
+            worker.forgotten = self.target.forgotten
+        scns = frozenset(t.scn for t in part)
+        marker = PartRow(self.channel, index, row.scn, done | scns)
+        try:
+            written = worker.writer.write(part, marker, None, converging)
+        except BaseException as exc:
+            worker.target.recover(exc)
+            if not isinstance(exc, Exception) or _commit_unsure(exc):
+                self._unsure = True
+            raise
+        with self._lock:
+            self._done |= scns
+        return written
+
+    def _settled(self, checkpoint: SCN) -> None:
+        """The checkpoint committed at ``checkpoint``: what parts did up to it is covered."""
+        if self._done:
+            self._done = {s for s in self._done if s > checkpoint}
+
+
+def _commit_unsure(exc: BaseException) -> bool:
+    """A lost connection may have lost the reply to a COMMIT that landed."""
+    return isinstance(exc, TargetUnavailableError)
