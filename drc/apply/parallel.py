@@ -69,6 +69,7 @@ class ParallelWriter:
         self._pool: ThreadPoolExecutor | None = None
         self._done: set[SCN] = set()  # committed beyond the checkpoint, by parts
         self._unsure = False  # a part's COMMIT may have landed unseen: read the rows again
+        self._committed: list[Written] = []  # parts committed since the last checkpoint
         self._lock = threading.Lock()
 
     def applied(self, scn: SCN) -> bool:
@@ -110,23 +111,13 @@ class ParallelWriter:
         todo = [t for t in transactions if t.scn not in self._done]
         parts = split(todo, self.target.table, self.count) if before_commit is None else [todo]
         if len(parts) <= 1:
-            written = self.main.write(todo, row, before_commit, converging)
-            self._settled(row.scn)
-            return written
+            return self._settled(row.scn, self.main.write(todo, row, before_commit, converging))
         conflicts = self.main.conflicts
         if conflicts is not None:
             conflicts.ready_for({(c.schema, c.table) for t in todo for c in t.changes})
-        results = self._run(parts, row, converging)
+        self._run(parts, row, converging)
         effects = self.target.write([], [], row, None)  # the checkpoint moves past the group
-        self._settled(row.scn)
-        for result in results:
-            effects.add(result.effects)
-        return Written(
-            effects,
-            [t for r in results for t in r.conflict_tables],
-            sum(r.replays for r in results),
-            len(results),
-        )
+        return self._settled(row.scn, Written(effects, [], 0))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -139,7 +130,7 @@ class ParallelWriter:
 
     def _run(
         self, parts: list[list[Transaction]], row: CheckpointRow, converging: Converging | None
-    ) -> list[Written]:
+    ) -> None:
         while len(self._workers) < len(parts):
             self._workers.append(self._new_worker())
         if self._pool is None:
@@ -149,16 +140,14 @@ class ParallelWriter:
             self._pool.submit(self._part, index, part, row, done, converging)
             for index, part in enumerate(parts)
         ]
-        results: list[Written] = []
         failure: BaseException | None = None
         for future in futures:
             try:
-                results.append(future.result())
+                future.result()
             except BaseException as exc:  # every part settled first; the first failure wins
                 failure = failure or exc
         if failure is not None:
             raise failure
-        return results
 
     def _part(
         self,
@@ -167,7 +156,7 @@ class ParallelWriter:
         row: CheckpointRow,
         done: frozenset[SCN],
         converging: Converging | None,
-    ) -> Written:
+    ) -> None:
         worker = self._workers[index]
         if worker.forgotten != self.target.forgotten:  # DDL since: definitions read again
             worker.target.forget_tables()
@@ -181,14 +170,23 @@ class ParallelWriter:
             if not isinstance(exc, Exception) or _commit_unsure(exc):
                 self._unsure = True
             raise
-        with self._lock:
+        with self._lock:  # counted with the checkpoint that covers it, whatever comes first
             self._done |= scns
-        return written
+            self._committed.append(written)
 
-    def _settled(self, checkpoint: SCN) -> None:
-        """The checkpoint committed at ``checkpoint``: what parts did up to it is covered."""
+    def _settled(self, checkpoint: SCN, written: Written) -> Written:
+        """The checkpoint committed at ``checkpoint``: what parts committed up to it is covered
+        and counted with it (the parts of an attempt that failed afterwards too)."""
         if self._done:
             self._done = {s for s in self._done if s > checkpoint}
+        with self._lock:
+            parts, self._committed = self._committed, []
+        for part in parts:
+            written.effects.add(part.effects)
+            written.conflict_tables.extend(part.conflict_tables)
+            written.replays += part.replays
+        written.parts += len(parts)
+        return written
 
 
 def _commit_unsure(exc: BaseException) -> bool:

@@ -46,11 +46,13 @@ def write_configs(
     no_primary_key: str = "refuse",
     drc_applied: str = "full",
     transport: str = "stream",
+    channel_extra: str = "",
 ) -> dict[str, Path]:
     """A config per datacenter: capture its own server, apply the other one's stream
     (``tables``: the db.table patterns captured and applied, ``schema.*`` by default;
     ``extra``: more TOML appended to each, e.g. a [conflicts] section; ``drc_applied``: the
-    [replicator] key, ``transport`` the channels' key, each written when not the default)."""
+    [replicator] key, ``transport`` the channels' key, each written when not the default;
+    ``channel_extra``: more keys of each channel, e.g. ``parallel_workers = 3``)."""
     directory.mkdir(parents=True, exist_ok=True)
     patterns = json.dumps(list(tables) if tables is not None else [f"{schema}.*"])
     ports = {s.datacenter: free_port() for s in description.servers}
@@ -72,7 +74,7 @@ tables = {patterns}
 no_primary_key = "{no_primary_key}"
 max_commit_delay_ms = 20
 wait_ms = 200
-{reads}"""
+{reads}{channel_extra}"""
             for peer in peers
         )
         path = directory / f"{server.datacenter}.toml"

@@ -98,16 +98,17 @@ def test_a_crash_between_the_parts_and_the_checkpoint_applies_nothing_twice(
     start = _create(dc1, dc2)
     _workload(dc1, 300, seed=4)
     with serving(dc1, tmp_path / "buf", [f"{SCHEMA}.*"], start) as (_, url):
-        config = channel_config("crash", url, [f"{SCHEMA}.*"], parallel_workers=3)
+        config = channel_config(
+            "crash", url, [f"{SCHEMA}.*"], parallel_workers=3, max_txns_per_commit=60
+        )
         channel = build_channel(config, apply_user(dc2))
         session, writer = channel.target, channel.writer
         checkpoint_writes, run_parts = session.write, writer._run  # type: ignore[attr-defined,union-attr]
         groups: list[int] = []
 
-        def parts(*args: Any) -> Any:
-            done = run_parts(*args)
-            groups.append(len(done))
-            return done
+        def parts(*args: Any) -> None:
+            run_parts(*args)
+            groups.append(len(args[0]))
 
         def write(writes: Any, extra: Any, row: Any, before: Any = None) -> Any:
             if len(groups) == 2:  # the checkpoint after the second group's parts

@@ -30,6 +30,7 @@ import pytest
 from click.testing import CliRunner
 
 from drc.cli.main import cli
+from drc.conflicts import tombstones
 from drc.conflicts.log import decode_row
 from drc.node import Node
 from drc.sandbox.demo import write_configs
@@ -58,15 +59,21 @@ TABLES = (
     "CREATE TABLE res_t (id INT PRIMARY KEY, v VARCHAR(40) NOT NULL, n INT NOT NULL)",
     "CREATE TABLE rsv_t LIKE lww_t",
 )
+TABLE_NAMES = ("lww_t", "res_t", "rsv_t")
 RANDOM_TABLES = ("lww_t", "rsv_t")  # the same workload, under lww and under a resolver
 T0 = 1_900_000_000.0  # scripted clock: far from the real one, so nothing else ties with it
 
 
 class Run:
     def __init__(
-        self, sandbox: SandboxDescription, configs: dict[str, Path], nodes: dict[str, Node]
+        self,
+        sandbox: SandboxDescription,
+        configs: dict[str, Path],
+        nodes: dict[str, Node],
+        workers: int = 1,
     ):
         self.sandbox, self.configs, self.nodes = sandbox, configs, nodes
+        self.workers = workers  # connections each channel writes on
         self.dc1, self.dc2 = sandbox.server("dc1"), sandbox.server("dc2")
 
     def rows(self, server: ServerInfo, table: str) -> list[tuple[Any, ...]]:
@@ -136,17 +143,39 @@ class Run:
         return rows
 
 
-@pytest.fixture(scope="module")
-def run(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+@pytest.fixture(scope="module", params=[1, 3], ids=["one-connection", "parallel"])
+def run(
+    sandbox: SandboxDescription,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[Run]:
+    """Both nodes, their channels on one connection or on three (drc.apply.parallel: the
+    decisions must be the same)."""
     for server in (sandbox.server("dc1"), sandbox.server("dc2")):
         fresh_database(server, SCHEMA, *TABLES)
+        _forget_conflicts(server)
     configs = write_configs(
-        sandbox, tmp_path_factory.mktemp("conflicts"), schema=SCHEMA, extra=CONFLICTS
-    )
+        sandbox, tmp_path_factory.mktemp("conflicts"), schema=SCHEMA, extra=CONFLICTS,
+        channel_extra=f"parallel_workers = {request.param}\n",
+    )  # fmt: skip
     with running_nodes(configs) as nodes:
-        result = Run(sandbox, configs, nodes)
+        result = Run(sandbox, configs, nodes, request.param)
         assert wait_for(lambda: all(_has_trigger(s) for s in (result.dc1, result.dc2)), 30)
         yield result
+
+
+def _forget_conflicts(server: ServerInfo) -> None:
+    """No log entry nor tombstone of this module's tables left by an earlier run."""
+    statements = [f"DROP TABLE IF EXISTS drc.`{tombstones.name(SCHEMA, t)}`" for t in TABLE_NAMES]
+    conn = connect(server)
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("CREATE DATABASE IF NOT EXISTS drc")
+        for statement in statements:
+            cur.execute(statement)
+        if cur.execute("SHOW TABLES FROM drc LIKE 'conflicts'"):
+            cur.execute("DELETE FROM drc.conflicts WHERE schema_name = %s", (SCHEMA,))
+    conn.close()
 
 
 def _has_trigger(server: ServerInfo) -> bool:
@@ -374,6 +403,9 @@ def test_random_interleavings_on_the_same_rows_converge(run: Run) -> None:
     for writer in writers:
         writer.join(timeout=300)
     assert run.converged(120), run.diagnosis()
+    if run.workers > 1:  # some groups did go out in parts
+        parts = [c.stats.parallel_parts for node in run.nodes.values() for c in node.channels]
+        assert sum(parts) > 0, parts
     for table in RANDOM_TABLES:
         assert run.rows(run.dc1, table) == run.rows(run.dc2, table)
         assert run.checksum(run.dc1, table) == run.checksum(run.dc2, table)
