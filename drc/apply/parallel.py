@@ -90,9 +90,7 @@ class ParallelWriter:
 
     def splits(self, transactions: Sequence[Transaction]) -> bool:
         """Whether the group may go out in parts (then the channel reads the lease first)."""
-        return len({t.scn for t in transactions[:2]}) > 1 or (
-            len(transactions) > 2 and transactions[0].scn != transactions[-1].scn
-        )
+        return len(transactions) > 1 and transactions[0].scn != transactions[-1].scn
 
     def write(
         self,
@@ -109,10 +107,17 @@ class ParallelWriter:
             self._done |= applied_set.beyond(rows, SCN.zero())
             self._unsure = False
         todo = [t for t in transactions if t.scn not in self._done]
-        parts = split(todo, self.target.table, self.count) if before_commit is None else [todo]
-        if len(parts) <= 1:
+        if before_commit is not None or not self.splits(todo):
             return self._settled(row.scn, self.main.write(todo, row, before_commit, converging))
-        conflicts = self.main.conflicts
+        # The channel's session holds the lease while the parts run: it must hold no lock a
+        # part may queue for (a table's metadata lock, behind an ALTER waiting for it), so the
+        # tables are read and set up on the first part's session, which then writes its part.
+        first = self._worker(0)
+        parts = split(todo, first.target.table, self.count)
+        if len(parts) <= 1:
+            first.target.recover(_Done())  # nothing written there: the reads let go
+            return self._settled(row.scn, self.main.write(todo, row, before_commit, converging))
+        conflicts = first.writer.conflicts
         if conflicts is not None:
             conflicts.ready_for({(c.schema, c.table) for t in todo for c in t.changes})
         self._run(parts, row, converging)
@@ -131,8 +136,8 @@ class ParallelWriter:
     def _run(
         self, parts: list[list[Transaction]], row: CheckpointRow, converging: Converging | None
     ) -> None:
-        while len(self._workers) < len(parts):
-            self._workers.append(self._new_worker())
+        for index in range(len(parts)):
+            self._worker(index)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.count, thread_name_prefix=f"apply-{self.channel}")
         done = frozenset(self._done)
@@ -149,6 +154,15 @@ class ParallelWriter:
         if failure is not None:
             raise failure
 
+    def _worker(self, index: int) -> Worker:
+        while len(self._workers) <= index:
+            self._workers.append(self._new_worker())
+        worker = self._workers[index]
+        if worker.forgotten != self.target.forgotten:  # DDL since: definitions read again
+            worker.target.forget_tables()
+            worker.forgotten = self.target.forgotten
+        return worker
+
     def _part(
         self,
         index: int,
@@ -158,9 +172,6 @@ class ParallelWriter:
         converging: Converging | None,
     ) -> None:
         worker = self._workers[index]
-        if worker.forgotten != self.target.forgotten:  # DDL since: definitions read again
-            worker.target.forget_tables()
-            worker.forgotten = self.target.forgotten
         scns = frozenset(t.scn for t in part)
         marker = PartRow(self.channel, index, row.scn, done | scns)
         try:
@@ -192,3 +203,7 @@ class ParallelWriter:
 def _commit_unsure(exc: BaseException) -> bool:
     """A lost connection may have lost the reply to a COMMIT that landed."""
     return isinstance(exc, TargetUnavailableError)
+
+
+class _Done(Exception):
+    """Passed to a session's recover(): roll back what was only read."""

@@ -24,7 +24,7 @@ from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
-from tests.support.servers import connect, execute, query
+from tests.support.servers import connect, drop_everywhere, execute, query
 
 SCHEMA = "bidi_db"
 TXNS_PER_SIDE = 400
@@ -98,11 +98,15 @@ def _stored_changes(node: Node) -> dict[bool, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 3], ids=["one-connection", "parallel"])
 def test_concurrent_disjoint_writes_converge_and_cross_exactly_once(
-    sandbox: SandboxDescription, tmp_path: Path
+    sandbox: SandboxDescription, tmp_path: Path, workers: int
 ) -> None:
     dc1, dc2 = sandbox.server("dc1"), sandbox.server("dc2")
-    configs = write_configs(sandbox, tmp_path, schema=SCHEMA)
+    drop_everywhere(SCHEMA, dc1, dc2)
+    configs = write_configs(
+        sandbox, tmp_path, schema=SCHEMA, channel_extra=f"parallel_workers = {workers}\n"
+    )
     stop = threading.Event()
     nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
     try:
@@ -155,3 +159,5 @@ def test_concurrent_disjoint_writes_converge_and_cross_exactly_once(
     assert captured["dc1"][False] > TXNS_PER_SIDE and captured["dc2"][False] > TXNS_PER_SIDE
     for stats in channels.values():
         assert stats.duplicate_inserts == stats.missing_updates == stats.missing_deletes == 0
+    if workers > 1:  # some groups went out in parts
+        assert sum(stats.parallel_parts for stats in channels.values()) > 0

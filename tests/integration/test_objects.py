@@ -155,6 +155,8 @@ def test_trigger_effect_is_not_doubled(sandbox: SandboxDescription, nodes: dict[
     assert _show(dc2, "trigger", "tt_upd") == _show(dc1, "trigger", "tt_upd")
     assert wait_for(lambda: _same_on(dc2, dc1, "trigger", "tt_ins"), 30)
     _run(dc1, *(f"INSERT INTO tt VALUES ({i}, 0)" for i in range(1, 6)), database=SCHEMA)
+    count = f"SELECT COUNT(*) FROM {SCHEMA}.tt"
+    assert wait_for(lambda: _query(dc2, count) == [(5,)], 30)  # dc2 updates rows it has
     _run(dc2, *(f"UPDATE tt SET v = 1 WHERE id = {i}" for i in (1, 2)), database=SCHEMA)
     _run(dc1, "UPDATE tt SET v = 2 WHERE id = 3", database=SCHEMA)
 
