@@ -13,6 +13,9 @@ The copies are compared with CHECKSUM TABLE afterwards. Usage:
 
     python bench/bench_apply.py [--bulk-rows 200000] [--sysbench-seconds 15] [--quick]
 
+``--parallel N`` adds a DRC run with ``parallel_workers = N`` and native replication with
+``slave_parallel_threads = N`` (same starting rows, same binlog range).
+
 ``--trees A,B --rounds N`` compares source trees (e.g. a worktree of an older commit) on one
 captured sysbench workload instead: the grouped apply N times per tree, alternating, each run's
 apply process importing drc from its tree (PYTHONPATH); one workload takes away the
@@ -207,17 +210,22 @@ def drc_apply(
     return elapsed
 
 
-# One DRC run of a workload: its label, grouping, and the tree its apply imports (None: this)
-Run = tuple[str, bool, str | None]
+# One DRC run of a workload: its label, grouping, the tree its apply imports (None: this) and
+# its parallel_workers
+Run = tuple[str, bool, str | None, int]
 DEFAULT_RUNS: list[Run] = [
-    ("DRC apply, grouped (max_txns_per_commit=500)", True, None),
-    ("DRC apply, one source txn per target txn", False, None),
+    ("DRC apply, grouped (max_txns_per_commit=500)", True, None, 1),
+    ("DRC apply, one source txn per target txn", False, None, 1),
 ]
 
 
 def tree_runs(trees: list[str], rounds: int) -> list[Run]:
-    return [(f"DRC apply, grouped, {tree} (round {n + 1})", True, tree)
+    return [(f"DRC apply, grouped, {tree} (round {n + 1})", True, tree, 1)
             for n in range(rounds) for tree in trees]  # fmt: skip
+
+
+def parallel_runs(workers: int) -> list[Run]:
+    return [(f"DRC apply, grouped, parallel_workers={workers}", True, None, workers)]
 
 
 def run_workload(
@@ -228,22 +236,32 @@ def run_workload(
     write,
     workdir: Path,
     runs: list[Run] = DEFAULT_RUNS,
+    native_threads: int = 0,
 ) -> list[str]:
+    """``native_threads``: native replication also with that many parallel workers, from the
+    same starting rows."""
     before = position(dc1)
     native_replication(dc1, dc2, _first_binlog(dc1), before)  # dc2 holds the starting rows
     copy_schema(dc2, schema, f"{schema}_start")
     write()
     end = position(dc1)
     txns, rows, _ = count_transactions(dc1, before, end)
-    native_s = native_replication(dc1, dc2, before, end)
+    one_thread = native_replication(dc1, dc2, before, end)
+    natives = [("native MariaDB replication (1 SQL thread)", one_thread)]
+    if native_threads:
+        copy_schema(dc2, f"{schema}_start", schema)
+        seconds = native_replication(dc1, dc2, before, end, threads=native_threads)
+        natives.append((f"native, slave_parallel_threads={native_threads}", seconds))
+    native_s = natives[0][1]
     served = Served(dc1, before, workdir / f"buffer-{schema}")
     results: list[tuple[str, tuple[float, bool]]] = []
     try:
         served.wait_for(end)
-        for n, (label, grouping, tree) in enumerate(runs):
+        for n, (label, grouping, tree, workers) in enumerate(runs):
             copy_schema(dc2, f"{schema}_start", f"{schema}_drc")
+            extra = f"parallel_workers = {workers}\n" if workers > 1 else ""
             seconds = drc_apply(dc2, served.api.url, schema, end, workdir, grouping,
-                                label=f"run{n}", pythonpath=tree)  # fmt: skip
+                                label=f"run{n}", extra_toml=extra, pythonpath=tree)  # fmt: skip
             same = checksums(dc1, schema) == checksums(dc2, f"{schema}_drc")
             results.append((label, (seconds, same)))
             print(f"{label}: {txns / seconds:,.0f} txn/s", file=sys.stderr, flush=True)
@@ -254,10 +272,7 @@ def run_workload(
         "| system | seconds | txn/s | rows/s | vs native | result = source |",
         "| --- | ---: | ---: | ---: | ---: | --- |",
     ]
-    for label, (seconds, same) in [
-        ("native MariaDB replication (1 SQL thread)", (native_s, True)),
-        *results,
-    ]:
+    for label, (seconds, same) in [*((n, (s, True)) for n, s in natives), *results]:
         lines.append(
             f"| {label} | {seconds:.2f} | {txns / seconds:,.0f} | {rows / seconds:,.0f} "
             f"| {native_s / seconds:.2f}x | {'yes' if same else 'NO'} |"
@@ -276,6 +291,9 @@ def main() -> None:
     parser.add_argument("--profile", metavar="DIR", help="py-spy each drc.apply run into DIR")
     parser.add_argument("--trees", help="comma-separated source trees to compare (sysbench only)")
     parser.add_argument("--rounds", type=int, default=3, help="runs per tree with --trees")
+    parser.add_argument("--parallel", type=int, default=0, metavar="N",
+                        help="also DRC with parallel_workers=N and native with "
+                        "slave_parallel_threads=N")  # fmt: skip
     args = parser.parse_args()
     global PROFILE_DIR
     PROFILE_DIR = Path(args.profile) if args.profile else None
@@ -287,17 +305,20 @@ def main() -> None:
         dc1, dc2 = start_source(box)
         print(f"# Apply throughput (`python bench/bench_apply.py`, {time.strftime('%Y-%m-%d')})")
         lines: list[str] = []
+        extra = DEFAULT_RUNS + (parallel_runs(args.parallel) if args.parallel > 1 else [])
         if "bulk" in args.workloads and not args.trees:
             lines += run_workload("bulk, 1000-row transactions", dc1, dc2, "bench",
-                                  lambda: bulk_workload(dc1, args.bulk_rows), workdir)  # fmt: skip
+                                  lambda: bulk_workload(dc1, args.bulk_rows), workdir, extra,
+                                  args.parallel)  # fmt: skip
         if "sysbench" in args.workloads or args.trees:
-            runs = DEFAULT_RUNS
+            runs = extra
             if args.trees:
                 runs = tree_runs([str(Path(t).resolve()) for t in args.trees.split(",")],
                                  args.rounds)  # fmt: skip
             lines += run_workload(
                 f"sysbench oltp_write_only, 2 threads, {args.sysbench_seconds}s", dc1, dc2,
                 "sbtest", lambda: sysbench(dc1, "run", args.sysbench_seconds), workdir, runs,
+                args.parallel,
             )  # fmt: skip
         print("\n".join(lines))
     finally:

@@ -110,13 +110,19 @@ def count_transactions(
 
 
 def native_replication(
-    master: ServerInfo, replica: ServerInfo, start: tuple[str, int], end: tuple[str, int]
+    master: ServerInfo,
+    replica: ServerInfo,
+    start: tuple[str, int],
+    end: tuple[str, int],
+    threads: int = 0,
 ) -> float:
-    """Seconds for dc2 (one SQL thread) to apply dc1's binlog from start to end."""
+    """Seconds for dc2 to apply dc1's binlog from start to end: one SQL thread, or ``threads``
+    parallel workers (slave_parallel_threads, the server's slave_parallel_mode)."""
     conn = connect(replica)
     with conn.cursor() as cur:
         cur.execute("STOP SLAVE")
         cur.execute("RESET SLAVE ALL")
+        cur.execute("SET GLOBAL slave_parallel_threads = %s", (threads,))
         cur.execute(
             "CHANGE MASTER TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, MASTER_PASSWORD=%s, "
             "MASTER_LOG_FILE=%s, MASTER_LOG_POS=%s, MASTER_USE_GTID=no",
@@ -136,6 +142,7 @@ def native_replication(
                 break
             time.sleep(0.01)
         cur.execute("STOP SLAVE")
+        cur.execute("SET GLOBAL slave_parallel_threads = 0")
     conn.close()
     return elapsed
 
