@@ -16,6 +16,7 @@ from drc.cli.main import cli
 from drc.sandbox.sandbox import Sandbox, SandboxDescription
 from drc.sandbox.spark import SparkInfo, alive_workers, running
 from drc.spark.session import build_session
+from tests.support.tools import require_compiled_build
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +43,29 @@ def test_a_trivial_job_runs_in_local_mode() -> None:
         assert trivial_job(spark) == (499500, 328350)
     finally:
         spark.stop()
+
+
+def _hot_path_of_this_worker(_: Any) -> list[tuple[str, bool]]:
+    """In an executor's Python worker: whether the catch-up's decoder and codec (what
+    drc.catchup.executor imports) loaded compiled."""
+    import importlib
+
+    from drc import native
+
+    names = ("drc.core.codec", "drc.core.value_codec", "drc.replicator.binlog.rows")
+    return [(n, native.is_compiled(importlib.import_module(n))) for n in names]
+
+
+def test_executors_decode_with_the_compiled_hot_path() -> None:
+    """The catch-up's executors use the driver's hot path (issue 26: the same compiled
+    decoder as streaming), not the pure modules."""
+    require_compiled_build()
+    spark = build_session("local[2]", "drc-test-native")
+    try:
+        found = spark.sparkContext.parallelize(range(2), 2).map(_hot_path_of_this_worker).collect()
+    finally:
+        spark.stop()
+    assert found and all(compiled for worker in found for _, compiled in worker), found
 
 
 @pytest.mark.slow
