@@ -65,6 +65,10 @@ def select(channel: str) -> Statement:
     return Statement(f"SELECT `through`, `scns` FROM {_TABLE} WHERE `channel` = %s", (channel,))
 
 
+def delete(channel: str) -> Statement:
+    return Statement(f"DELETE FROM {_TABLE} WHERE `channel` = %s", (channel,))
+
+
 def beyond(rows: Iterable[tuple[object, ...]], checkpoint: SCN) -> set[SCN]:
     """The SCNs committed beyond ``checkpoint``, from the channel's rows (:func:`select`)."""
     found: set[SCN] = set()

@@ -374,7 +374,8 @@ class ApplyChannel:
         """Move the checkpoint to ``position`` and record ``entry`` (drc.apply.audit), in one
         transaction: a rewind or a skip."""
         row = CheckpointRow(self.name, position, self.channel.origin, None, None)
-        self._retrying(lambda: self.target.write([], [entry], row))
+        extra = [entry, *(self.writer.rewound() if position < self._applied else ())]
+        self._retrying(lambda: self.target.write([], extra, row))
         self._applied = position
         self.stats.last_scn = position
 

@@ -39,6 +39,7 @@ from drc.apply.writer import GroupWriter, Written
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.core.target_errors import TargetUnavailableError
+from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,12 @@ class ParallelWriter:
         """Whether a part committed the source transaction ``scn`` beyond the checkpoint."""
         return scn in self._done
 
+    def rewound(self) -> list[Statement]:
+        """A rewind moves the checkpoint back: what parts committed beyond the old one is
+        applied again, so their rows go, in the rewind's transaction (returned)."""
+        self._done = set()
+        return [applied_set.delete(self.channel)]
+
     def recover(self, checkpoint: SCN) -> None:
         """On start, after the checkpoint was read: the transactions a group left half-written
         committed beyond it (drc.apply.applied_set)."""
@@ -87,6 +94,11 @@ class ParallelWriter:
                 "parallel group before a stop; they are skipped", self.channel,
                 len(self._done), checkpoint,
             )  # fmt: skip
+
+    def half_written(self) -> bool:
+        """Whether parts committed transactions beyond the checkpoint (a group a stop left
+        half-written): a catch-up starting from the checkpoint would apply them again."""
+        return bool(self._done)
 
     def splits(self, transactions: Sequence[Transaction]) -> bool:
         """Whether the group may go out in parts (then the channel reads the lease first)."""

@@ -24,6 +24,7 @@ from drc.conflicts.probes import Observed
 from drc.conflicts.target import ConflictTarget
 from drc.core.events import Transaction
 from drc.core.scn import SCN
+from drc.mysql.sql import Statement
 
 
 @dataclass(slots=True)
@@ -82,6 +83,14 @@ class GroupWriter:
 
     def recover(self, checkpoint: SCN) -> None:
         """On start, after the checkpoint was read: nothing committed beyond it, here."""
+
+    def rewound(self) -> list[Statement]:
+        """What a rewind also writes: nothing, here."""
+        return []
+
+    def half_written(self) -> bool:
+        """Whether transactions beyond the checkpoint were committed already: never, here."""
+        return False
 
     def splits(self, transactions: Sequence[Transaction]) -> bool:
         """Whether a group may go out in parts: never, here."""

@@ -186,6 +186,12 @@ def _run(
     to, partitions, batch_changes = plan.to, plan.partitions, plan.batch_changes
     started = time.monotonic()
     start = streaming.open()  # the checkpoint, read under the lease
+    if streaming.writer.half_written():  # it would apply those transactions a second time
+        raise CatchupError(
+            f"channel {where.channel.name} left a parallel group half-written beyond its "
+            f"checkpoint {start} (drc.applied_parts): start the channel once (`drc run`) so "
+            "it finishes that group, then run the catch-up again"
+        )
     session = TargetSession(where.settings)
     try:
         session.run_setup(journal.create_statements(), "creating the catch-up tables")

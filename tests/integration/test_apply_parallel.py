@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from drc.apply import audit
 from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import Running, apply_user, assert_same, channel_config, serving
@@ -124,6 +125,11 @@ def test_a_crash_between_the_parts_and_the_checkpoint_applies_nothing_twice(
         assert crashed.stats.parallel_parts > 0
         half = query(dc2, f"SELECT COUNT(*) FROM {SCHEMA}.t")[0][0]
 
+        reopened = build_channel(config, apply_user(dc2))
+        checkpoint = reopened.open()
+        assert reopened.writer.half_written()  # a catch-up now would apply them again
+        reopened.target.close()
+
         with Running(build_channel(config, apply_user(dc2))) as running:
             wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running)
         assert running.error is None
@@ -131,3 +137,11 @@ def test_a_crash_between_the_parts_and_the_checkpoint_applies_nothing_twice(
         assert running.channel._idempotency.dropped > 0  # the parts' transactions, skipped
     assert half > 20
     assert_same(dc1, dc2, SCHEMA)
+
+    # A rewind to before the half-written group applies its transactions again: their rows in
+    # drc.applied_parts go with the rewind, or the replay would skip them.
+    rewinding = build_channel(config, apply_user(dc2))
+    rewinding.open()
+    rewinding.move_to(checkpoint, audit.record("crash", "rewind", "test", "", {}))
+    rewinding.target.close()
+    assert query(dc2, "SELECT COUNT(*) FROM drc.applied_parts WHERE channel = 'crash'") == [(0,)]
