@@ -125,13 +125,17 @@ class ParallelWriter:
         # part may queue for (a table's metadata lock, behind an ALTER waiting for it), so the
         # tables are read and set up on the first part's session, which then writes its part.
         first = self._worker(0)
-        parts = split(todo, first.target.table, self.count)
+        try:
+            parts = split(todo, first.target.table, self.count)
+            if len(parts) > 1 and first.writer.conflicts is not None:
+                tables = {(c.schema, c.table) for t in todo for c in t.changes}
+                first.writer.conflicts.ready_for(tables)
+        except BaseException as exc:
+            first.target.recover(exc)  # its reads hold metadata locks a DDL would wait for
+            raise
         if len(parts) <= 1:
             first.target.recover(_Done())  # nothing written there: the reads let go
             return self._settled(row.scn, self.main.write(todo, row, before_commit, converging))
-        conflicts = first.writer.conflicts
-        if conflicts is not None:
-            conflicts.ready_for({(c.schema, c.table) for t in todo for c in t.changes})
         self._run(parts, row, converging)
         effects = self.target.write([], [], row, None)  # the checkpoint moves past the group
         return self._settled(row.scn, Written(effects, [], 0))
