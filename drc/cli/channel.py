@@ -56,9 +56,28 @@ def list_(url: str, token: str | None, ca: Any, cert: Any, key: Any, fmt: str) -
         lag = ch.get("lag_seconds")
         lag_text = "-" if lag is None else f"{lag:.1f}s"
         click.echo(f"{ch['name']}: {ch.get('state', '?')}, lag {lag_text}, at {ch.get('last_scn')}")
+        counts = ", ".join(
+            f"{ch[key]:,} {label}"
+            for key, label in (("transactions", "transactions"), ("conflicts", "conflicts"),
+                               ("replays", "replays"), ("idempotent_fixes", "idempotent fixes"))
+            if isinstance(ch.get(key), int)
+        )  # fmt: skip
+        if counts:
+            click.echo(f"  {counts}")
         stopped = ch.get("stopped_at")
         if stopped:
             click.echo(f"  stopped at {stopped['scn']}: {stopped['error']}")
+            tables = stopped.get("tables") or {}
+            if tables:
+                listed = ", ".join(f"{t} ({n} change{'s' * (n != 1)})" for t, n in tables.items())
+                click.echo(f"  tables: {listed}")
+            for key in stopped.get("keys") or ():
+                click.echo(f"  row: {key}")
+            name = ch["name"]
+            click.echo(
+                f"  continue with `drc channel resume {name}` (after fixing the cause), "
+                f"`drc channel skip {name}` or `drc channel rewind {name} --to SCN`"
+            )
 
 
 @channel.command()

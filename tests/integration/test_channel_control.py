@@ -119,6 +119,9 @@ def test_a_stopped_channel_shows_its_transaction_and_skip_continues_after_it(run
     assert wait_for(lambda: run.channel()["state"] == "stopped", 30), run.channel()
     stopped = run.channel()["stopped_at"]
     assert stopped["tables"] == {f"{SCHEMA}.t": 1} and "extra" in stopped["error"]
+    shown = run.cli("list")  # what an operator reads: where, what, and how to go on
+    assert f"stopped at {stopped['scn']}" in shown and f"tables: {SCHEMA}.t (1 change)" in shown
+    assert "row: " in shown and "`drc channel skip from-dc2`" in shown, shown
     refused = CliRunner().invoke(
         cli, ["channel", "skip", "from-dc2", "--api", run.api], input="n\n"
     )
@@ -159,6 +162,7 @@ def test_rewind_replays_to_equal_rows_and_logs_no_conflict(run: Run) -> None:
     assert _rows(run.dc1, "t") == _rows(run.dc2, "t")
     assert _sql(run.dc1, "SELECT COUNT(*) FROM drc.conflicts")[0][0] == conflicts_before
     assert run.channel()["replays"] > 0
+    assert f"{run.channel()['replays']:,} replays" in run.cli("list")
 
     run.cli("rewind", "from-dc2", "--to-time", "2000-01-01 00:00", "--yes")  # all it holds
     _sql(run.dc2, "INSERT INTO t VALUES (21, 'after the second rewind', NULL)")
