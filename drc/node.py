@@ -120,14 +120,17 @@ class Node:
             if any(c.verify is not None for c in self.config.channels):  # not a component either
                 self.verifier = PeriodicVerify(self.config, self._channel_state).start(stop)
         desk = build_desk(self.config, self.channels, self._report) if self.channels else None
+        # What status shows of each channel: its report, and from the desk where a stop
+        # happened, what continues it and the last action an operator took.
+        shown = self.channel_status if desk is None else desk.channels
         if self.service is not None:
             self.service.protection = self.protection
-            self.service.channels = self.channel_status
+            self.service.channels = shown
             self.service.failures = self.failures
             self.service.desk = desk
         else:
             self.apply_api = build_apply_api(
-                self.config, self.channel_status, self.failures, self.protection, desk
+                self.config, shown, self.failures, self.protection, desk
             ).start()
 
     def _spawn(

@@ -19,9 +19,13 @@ applied SCN), ``last_error`` (only while stopped), ``last_stop`` (``{"at": Unix 
 "error"}`` of the newest stop, kept once a skip, resume or rewind continued the channel), and
 the counters (drc.apply.stats.ApplyStats): ``ddl`` statements run,
 ``ddl_skipped`` statements left out (account statements, object kinds not in the channel's
-``objects``, DDL on mapped tables). A channel with ``[channels.verify]`` also has ``verify``:
-its periodic verify (drc.verify.schedule: state, runs by result, the last run's times, error
-and per-table rows and differences, the next run's time).
+``objects``, DDL on mapped tables), ``parallel_parts`` (parts of groups written on several
+connections, ``parallel_workers``). Where the process runs channels, the desk's fields too
+(drc.apply.desk): ``stopped_at`` (SCN, error, tables, rows of the transaction a stopped channel
+stopped at), ``pause_at``, ``replay_until`` and ``last_action`` (the newest audited action:
+``action``, ``actor``, ``reason``, ``at`` in UTC). A channel with ``[channels.verify]`` also
+has ``verify``: its periodic verify (drc.verify.schedule: state, runs by result, the last
+run's times, error and per-table rows and differences, the next run's time).
 
 A ``drc run --role apply`` process has no buffer: ``buffer``, ``lag`` and ``capture`` are null.
 ``hot_path``: whether the compiled decoder and codec run (drc.native: ``compiled``, the

@@ -10,6 +10,7 @@ the audit rows of actions done at once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -19,9 +20,12 @@ from drc.apply.actions import AtDesk, asked, offered
 from drc.apply.channel import ApplyChannel
 from drc.apply.control import Request
 from drc.apply.target import Target
+from drc.core.errors import DrcError
 from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)
+
+LAST_ACTION_TTL_S = 5.0  # how long the channels' last audited actions are shown as read
 
 
 class RemoteLookup:
@@ -45,6 +49,7 @@ class ChannelsDesk:
         self._session = session
         self._remote = remote
         self._report = report
+        self._last: tuple[float, dict[str, Any]] = (-LAST_ACTION_TTL_S, {})  # read at, by name
 
     def channels(self) -> list[dict[str, Any]]:
         out = []
@@ -56,8 +61,29 @@ class ChannelsDesk:
             entry["replay_until"] = (
                 None if control.replay_until is None else str(control.replay_until)
             )
+            entry["last_action"] = self._last_actions().get(channel.name)
             out.append(entry)
         return out
+
+    def _last_actions(self) -> dict[str, Any]:
+        """Each channel's newest audited action (who paused, skipped, rewound...), read again
+        at most every LAST_ACTION_TTL_S: status pages ask every few seconds. A target that
+        cannot answer leaves it out, not the status."""
+        read_at, found = self._last
+        now = time.monotonic()
+        if now - read_at < LAST_ACTION_TTL_S:
+            return found
+        found = {}
+        try:
+            for name in self._channels:
+                entries = self.history(name, 1)
+                if entries:
+                    last = entries[0]
+                    found[name] = {k: last[k] for k in ("action", "actor", "reason", "at")}
+        except DrcError as exc:
+            log.debug("the channels' last actions are not shown: %s", exc)
+        self._last = (now, found)
+        return found
 
     def history(self, name: str, limit: int) -> list[dict[str, Any]]:
         session = self._session()
@@ -93,3 +119,4 @@ class ChannelsDesk:
             session.commit()
         finally:
             session.close()
+        self._last = (-LAST_ACTION_TTL_S, {})  # shown on the next status

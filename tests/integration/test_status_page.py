@@ -16,7 +16,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
+from drc.cli.main import cli
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
@@ -89,6 +91,11 @@ def test_status_page_shows_both_datacenters_and_each_channels_lag(
         policy = page.headers["content-security-policy"]
         assert "default-src 'none'" in policy and "script-src 'self';" in policy
 
+        paused = CliRunner().invoke(
+            cli, ["channel", "pause", "from-dc2", "--api", url, "--reason", "page check"]
+        )
+        assert paused.exit_code == 0, paused.output
+
         artifacts = Path(os.environ.get("DRC_ARTIFACTS", tmp_path))
         artifacts.mkdir(parents=True, exist_ok=True)
         dom = _render(f"{url}/ui", tmp_path, "--dump-dom")
@@ -109,7 +116,13 @@ def test_status_page_shows_both_datacenters_and_each_channels_lag(
         for chunk in dom.split('<div class="card channel" ')[1:]
     }
     assert set(cards) == {("from-dc2", "dc1"), ("from-dc1", "dc2")}, dom[:3000]
+    assert 'class="state ok">running<' in cards[("from-dc1", "dc2")]
+    paused_card = cards[("from-dc2", "dc1")]
+    assert 'class="state warn">paused<' in paused_card
+    # Who did what last, in UTC, with the reason given.
+    assert re.search(r"last action: pause by open at [\d-]+ [\d:]+ UTC \(page check\)", paused_card)
+    assert re.search(r"updated <span id=\"updated\">[\d-]+ [\d:]+ UTC</span>", dom), dom[:500]
     for card in cards.values():
-        assert 'class="state ok">running<' in card
         assert re.search(r'<span class="lag">[\d.]+ s</span>', card), card
+        assert re.search(r'class="muted scale"> 0\u2013[\d.]+ s, 3 min<', card), card
         assert (artifacts / "status-page.png").stat().st_size > 10_000

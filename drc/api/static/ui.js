@@ -23,6 +23,7 @@ async function get(path) {
   if (!response.ok) throw new Error(path + ": HTTP " + response.status);
   return response.json();
 }
+function utc(date) { return date.toISOString().replace("T", " ").slice(0, 19) + " UTC"; }
 function seconds(value) { return value === null || value === undefined ? "-" : Number(value).toFixed(1) + " s"; }
 function channelLag(ch) { return ch.lag_seconds ?? (ch.lag && ch.lag.seconds) ?? null; }
 function stateClass(state) {
@@ -34,15 +35,28 @@ function spark(points) {
   svg.setAttribute("class", "spark");
   svg.setAttribute("viewBox", "0 0 120 28");
   const values = points.map(p => p.lag).filter(v => v !== null);
+  const max = Math.max(1, ...values);
   if (values.length > 1) {
-    const max = Math.max(1, ...values);
     const line = document.createElementNS(svg.namespaceURI, "polyline");
     line.setAttribute("points", values.map((v, i) =>
       (i * 120 / (values.length - 1)).toFixed(1) + "," + (27 - v / max * 26).toFixed(1)).join(" "));
     svg.append(line);
   }
   svg.append(Object.assign(document.createElementNS(svg.namespaceURI, "title"), {textContent: "lag, last 3 minutes"}));
-  return svg;
+  // The scale: the chart's top is the highest lag shown (at least 1 s), its bottom 0 s.
+  return el("span", {class: "chart"}, svg, el("span", {class: "muted scale"}, " 0\u2013" + max.toFixed(1) + " s, 3 min"));
+}
+function stoppedDetails(name, stopped) {
+  const box = el("div", {class: "stopped"});
+  box.append(el("div", {class: "error"}, "stopped at " + (stopped.scn || "-") + ": " + stopped.error));
+  const tables = Object.entries(stopped.tables || {}).map(([t, n]) => t + " (" + n + ")").join(", ");
+  if (tables) box.append(el("div", {class: "muted"}, "tables: " + tables));
+  for (const key of stopped.keys || []) box.append(el("div", {class: "muted"}, "row: " + key));
+  box.append(el("div", {class: "muted"}, "continue: ",
+    el("code", {}, "drc channel resume " + name), " (after a fix), ",
+    el("code", {}, "drc channel skip " + name), " or ",
+    el("code", {}, "drc channel rewind " + name + " --to SCN")));
+  return box;
 }
 function replicatorCard(url, status, error) {
   const card = el("div", {class: "card replicator", "data-url": url});
@@ -86,8 +100,12 @@ function channelCard(dc, ch, now) {
     ]));
   const perTable = ch.conflicts_by_table || {};
   for (const [table, count] of Object.entries(perTable)) card.append(el("div", {class: "muted"}, table + ": " + count + " conflicts"));
-  if (ch.last_error) card.append(el("div", {class: "error"}, ch.last_error));
-  else if (ch.last_stop) card.append(el("div", {class: "muted last-stop"}, "last stop " + new Date(ch.last_stop.at * 1000).toLocaleString() + ": " + ch.last_stop.error));
+  if (ch.stopped_at) card.append(stoppedDetails(ch.name, ch.stopped_at));
+  else if (ch.last_error) card.append(el("div", {class: "error"}, ch.last_error));
+  else if (ch.last_stop) card.append(el("div", {class: "muted last-stop"}, "last stop " + utc(new Date(ch.last_stop.at * 1000)) + ": " + ch.last_stop.error));
+  const action = ch.last_action;
+  if (action) card.append(el("div", {class: "muted last-action"}, "last action: " + action.action + " by " + action.actor +
+    " at " + String(action.at).replace("T", " ").slice(0, 19) + " UTC" + (action.reason ? " (" + action.reason + ")" : "")));
   return card;
 }
 async function refresh() {
@@ -125,7 +143,7 @@ async function refresh() {
   }
   document.getElementById("datacenters").replaceChildren(...dcs);
   document.getElementById("channels").replaceChildren(...channels);
-  document.getElementById("updated").textContent = new Date(now).toLocaleTimeString();
+  document.getElementById("updated").textContent = utc(new Date(now));
 }
 document.getElementById("auth").addEventListener("submit", event => {
   event.preventDefault();
