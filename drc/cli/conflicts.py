@@ -1,8 +1,9 @@
-"""``drc conflicts list|show|stats``: read the conflict log (drc.conflicts) on a target database.
+"""``drc conflicts list|show|stats``: read the conflict log (drc.conflicts) on a target database
+(``resolve``, which writes, is drc.cli.conflicts_resolve).
 
-Read-only. The connection is the datacenter's target from ``--config`` ([target], else [source]);
-its password never appears in output or errors. drc.apply (pymysql, httpx) is imported lazily so
-``drc --help`` does not load pymysql. Times are UTC.
+These read only. The connection is the datacenter's target from ``--config`` ([target], else
+[source]); its password never appears in output or errors. drc.apply (pymysql, httpx) is
+imported lazily so ``drc --help`` does not load pymysql. Times are UTC.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def conflicts() -> None:
 @stacked(config_option, _since, _format)
 @click.option("--channel", default=None, help="Only conflicts of this apply channel.")
 @click.option("--table", type=TABLE_NAME, default=None, metavar="DB.TABLE", help="Only this table.")
+@click.option("--policy", default=None, help="Only conflicts this policy decided (lww, ...).")
 @range_option("--limit", 50, 1, help="Show at most N (the newest).")
 def list_command(
     config_path: str,
@@ -103,6 +105,7 @@ def list_command(
     fmt: str,
     channel: str | None,
     table: tuple[str, str] | None,
+    policy: str | None,
     limit: int,
 ) -> None:
     """One line per logged conflict, newest first.
@@ -113,11 +116,14 @@ def list_command(
     from drc.conflicts.log import list_conflicts
 
     with _target(config_path) as session:
-        found = list_conflicts(session, channel=channel, table=table, since=since, limit=limit)
+        found = list_conflicts(
+            session, channel=channel, table=table, since=since, limit=limit, policy=policy
+        )
     if fmt == "json":
         _echo_json([conflict_json(c) for c in found])
     elif not found:
-        click.echo("no conflicts match" if channel or table or since else "no conflicts recorded")
+        filtered = channel or table or since or policy
+        click.echo("no conflicts match" if filtered else "no conflicts recorded")
     else:
         for line in list_lines(found):
             click.echo(line)
@@ -133,18 +139,23 @@ def show(config_path: str, fmt: str, conflict_id: int) -> None:
     row the target holds now. `*` marks a column whose local value differs from an incoming
     image (highlighted on a terminal). Exits 1 if there is no conflict ID.
     """
+    from drc.conflicts.followup import resolutions
     from drc.conflicts.log import get_conflict
 
     with _target(config_path) as session:
         found = get_conflict(session, conflict_id)
+        resolved = resolutions(session, conflict_id) if found is not None else []
     if found is None:
         raise click.ClickException(f"no conflict with id {conflict_id} on this target")
     if fmt == "json":
-        _echo_json(conflict_json(found))
+        _echo_json({**conflict_json(found), "resolutions": [r.as_dict() for r in resolved]})
         return
     color = sys.stdout.isatty()  # piped: plain text
     for line in show_lines(found, color=color):
         click.echo(line)
+    for r in resolved:
+        note = f" ({r.reason})" if r.reason else ""
+        click.echo(f"resolved: took {r.taken}, by {r.actor} at {_time(r.at)}{note}")
 
 
 @conflicts.command("stats")

@@ -12,6 +12,7 @@ from drc.cli.catchup import catchup
 from drc.cli.channel import channel
 from drc.cli.config import config
 from drc.cli.conflicts import conflicts
+from drc.cli.conflicts_resolve import resolve as _resolve  # noqa: F401  (registers it)
 from drc.cli.demo import demo
 from drc.cli.replicator import replicator
 from drc.cli.run import run

@@ -246,13 +246,17 @@ def list_conflicts(
     table: str | tuple[str, str] | None = None,
     since: dt.datetime | None = None,
     limit: int = 50,
+    policy: str | None = None,
 ) -> list[StoredConflict]:
-    """Logged conflicts, newest first, filtered by channel, table ("db.t" or (db, t)) and
-    detection time (``since``: naive = UTC); at most ``limit``."""
+    """Logged conflicts, newest first, filtered by channel, table ("db.t" or (db, t)),
+    policy and detection time (``since``: naive = UTC); at most ``limit``."""
     where, params = _filters(since)
     if channel is not None:
         where.append("`channel` = %s")
         params.append(channel)
+    if policy is not None:
+        where.append("`policy` = %s")
+        params.append(policy)
     if table is not None:
         schema, name = table if isinstance(table, tuple) else _split(table)
         where.append("`schema_name` = %s AND `table_name` = %s")

@@ -474,3 +474,40 @@ def test_conflicts_list_and_show_display_the_run(run: Run) -> None:
     assert "updated_at" in shown.output and "*" in shown.output
     stats = runner.invoke(cli, ["conflicts", "stats", "--config", config])
     assert stats.exit_code == 0 and "lww" in stats.output and "resolver" in stats.output
+
+
+def test_resolve_takes_one_side_on_every_datacenter_and_records_who(run: Run) -> None:
+    ins = "INSERT INTO lww_t (id, v, n) VALUES (%s, %s, %s)"
+    now = time.time()  # the present: the resolution's fresh timestamp must be the newest
+    clash(run, "lww_t", 1201, sql(ins, 1201, "dc1", 1), sql(ins, 1201, "dc2", 2),
+          at=(now - 2, now - 1))  # fmt: skip
+    assert run.converged(), run.diagnosis()
+    assert run.rows(run.dc1, "lww_t") == run.rows(run.dc2, "lww_t")
+    entry = next(e for e in run.conflicts(run.dc1) if e["key"] == {"id": 1201})
+    assert entry["decision"] == "incoming"  # dc2's row won: dc1 now holds ("dc2", 2)
+
+    config = str(run.configs["dc1"])
+    resolved = CliRunner().invoke(cli, [
+        "conflicts", "resolve", str(entry["id"]), "--take", "local", "--yes",
+        "--reason", "dc1's order is the real one", "--actor", "ops-test", "--config", config,
+    ])  # fmt: skip
+    assert resolved.exit_code == 0, resolved.output
+    assert "v=dc1" in resolved.output and "took local" in resolved.output
+
+    def taken(server: ServerInfo) -> bool:
+        row = next((r for r in run.rows(server, "lww_t") if r[0] == 1201), None)
+        return row is not None and row[1:3] == ("dc1", 1)
+
+    assert wait_for(lambda: taken(run.dc1) and taken(run.dc2), 30), run.diagnosis()
+    assert run.converged(), run.diagnosis()  # and it stays: no echo, no further conflict
+    shown = CliRunner().invoke(
+        cli, ["conflicts", "show", str(entry["id"]), "--config", config, "--format", "json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    [record] = json.loads(shown.output)["resolutions"]
+    assert record["taken"] == "local" and record["actor"] == "ops-test"
+    assert record["reason"] == "dc1's order is the real one"
+    listed = CliRunner().invoke(
+        cli, ["conflicts", "list", "--config", config, "--policy", "lww", "--format", "json"]
+    )
+    assert listed.exit_code == 0 and all(e["policy"] == "lww" for e in json.loads(listed.output))
