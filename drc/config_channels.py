@@ -3,6 +3,7 @@ commits, and the [channels.verify] schedule."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,6 +14,8 @@ from drc.config_section import Section, read_secret
 from drc.config_urls import ApiUrl
 from drc.core.tablefilter import TableFilter, TableFilterError
 from drc.tls import https_context
+
+TRANSFORM_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module:function
 
 
 class VerifyScheduleConfig(Section):
@@ -49,6 +52,8 @@ class ChannelConfig(Section):
     max_commit_delay_ms: float = Field(100, ge=0)
     # Connections a group's independent transactions are written on at once (drc.apply.parallel)
     parallel_workers: int = Field(1, ge=1, le=16)
+    # "db.table" pattern -> "module:function": a hook given each row change (drc.apply.transforms)
+    transforms: dict[str, str] = Field(default_factory=dict)
     wait_ms: int = Field(200, ge=-1)
     # "stream": one long-lived GET /v1/stream per remote (pulls where a remote has none);
     # "pull": a GET /v1/events per batch, as before streams existed.
@@ -89,9 +94,18 @@ class ChannelConfig(Section):
             TableFilter.build(self.tables, self.exclude)
             TableFilter.build(list(self.map_tables) + list(self.map_tables.values()))
             TableFilter.build(list(self.map_columns))
+            TableFilter.build(list(self.transforms))
         except TableFilterError as exc:
             raise ValueError(str(exc)) from exc
         return self
+
+    @field_validator("transforms")
+    @classmethod
+    def _hook_names(cls, transforms: dict[str, str]) -> dict[str, str]:
+        for pattern, spec in transforms.items():
+            if not TRANSFORM_SPEC.match(spec):
+                raise ValueError(f"transform {spec!r} for {pattern} must look like module:function")
+        return transforms
 
     @model_validator(mode="after")
     def _usable_tls(self) -> ChannelConfig:

@@ -213,7 +213,7 @@ class ApplyChannel:
             group.epoch = batch.epoch
             chain = self.source.chain  # replaced only before a Restart (a reload, a snapshot)
             for txn in batch.transactions:
-                self._take(txn, chain(txn), group)
+                self._take(txn, self._through(chain, txn, group), group)
             subscriber.ack(batch)
             group.consumed(batch.next, batch.epoch)
             caught_up = batch.newest is None or batch.next >= batch.newest
@@ -221,6 +221,18 @@ class ApplyChannel:
                 self._flush(group)
             self._maintain(group)
         self._flush(group)  # on stop: what was received is complete transactions; keep it
+
+    def _through(self, chain: Stage, txn: Transaction, group: Group) -> Transaction | None:
+        """``txn`` through the filter chain. A stage that stops the channel at ``txn`` (a
+        transformation hook, drc.apply.transforms) first has what came before it committed,
+        without ``txn``'s fragments: a skip then goes past ``txn`` alone."""
+        try:
+            return chain(txn)
+        except FatalError as exc:
+            if exc.stoppage is not None:
+                group.drop(txn.scn)
+                self._flush(group)
+            raise
 
     def _maintain(self, group: Group) -> None:
         """Conflict housekeeping, between target transactions (never with a group open)."""

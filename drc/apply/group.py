@@ -58,6 +58,14 @@ class Group:
         self.rows += len(txn.changes)
         self.bytes += estimate_bytes(txn)
 
+    def drop(self, scn: SCN) -> None:
+        """Forget the fragments taken of the unfinished source transaction ``scn``."""
+        kept = [t for t in self.transactions if t.scn != scn]
+        if len(kept) != len(self.transactions):
+            self.transactions = kept
+            self.rows = sum(len(t.changes) for t in kept)
+            self.bytes = sum(estimate_bytes(t) for t in kept)
+
     def finished(self, txn: Transaction, wrote: bool) -> None:
         """The last fragment of ``txn`` was taken: the group may now record its SCN."""
         if self.checkpoint is None or txn.scn > self.checkpoint:

@@ -41,6 +41,7 @@ from drc.apply.stages import (
 )
 from drc.apply.startup import ChannelStartup
 from drc.apply.status import ChannelStatus
+from drc.apply.transforms import Transforms
 from drc.apply.writer import GroupWriter
 from drc.client import ApiUnavailableError, Subscriber
 from drc.client.status import fetch_position, fetch_status
@@ -194,6 +195,7 @@ def channel_filters(
         SkipDrcOriginated(),
         KeepTables(channel.table_filter(), tombstones=tombstones),
         KeepApplicableDdl(channel.objects),
+        *([Transforms(channel.transforms)] if channel.transforms else []),
         MapNames(NameMap(channel.map_tables, channel.map_columns)),
     ]
     subscribed = _subscription(channel, tombstones)
