@@ -4,6 +4,7 @@ hook that fails names itself and the transaction it stopped at."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import pytest
@@ -80,3 +81,17 @@ def test_loading_says_what_is_wrong() -> None:
     with pytest.raises(ConfigError, match="has no function nope"):
         load("tests.integration.transforms:nope")
     assert callable(load("tests.integration.transforms:broken"))
+
+
+def test_a_reload_imports_a_fixed_hook_again(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a config reload (SIGHUP) does: the chain is built again, its hooks imported again."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = tmp_path / "drc_test_hook_reload.py"
+    module.write_text("def hook(change):\n    raise ValueError('version 1')\n")
+    with pytest.raises(ValueError, match="version 1"):
+        load("drc_test_hook_reload:hook")(change("t", 1))
+    module.write_text("def hook(change):\n    return None  # version 2, fixed\n")
+    os.utime(module, (module.stat().st_mtime + 5,) * 2)  # a new mtime: not the cached bytecode
+    assert Transforms({"db.t": "drc_test_hook_reload:hook"})(txn(change("t", 1))) is None
