@@ -158,10 +158,14 @@ def test_trigger_effect_is_not_doubled(sandbox: SandboxDescription, nodes: dict[
     count = f"SELECT COUNT(*) FROM {SCHEMA}.tt"
     assert wait_for(lambda: _query(dc2, count) == [(5,)], 30)  # dc2 updates rows it has
     _run(dc2, *(f"UPDATE tt SET v = 1 WHERE id = {i}" for i in (1, 2)), database=SCHEMA)
-    _run(dc1, "UPDATE tt SET v = 2 WHERE id = 3", database=SCHEMA)
 
     def audit(server: ServerInfo) -> list[tuple[Any, ...]]:
         return _query(server, f"SELECT tid FROM {SCHEMA}.tt_audit ORDER BY tid")
+
+    # The audit ids are AUTO_INCREMENT on both sides (no auto_increment_offset here): dc1's
+    # next audit row must come after dc2's have arrived, or both sides take the same id.
+    assert wait_for(lambda: (-1,) in audit(dc1) and (-2,) in audit(dc1), 30), audit(dc1)
+    _run(dc1, "UPDATE tt SET v = 2 WHERE id = 3", database=SCHEMA)
 
     wanted = [(-3,), (-2,), (-1,), (1,), (2,), (3,), (4,), (5,)]
     assert wait_for(lambda: audit(dc1) == audit(dc2) == wanted, 30), (audit(dc1), audit(dc2))
