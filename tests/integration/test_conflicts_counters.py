@@ -223,6 +223,26 @@ def test_a_row_inserted_on_both_datacenters_holds_both_inserts(run: Run) -> None
     assert final[1:] == ("dc2", 10, Decimal("3.50"), _ts(20))
 
 
+def test_an_increment_racing_a_delete_follows_the_delete_decision_on_both_sides(run: Run) -> None:
+    seed(run, 4, 50, "5.00")
+    seed(run, 5, 50, "5.00")
+    delete = "DELETE FROM stock WHERE id = {}"
+    add = "UPDATE stock SET qty = qty + 9 WHERE id = {}"
+    # the delete is newer: the row stays deleted everywhere, its increment with it
+    clash(run, 4, delete.format(4), add.format(4), at=(T0 + 60, T0 + 40))
+    # the increment is newer: the row comes back everywhere, as dc2 left it
+    clash(run, 5, delete.format(5), add.format(5), at=(T0 + 40, T0 + 60))
+    run.settles(5, lambda r: r[2] == 59)
+
+    def gone() -> bool:
+        return run.row(run.dc1, 4) is None and run.row(run.dc2, 4) is None
+
+    assert wait_for(gone, 60), (run.row(run.dc1, 4), run.row(run.dc2, 4))
+    assert [c[:2] for c in run.conflicts(run.dc1, 4)] == [("update-delete", "local")]
+    assert [c[:2] for c in run.conflicts(run.dc2, 4)] == [("delete-update", "incoming")]
+    assert [c[:2] for c in run.conflicts(run.dc2, 5)] == [("delete-update", "local")]
+
+
 # ------------------------------------------------------------------------------ refusals
 
 
