@@ -12,6 +12,9 @@ operator rewinding it causes one). Each fix is counted (:class:`Effects`):
                                                       ("missing update"); the after key taken
                                                       by another row: delete the before row and
                                                       upsert the after image
+    counter  UPDATE .. SET n = n + amount WHERE key   no row matched: insert the after image
+    update   (drc.core.events.CounterUpdate, made      ("missing update"; not expected: conflict
+             by conflict resolution)                   detection found and locked the row)
     delete   DELETE .. WHERE key IN (...)             fewer rows deleted than asked: a counted
                                                       no-op ("missing delete")
 
@@ -48,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from drc.apply import shapes
-from drc.core.events import Op, RowChange
+from drc.core.events import CounterUpdate, Op, RowChange
 from drc.core.target_errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
 from drc.core.target_table import TargetTable, key_of
 from drc.mysql import sql
@@ -111,9 +114,17 @@ class Update:
     match: sql.Statement
     insert: Upsert | Insert  # the after image, written if no row matched
     delete_before: Delete | None  # set when the key changes: frees it if the after key is taken
+    counters: CounterUpdate | None = None  # adds to its counter columns instead
 
     def statement(self) -> sql.Statement:
-        t = self.table
+        t, counters = self.table, self.counters
+        if counters is not None:
+            after = counters.after
+            assert after is not None
+            assigned = [(c, after[c]) for c in counters.assigned]
+            return sql.add_to(
+                t.schema, t.table, assigned, counters.kept, counters.added, self.match
+            )
         return sql.update(t.schema, t.table, self.columns, self.values, self.match)
 
 
@@ -310,7 +321,8 @@ def _keyed_update(change: RowChange, table: TargetTable) -> Update:
     insert = Upsert(table, tuple(after), (tuple(after.values()),))
     match = sql.by_keys(table.primary_key, [old_key], table.float_columns)
     free = Delete(table, match, 1) if old_key != new_key else None
-    return Update(table, tuple(after), tuple(after.values()), match, insert, free)
+    counters = change if isinstance(change, CounterUpdate) else None
+    return Update(table, tuple(after), tuple(after.values()), match, insert, free, counters)
 
 
 def _whole_row_write(change: RowChange, table: TargetTable) -> Write:

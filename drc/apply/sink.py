@@ -253,7 +253,7 @@ class TargetSession(Session):
                 "nothing after the last checkpoint was applied"
             ) from None
         columns = self.query(sql.Statement(
-            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE "
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS WHERE "
             "TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
             (schema, table)), what)  # fmt: skip
         if not columns:  # not expected once opened; a retry reads it again from scratch
@@ -266,6 +266,11 @@ class TargetSession(Session):
             (schema, table)), what)  # fmt: skip
         names = tuple(r[0] for r in columns)
         floats = sql.float_columns(names, [r[1] for r in columns])
+        bounds = tuple(
+            (r[0].lower(), *found)
+            for r in columns
+            if (found := sql.value_bounds(r[1], r[2])) is not None
+        )
         unique: dict[str, list[str]] = {}
         for index, column in self.query(sql.Statement(
             "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE "
@@ -275,7 +280,7 @@ class TargetSession(Session):
         return TargetTable(
             schema, table, names, tuple(r[0] for r in key), floats,
             tuple(tuple(columns) for columns in unique.values()),
-            self._keeps_order(schema, table, what),
+            self._keeps_order(schema, table, what), bounds,
         )  # fmt: skip
 
     def _keeps_order(self, schema: str, table: str, what: str) -> bool:

@@ -11,6 +11,8 @@ target.py reaches the database, through the session it is given.
                    of DRC asks of it, what it decides; which table has which (a new policy
                    goes here)
     rules.py       row versions and the lww tie-break, user resolvers and what they are told
+    counters.py    counter columns (delta_columns): the amounts a change added, the write
+                   that adds them, the sums' checks
     probes.py      the target rows detection reads and locks: their SQL, batched, and answers
     log.py         the drc.conflicts table: a conflict's row written, rows read back
     tombstones.py  when a row of a lww table was deleted: companion tables and triggers

@@ -20,7 +20,10 @@ across two Python type systems::
                none                                        applied (already gone)
                another row                                 conflict delete-update
 
-Columns are never merged: the winner's whole row is kept. A key-changing update on such a table
+Columns are never merged: the winner's whole row is kept, but for counter columns
+(``delta_columns``, drc.conflicts.counters): an insert or update of a row that is there adds
+what it did to them, whatever the policy decides for the other columns, and only those other
+columns are compared to detect its conflict. A key-changing update on such a table
 is handled as a delete of the old key and an insert of the new one. Within one target
 transaction later changes of a key are compared with the row the earlier ones left.
 
@@ -44,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drc.conflicts import tombstones
+from drc.conflicts import counters, tombstones
 from drc.conflicts.log import ConflictEntry
 from drc.conflicts.policies import Conflict, Policies, TablePolicy
 from drc.conflicts.probes import Observed, Probe
@@ -85,6 +88,11 @@ class _Item:
     key: tuple[Any, ...] = ()
     delete_stamp: Any = None
     quiet: bool = False  # in a snapshot's window: converges, never logged (prepare)
+    # The images a target row is compared with: the change's, without its counter columns
+    # on a table with delta_columns (insert and update).
+    before: Row | None = None
+    after: Row | None = None
+    counting: bool = False  # adds to counter columns when the row is there
 
 
 @dataclass(slots=True)
@@ -97,13 +105,16 @@ class _State:
     images: tuple[Row, ...] = ()
     tombstone: Version | None = None
 
-    def equals(self, image: Row | None) -> bool:
+    def equals(self, image: Row | None, part: bool = False) -> bool:
+        """Whether the row equals ``image`` (``part``: on the image's columns alone)."""
         if self.row is None or image is None:
             return False
         if self.observed is not None:
             return any(
                 s and i is image for s, i in zip(self.observed.same, self.images, strict=True)
             )
+        if part:
+            return all(_get(self.row, k, _MISSING) == v for k, v in image.items())
         return dict(self.row) == dict(image)
 
 
@@ -187,9 +198,15 @@ class ConflictEngine:
                         waiting = stamps.get(ref)
                         carried = waiting.popleft() if waiting and change.op is Op.DELETE else None
                         stamp = self._delete_stamp(txn, part, policy, carried, change)
-                    items.append(_Item(txn, part, policy, table, key, stamp, quiet=window))
+                    item = _Item(txn, part, policy, table, key, stamp, window)
+                    item.before, item.after = part.before, part.after
+                    if policy.delta_columns and not window and part.op is not Op.DELETE:
+                        item.counting = True
+                        item.before = counters.without(part.before, policy.delta_columns)
+                        item.after = counters.without(part.after, policy.delta_columns)
+                    items.append(item)
                     found = images.setdefault(ref, [])
-                    found.extend(i for i in (part.before, part.after) if i is not None)
+                    found.extend(i for i in (item.before, item.after) if i is not None)
                     probes_for[ref] = (table, policy.column is not None)
         probes = [
             Probe(table, ref[2], tuple(images[ref]), timed)
@@ -269,7 +286,10 @@ class ConflictEngine:
             self._apply(item, state, out, upsert=True)
             return
         incoming = self._incoming(item)
-        kind = _conflict(change, state, incoming, self.ranks)
+        kind = _conflict(item, state, incoming, self.ranks)
+        if item.counting and state.row is not None:
+            self._count(item, state, out, kind, incoming)
+            return
         if kind is None:
             self._apply(item, state, out)
             return
@@ -291,6 +311,32 @@ class ConflictEngine:
             state.row, state.observed = None, None
         if not item.quiet:
             out.entries.append(self._entry(item, kind, decision, reason, local, state.row))
+
+    def _count(
+        self, item: _Item, state: _State, out: Resolution, kind: str | None, incoming: Any
+    ) -> None:
+        """An insert or update of a row that is there, on a table with counter columns: what
+        it did to them is added; the policy decides the other columns on a conflict."""
+        policy, table, change, local = item.policy, item.table, item.change, state.row
+        assert policy is not None and table is not None and local is not None
+        decision, reason = "incoming", ""
+        if kind is not None:
+            decide = policy.declared.decide
+            assert decide is not None
+            decision, reason, _ = decide(self._at_hand(item, state, kind, incoming))
+            # A policy that takes delta_columns keeps the incoming or the local columns.
+            assert decision in ("incoming", "local"), decision
+        added = counters.amounts(change, policy.delta_columns)
+        wins = decision == "incoming"
+        write, row = counters.update(table, change, local, added, wins)
+        out.changes.append(write)
+        state.row, state.observed = row, None
+        if wins:
+            state.version_dc = self.origin
+        if kind is not None:
+            sums = ", ".join(f"{c} {a:+}" for c, a in added)
+            reason = f"{reason}; counters added to: {sums}"
+            out.entries.append(self._entry(item, kind, decision, reason, local, row))
 
     def _incoming(self, item: _Item) -> Version | None:
         policy = item.policy
@@ -377,26 +423,23 @@ class ConflictEngine:
         )
 
 
-def _conflict(
-    change: RowChange, state: _State, incoming: Version | None, ranks: Ranks
-) -> str | None:
+def _conflict(item: _Item, state: _State, incoming: Version | None, ranks: Ranks) -> str | None:
     """The conflict kind, or None when the change applies as the origin expected."""
-    present = state.row is not None
-    if change.op is Op.INSERT:
+    present, op, part = state.row is not None, item.change.op, item.counting
+    if op is Op.INSERT:
         if present:
-            return None if state.equals(change.after) else "insert-insert"
+            return None if state.equals(item.after, part) else "insert-insert"
         if incoming is not None and state.tombstone is not None:
             return None if ranks.newer(incoming, state.tombstone) else "insert-delete"
         return None
-    if change.op is Op.UPDATE:
+    if op is Op.UPDATE:
         if not present:
             return "update-delete"
-        return (
-            None if state.equals(change.before) or state.equals(change.after) else "update-update"
-        )
+        same = state.equals(item.before, part) or state.equals(item.after, part)
+        return None if same else "update-update"
     if not present:
         return None
-    return None if state.equals(change.before) else "delete-update"
+    return None if state.equals(item.before) else "delete-update"
 
 
 def _split_key_change(change: RowChange, table: TargetTable) -> list[RowChange]:

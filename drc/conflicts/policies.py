@@ -23,6 +23,10 @@ and logs it with the reason given here (drc.conflicts.log: DECISIONS).
 - ``off``: no detection; the table's changes apply as they come (an entry that exempts tables
   a later, wider pattern would give a policy).
 
+Counter columns (``delta_columns``, with lww, overwrite and keep): what a change did to such a
+column is added to the local value, whichever way the policy decides the row's other columns,
+so concurrent increments on every datacenter all count (drc.conflicts.counters).
+
 Below the table: a table's policy as configured (:class:`TablePolicy`) and which table has
 which (:class:`Policies`).
 """
@@ -108,6 +112,9 @@ class Policy:
     # write (drc.conflicts.engine); ``drc verify --repair`` keeps the newer row
     # (drc.verify.repair).
     by_version: bool = False
+    # ``conflicts.tables.delta_columns``: counter columns added to, not set (a resolver
+    # decides whole rows, so it takes none).
+    counters: bool = False
 
     @property
     def detects(self) -> bool:
@@ -219,10 +226,10 @@ def _text(value: Any) -> str:
 POLICIES: Mapping[str, Policy] = {
     p.name: p
     for p in (
-        Policy("lww", lww, column="required", by_version=True),
+        Policy("lww", lww, column="required", by_version=True, counters=True),
         Policy("resolver", by_resolver, column="optional", resolver="required"),
-        Policy("overwrite", overwrite),
-        Policy("keep", keep),
+        Policy("overwrite", overwrite, counters=True),
+        Policy("keep", keep, counters=True),
         Policy("off", None),
     )
 }
@@ -233,12 +240,13 @@ POLICIES: Mapping[str, Policy] = {
 
 @dataclass(frozen=True, slots=True)
 class TablePolicy:
-    """A table's policy as configured: its name, timestamp column and resolver."""
+    """A table's policy as configured: its name, timestamp column, resolver, counters."""
 
     name: str  # a key of POLICIES
     column: str | None = None
     resolver: ResolverFn | None = None
     resolver_name: str = ""
+    delta_columns: tuple[str, ...] = ()  # counter columns (drc.conflicts.counters)
     declared: Policy = field(init=False, repr=False, compare=False)  # POLICIES[name]
 
     def __post_init__(self) -> None:
@@ -266,9 +274,10 @@ class Policies:
                 continue
             # The config gives a resolver only to a policy that takes one.
             fn = None if entry.resolver is None else load(entry.resolver)
-            rules.append(
-                (entry.table, TablePolicy(entry.policy, entry.column, fn, entry.resolver or ""))
+            policy = TablePolicy(
+                entry.policy, entry.column, fn, entry.resolver or "", tuple(entry.delta_columns)
             )
+            rules.append((entry.table, policy))
         return cls(rules)
 
     @property

@@ -27,6 +27,10 @@ class ConflictTableConfig(Section):
     # forward and keeps tombstones, so deletes have a time too (drc.conflicts.tombstones).
     column: str | None = Field(None, min_length=1)
     resolver: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # module:function
+    # Counter columns: a change's difference is added on the other datacenters instead of its
+    # value written (drc.conflicts.counters). Integer or DECIMAL, NOT NULL (checked when the
+    # channel starts).
+    delta_columns: tuple[str, ...] = ()
 
     @field_validator("policy", mode="before")
     @classmethod
@@ -60,7 +64,24 @@ class ConflictTableConfig(Section):
         if self.resolver is not None and policy.resolver == "unused":
             users = [p.name for p in POLICIES.values() if p.resolver != "unused"]
             raise ValueError(f"{self.table}: resolver is only used by {_policies(users)}")
+        if self.delta_columns:
+            self._check_counters(policy.counters)
         return self
+
+    def _check_counters(self, taken: bool) -> None:
+        if not taken:
+            users = [p.name for p in POLICIES.values() if p.counters]
+            raise ValueError(f"{self.table}: delta_columns is only used by {_policies(users)}")
+        folded = [c.lower() for c in self.delta_columns]
+        if any(not c.strip() for c in folded):
+            raise ValueError(f"{self.table}: delta_columns names an empty column")
+        if len(set(folded)) != len(folded):
+            raise ValueError(f"{self.table}: delta_columns names a column twice")
+        if self.column is not None and self.column.lower() in folded:
+            raise ValueError(
+                f"{self.table}: {self.column} is the timestamp column; it cannot be a counter "
+                "in delta_columns too"
+            )
 
 
 class ConflictsConfig(Section):

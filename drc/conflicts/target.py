@@ -25,6 +25,7 @@ from drc.conflicts.engine import ConflictEngine
 from drc.conflicts.policies import Policies
 from drc.conflicts.probes import Observed, Probe
 from drc.core.target_errors import ApplyError, NoPrimaryKeyError, TargetSchemaError
+from drc.mysql import sql
 from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,33 @@ def _refusal(exc: ApplyError) -> str:
         "table. Until then its deletes are dated by their commit second and the row's time, "
         "and its rows' time is not kept moving forward"
     )
+
+
+def _check_counters(name: str, counters: Sequence[str], columns: dict[str, Any]) -> None:
+    """Every counter column (conflicts.tables.delta_columns) is there, an integer or DECIMAL
+    and NOT NULL (drc.conflicts.counters)."""
+    found = {c.lower(): c for c in columns}
+    for counter in counters:
+        column = found.get(counter.lower())
+        if column is None:
+            raise TargetSchemaError(
+                f"{name} has no column {counter!r}, a counter of conflicts.tables.delta_columns: "
+                "add it on every datacenter, or fix delta_columns"
+            )
+        info = columns[column]
+        if sql.value_bounds(info.data_type, info.definition) is None:
+            raise TargetSchemaError(
+                f"{name}.{column} is {info.definition}, but a counter (delta_columns) must be "
+                "an integer or DECIMAL column: a floating-point or other sum depends on the order "
+                "the datacenters' changes are added in, so the sides would end different. Make "
+                "it DECIMAL or an integer on every datacenter, or leave it out of delta_columns"
+            )
+        if info.nullable:
+            raise TargetSchemaError(
+                f"{name}.{column} is nullable, but a counter (delta_columns) cannot be NULL "
+                f"(NULL cannot be added to): ALTER TABLE {name} MODIFY {column} "
+                f"{info.definition} NOT NULL DEFAULT 0 on every datacenter"
+            )
 
 
 class ConflictTarget:
@@ -118,6 +146,9 @@ class ConflictTarget:
                 f"{target.name} has conflict policy {policy.name} but no primary key: conflicts "
                 "are detected per key; add a primary key or set its policy to off"
             )
+        if policy.delta_columns:
+            counters = policy.delta_columns
+            _check_counters(target.name, counters, self.session.columns(schema, table))
         if policy.column is None:
             self._checked.add((schema, table))
             return

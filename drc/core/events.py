@@ -54,6 +54,22 @@ class RowChange:
         return self.after if self.after is not None else self.before  # type: ignore[return-value]
 
 
+@dataclass(frozen=True, slots=True)
+class CounterUpdate(RowChange):
+    """An update of a row known to exist that adds to its counter columns instead of setting
+    them (drc.conflicts.engine: a table's ``delta_columns``). Made by conflict resolution, never
+    captured: ``before`` holds the key to match, ``after`` the whole row to insert should the
+    row be missing after all.
+
+    ``SET <assigned> = after's values, <kept> = themselves, <counter> = <counter> + amount``:
+    a kept column is assigned its own value so that no ``ON UPDATE`` default moves it.
+    """
+
+    added: tuple[tuple[str, Any], ...] = ()  # (counter column, amount to add)
+    assigned: tuple[str, ...] = ()  # set to after's value
+    kept: tuple[str, ...] = ()  # left as they are
+
+
 # Which row images each op carries: (before, after).
 _IMAGES = {Op.INSERT: (False, True), Op.UPDATE: (True, True), Op.DELETE: (True, False)}
 

@@ -25,11 +25,20 @@ class TargetTable:
     # trigger fires for DRC's writes (one not guarded by @drc_apply), or a foreign key
     # refers to it or from it (drc.apply.shapes).
     keeps_order: bool = False
+    # (lower-case name, least value, greatest value) of each integer and DECIMAL column: a
+    # counter column (drc.conflicts: delta_columns) is added to, and a sum beyond them is an
+    # error DRC reports rather than one the server would clamp.
+    bounds: tuple[tuple[str, Any, Any], ...] = ()
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Columns of ``names`` the table lacks (MySQL column names are case-insensitive)."""
         have = {c.lower() for c in self.columns}
         return [n for n in names if n.lower() not in have]
+
+    def bounds_of(self, column: str) -> tuple[Any, Any] | None:
+        """The least and greatest value ``column`` holds (None: not an integer or DECIMAL)."""
+        wanted = column.lower()
+        return next(((lo, hi) for c, lo, hi in self.bounds if c == wanted), None)
 
     @property
     def name(self) -> str:

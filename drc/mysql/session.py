@@ -55,6 +55,7 @@ class ColumnInfo:
     data_type: str  # e.g. "datetime"
     definition: str  # COLUMN_TYPE with character set and collation: "varchar(20) CHARACTER .."
     datetime_precision: int | None
+    nullable: bool = True
 
 
 class Session:
@@ -240,15 +241,15 @@ class Session:
         """The table's columns in order, as information_schema describes them."""
         rows = self.query(sql.Statement(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME, "
-            "DATETIME_PRECISION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND "
-            "TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            "DATETIME_PRECISION, IS_NULLABLE FROM information_schema.COLUMNS WHERE "
+            "TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
             (schema, table)), f"reading the columns of {schema}.{table}")  # fmt: skip
         out = {}
-        for name, data_type, column_type, charset, collation, precision in rows:
+        for name, data_type, column_type, charset, collation, precision, nullable in rows:
             definition = column_type
             if charset:
                 definition += f" CHARACTER SET {charset} COLLATE {collation}"
-            out[name] = ColumnInfo(data_type, definition, precision)
+            out[name] = ColumnInfo(data_type, definition, precision, nullable == "YES")
         return out
 
     def base_tables(self) -> list[tuple[str, str]]:

@@ -23,6 +23,7 @@ Statements (``t`` = `schema`.`table`)::
                   c1 = VALUES(c1), c2 = VALUES(c2)
     insert        INSERT INTO t (c1, c2) VALUES (%s, %s), ...   (tables without a primary key)
     update        UPDATE t SET c1 = %s, c2 = %s WHERE <match>
+    add to        UPDATE t SET c1 = %s, c2 = c2, n = n + %s WHERE <match>   (counter columns)
     delete        DELETE FROM t WHERE <match>
     match by key  k = %s  |  k IN (%s, %s)  |  (k1 = %s AND k2 = %s) OR (...)
     whole row     c1 <=> %s AND c2 <=> %s ... LIMIT 1   (NULL-safe: a NULL matches a NULL)
@@ -172,6 +173,39 @@ def _update_text(schema: str, table: str, columns: tuple[str, ...], where: str) 
     return f"UPDATE {table_name(schema, table)} SET {assignments} WHERE {where}"
 
 
+def add_to(
+    schema: str,
+    table: str,
+    assigned: Sequence[tuple[str, Any]],
+    kept: Sequence[str],
+    added: Sequence[tuple[str, Any]],
+    where: Statement,
+) -> Statement:
+    """An update that sets ``assigned`` columns, assigns ``kept`` ones their own value (so no
+    ``ON UPDATE`` default moves them) and adds an amount to each ``added`` column."""
+    text = _add_text(
+        schema, table, tuple(c for c, _ in assigned), tuple(kept), tuple(c for c, _ in added),
+        where.sql,
+    )  # fmt: skip
+    values = [adapt(v) for _, v in assigned] + [adapt(v) for _, v in added]
+    return Statement(text, tuple(values) + where.params)
+
+
+@_cached
+def _add_text(
+    schema: str,
+    table: str,
+    assigned: tuple[str, ...],
+    kept: tuple[str, ...],
+    added: tuple[str, ...],
+    where: str,
+) -> str:
+    parts = [f"{ident(c)} = %s" for c in assigned]
+    parts += [f"{ident(c)} = {ident(c)}" for c in kept]
+    parts += [f"{ident(c)} = {ident(c)} + %s" for c in added]
+    return f"UPDATE {table_name(schema, table)} SET {', '.join(parts)} WHERE {where}"
+
+
 def delete(schema: str, table: str, where: Statement) -> Statement:
     return Statement(f"DELETE FROM {table_name(schema, table)} WHERE {where.sql}", where.params)
 
@@ -235,6 +269,27 @@ def float_columns(columns: Sequence[str], data_types: Sequence[str]) -> frozense
     return frozenset(
         c.lower() for c, t in zip(columns, data_types, strict=True) if t.lower() == "float"
     )
+
+
+_INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "bigint": 64}
+
+
+def value_bounds(data_type: str, column_type: str) -> tuple[int | Decimal, int | Decimal] | None:
+    """The least and greatest value an integer or DECIMAL column holds, from
+    information_schema.COLUMNS (DATA_TYPE, COLUMN_TYPE); None for any other type."""
+    kind, full = data_type.lower(), column_type.lower()
+    bits = _INTEGER_BITS.get("int" if kind == "integer" else kind)
+    if bits is not None:
+        if "unsigned" in full:
+            return 0, (1 << bits) - 1
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if kind in ("decimal", "numeric"):
+        digits = full[full.find("(") + 1 : full.find(")")].split(",") if "(" in full else ["10"]
+        precision, scale = int(digits[0]), int(digits[1]) if len(digits) > 1 else 0
+        greatest = Decimal(10) ** (precision - scale) - Decimal(1).scaleb(-scale)
+        least = Decimal(0) if "unsigned" in full else -greatest
+        return least, greatest
+    return None
 
 
 def read_column(column: str, floats: frozenset[str]) -> str:

@@ -303,7 +303,7 @@ class FakeCursor:
             columns, key = target.tables.get((schema, table), ((), ()))
             self.rows = [(c,) for c in (columns if "COLUMNS" in sql else key)]
             if sql.startswith("SELECT COLUMN_NAME, DATA_TYPE"):
-                self.rows = [(c, "int") for c in columns]
+                self.rows = [(c, "int", "int(11)") for c in columns]
             return len(self.rows)
         if sql.startswith("SELECT `scn`"):
             channel = re.findall(r"'(.*?)'", sql)[-1]

@@ -52,12 +52,19 @@ def server_toml(
 
 
 def conflict_rule(
-    table: str, policy: str, column: str | None = None, resolver: str | None = None
+    table: str,
+    policy: str,
+    column: str | None = None,
+    resolver: str | None = None,
+    delta_columns: Sequence[str] = (),
 ) -> str:
     """One [[conflicts.tables]] entry."""
     keys = {"table": table, "policy": policy, "resolver": resolver, "column": column}
-    return "[[conflicts.tables]]\n" + "".join(
-        f'{key} = "{value}"\n' for key, value in keys.items() if value is not None
+    counters = f"delta_columns = {json.dumps(list(delta_columns))}\n" if delta_columns else ""
+    return (
+        "[[conflicts.tables]]\n"
+        + "".join(f'{key} = "{value}"\n' for key, value in keys.items() if value is not None)
+        + counters
     )
 
 
