@@ -56,6 +56,13 @@ def resolve(config_path: str, conflict_id: int, take: str, reason: str, actor: s
         policies = Policies.from_config(config.conflicts) if config.conflicts else None
         policy = None if policies is None else policies.get(found.schema, found.table)
         column = None if policy is None else policy.column
+        if policy is not None and policy.delta_columns:
+            raise click.ClickException(
+                f"{found.schema}.{found.table} has counter columns "
+                f"({', '.join(policy.delta_columns)}): every datacenter adds what a write did "
+                "to them, so a row taken from one side would be added, not taken; update the "
+                "other columns with a plain UPDATE instead"
+            )
         preview = followup.Resolution.of(found, take, None if column is None else (column, "now"))
         click.echo(f"conflict {found.id}: {found.schema}.{found.table} {key_text(found.key)}")
         click.echo(f"take {take}: " + _row_text(preview.row))
