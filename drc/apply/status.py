@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from drc.apply.gtids import AppliedGtids
 from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
 from drc.apply.stats import ApplyStats
 from drc.core.errors import DrcError
@@ -23,7 +24,7 @@ class ChannelStatus:
     ) -> None:
         self.name = name
         self.stats = ApplyStats()
-        self.progress = ChannelProgress(STALE_AFTER_S + wait_ms / 1000)
+        self.progress = ChannelProgress(STALE_AFTER_S + wait_ms / 1000, AppliedGtids(wall_clock))
         self._wall_clock = wall_clock
 
     def report(self, origin: str, *, paused: bool) -> dict[str, Any]:
