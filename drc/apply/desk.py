@@ -52,8 +52,7 @@ class ChannelsDesk:
         self._remote = remote
         self._report = report
         self._last: tuple[float, dict[str, Any]] = (-LAST_ACTION_TTL_S, {})  # read at, by name
-        gtids = {c.name: c.progress.gtids for c in channels}
-        self._gtid_wait = GtidWait(gtids, self._describe)
+        self._gtid_wait: GtidWait | None = None  # built when first asked
 
     def channels(self) -> list[dict[str, Any]]:
         out = []
@@ -117,6 +116,9 @@ class ChannelsDesk:
 
     def gtids_applied(self, gtids: Sequence[Gtid], channel: str | None) -> dict[str, Any]:
         """Whether the channels passed ``gtids`` (drc.apply.gtid_wait); in memory, no I/O."""
+        if self._gtid_wait is None:
+            applied = {c.name: c.progress.gtids for c in self._channels.values()}
+            self._gtid_wait = GtidWait(applied, self._describe)
         return self._gtid_wait.check(gtids, channel)
 
     def on_applied(self, listener: Callable[[], None]) -> None:
