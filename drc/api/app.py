@@ -22,7 +22,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
                                                   a channel or another component stopped
                                                   (the failure's detail only with a token)
 
-Without a buffer (``drc run --role apply``) only /v1/status, /metrics and /healthz are served.
+Without a buffer (``drc run --role apply``) only /v1/status, /metrics, /healthz, the channel
+control (/v1/channels) and /v1/wait are served.
 
 A pull about to wait takes a long-poll slot (drc.api.longpolls): 429 when its token holds
 ``[api] max_long_polls_per_token``, 503 when the server holds ``max_long_polls``.

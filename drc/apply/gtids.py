@@ -18,8 +18,9 @@ commit, not per transaction.
 After a restart the channel knows nothing until it passes its first transaction after its
 checkpoint (the checkpoint row keeps an SCN, not GTIDs); that transaction's position covers
 everything the checkpoint covers, so a wait for an older GTID is answered then, at the latest
-a heartbeat interval after the remote answers. A rewind keeps what was passed: those
-transactions were applied once already.
+a heartbeat interval after the remote answers. The same holds after a bulk catch-up or
+snapshot moved the checkpoint. A rewind keeps what was passed: those transactions were applied
+once already.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ Lag (drc.core.heartbeat): now - source time of the newest change the target has 
 Lag is computed when asked, so it keeps growing while nothing arrives: a remote that is down,
 a stopped channel, an apply that is behind. It is None until the first transaction or
 heartbeat after a start.
+
+The same two points move the source GTIDs the channel has passed (drc.apply.gtids: ``taken``
+with the transaction's GTID position, ``applied`` after the commit), which read-your-writes
+waits (GET /v1/wait) are answered from.
 """
 
 from __future__ import annotations
