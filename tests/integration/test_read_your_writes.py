@@ -42,6 +42,8 @@ class Pair:
     api2: str  # dc2's API, which runs its channel from dc1
     config2: Path
     node2: Node
+    stops: dict[str, threading.Event]
+    nodes: dict[str, Node]
 
     def write(self, statement: str) -> str:
         """Run ``statement`` on dc1 and return its GTID, as a client would."""
@@ -61,6 +63,14 @@ class Pair:
         params = {"gtid": gtid, "timeout_ms": str(timeout_ms)}
         return httpx.get(f"{self.api2}/v1/wait", params=params, timeout=timeout_ms / 1000 + 10)
 
+    def restart_dc2(self) -> None:
+        """Stop dc2's node (replicator, API, channel) and start it again from its config."""
+        self.stops["dc2"].set()
+        self.nodes["dc2"].close()
+        self.stops["dc2"] = threading.Event()
+        self.node2 = self.nodes["dc2"] = Node(load_config(self.config2))
+        self.node2.start(self.stops["dc2"])
+
     def channel(self, action: str) -> None:
         with ChannelApi(self.api2) as api:
             api.act(CHANNEL, action, reason="read-your-writes test")
@@ -74,11 +84,11 @@ def pair(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) 
     drop_everywhere(SCHEMA, dc1, dc2)
     drop_everywhere(OTHER, dc1, dc2)
     configs = write_configs(sandbox, tmp_path_factory.mktemp("ryw"), schema=SCHEMA)
-    stop = threading.Event()
+    stops = {dc: threading.Event() for dc in configs}
     nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
     try:
-        for node in nodes.values():
-            node.start(stop)
+        for dc, node in nodes.items():
+            node.start(stops[dc])
         execute(
             dc1,
             f"CREATE DATABASE {SCHEMA}",
@@ -89,9 +99,10 @@ def pair(sandbox: SandboxDescription, tmp_path_factory: pytest.TempPathFactory) 
         assert wait_for(lambda: _has_table(dc2), 30), "the table did not reach dc2"
         api2 = nodes["dc2"].api_url
         assert api2 is not None
-        yield Pair(dc1, dc2, api2, configs["dc2"], nodes["dc2"])
+        yield Pair(dc1, dc2, api2, configs["dc2"], nodes["dc2"], stops, nodes)
     finally:
-        stop.set()
+        for stop in stops.values():
+            stop.set()
         for node in nodes.values():
             node.close()
 
@@ -222,3 +233,14 @@ def test_wait_latency_against_the_channels_lag(pair: Pair) -> None:
         f"a wait: median {lags[rounds // 2]:.0f} ms (max {lags[-1]:.0f}; a row's source time "
         "is its binlog second)"
     )
+
+
+def test_after_a_restart_an_older_gtid_is_answered_not_left_hanging(pair: Pair) -> None:
+    gtid = pair.write(f"INSERT INTO {SCHEMA}.t VALUES (5, 'before the restart')")
+    assert wait_for_gtid(pair.api2, gtid, 25_000)["applied"]
+    pair.restart_dc2()
+    # The new process knows no GTID until its channel passed a transaction after its
+    # checkpoint (a heartbeat of dc1 at the latest): that one covers the older GTID.
+    answer = wait_for_gtid(pair.api2, gtid, 25_000)
+    assert answer["applied"] and answer["gtids"][0]["channel"] == CHANNEL
+    assert answer["gtids"][0]["applied_at"] is None  # applied before this process started
