@@ -148,6 +148,8 @@ def test_a_wait_answers_only_once_the_write_is_visible_on_the_other_side(pair: P
     (applied,) = body["gtids"]
     assert applied["gtid"] == gtid and applied["channel"] == CHANNEL
     assert applied["applied_at"] is not None
+    domain = gtid.split("-")[0]
+    assert f"{domain}-" in pair.node2.channels[0].report()["gtid_position"]
     # Asked again later: answered at once, from memory.
     assert pair.wait(gtid, 0).status_code == 200
 
