@@ -288,11 +288,9 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         metastore=service.metastore,
         datacenter=config.datacenter.name,
         source=",".join(f"{host}:{port}" for host, port in config.source.addresses()),
-        limits=ServerLimits(
-            api.max_events, max(1, int(api.max_bytes_mb * (1 << 20))), api.max_wait_ms
-        ),
+        limits=_limits(config),
         tokens=_tokens(config),
-        long_polls=LongPollGate(LongPollLimits(api.max_long_polls, api.max_long_polls_per_token)),
+        long_polls=_long_polls(config),
         capture_stats=lambda: service.replicator.stats,
         capture_failure=lambda: service.failure,
         protection=lambda: None if service.protection is None else service.protection(),
@@ -323,6 +321,7 @@ def build_apply_api(
         source=f"{config.target_or_source().host}:{config.target_or_source().port}",
         tokens=_tokens(config), protection=protection, channels=channels, failures=failures,
         admin_tokens=config.api.admin_secrets(), desk=lambda: desk,
+        limits=_limits(config), long_polls=_long_polls(config),  # GET /v1/wait's bounds
     )  # fmt: skip
     port = config.api.apply_port if config.api.apply_port is not None else config.api.port
     try:
@@ -339,6 +338,16 @@ def _back_to_source(service: ReplicatorService) -> Callable[..., list[Any]]:
     leader instead (drc.replicator.member)."""
     local = BinlogBackfill(service.replicator)
     return local if service.group is None else service.group.back_to_source(local)
+
+
+def _limits(config: DrcConfig) -> ServerLimits:
+    api = config.api
+    return ServerLimits(api.max_events, max(1, int(api.max_bytes_mb * (1 << 20))), api.max_wait_ms)
+
+
+def _long_polls(config: DrcConfig) -> LongPollGate:
+    api = config.api
+    return LongPollGate(LongPollLimits(api.max_long_polls, api.max_long_polls_per_token))
 
 
 def _tokens(config: DrcConfig) -> tuple[str, ...]:

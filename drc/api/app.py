@@ -13,6 +13,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/segments/{name}                       one segment's bytes, with Range (resumable)
     GET /v1/history?after=S&upto=U                schema history entries (group followers)
     GET /metrics                                  Prometheus text format
+    GET /v1/wait?gtid=G[&timeout_ms=T][&channel=C]  200 once this process's channels applied
+                                                  source GTID G, 408 after T (drc.api.waits)
     GET /v1/peers                                 the remote replicators the channels pull from
     GET /ui, /ui.js                               the status page and its script (open; its data
                                                   needs a token)
@@ -20,7 +22,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
                                                   a channel or another component stopped
                                                   (the failure's detail only with a token)
 
-Without a buffer (``drc run --role apply``) only /v1/status, /metrics and /healthz are served.
+Without a buffer (``drc run --role apply``) only /v1/status, /metrics, /healthz, the channel
+control (/v1/channels) and /v1/wait are served.
 
 A pull about to wait takes a long-poll slot (drc.api.longpolls): 429 when its token holds
 ``[api] max_long_polls_per_token``, 503 when the server holds ``max_long_polls``.
@@ -43,6 +46,7 @@ from drc.api import (
     status,
     stream,
     ui,
+    waits,
 )
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
@@ -67,7 +71,8 @@ def create_app(deps: ApiDeps) -> FastAPI:
         app.state.segment_sums = Checksums()
         for module in (events, stream, schema, history, segments):
             app.include_router(module.router)
-    for module in (status, health, ui, control):
+    app.state.applied = waits.AppliedSignal()
+    for module in (status, health, ui, control, waits):
         app.include_router(module.router)
     app.include_router(health.open_router)
     app.include_router(ui.open_router)

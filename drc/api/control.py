@@ -46,7 +46,7 @@ class ActionBody(BaseModel):
     time: str | None = Field(None, max_length=64)
 
 
-def _desk(deps: ApiDeps) -> ChannelDesk:
+def desk_of(deps: ApiDeps) -> ChannelDesk:
     desk = deps.desk() if deps.desk is not None else None
     if desk is None:
         raise ApiError(404, "this process runs no apply channels (drc run --role replicator)")
@@ -83,20 +83,20 @@ def _time(text: str | None) -> float | None:
 
 @router.get("/v1/channels")
 async def list_channels(deps: Deps) -> list[dict[str, Any]]:
-    desk = _desk(deps)
+    desk = desk_of(deps)
     return await anyio.to_thread.run_sync(desk.channels)
 
 
 @router.get("/v1/channels/{name}")
 async def get_channel(name: str, deps: Deps) -> dict[str, Any]:
-    desk = _desk(deps)
+    desk = desk_of(deps)
     _known(desk, name)
     return next(c for c in await anyio.to_thread.run_sync(desk.channels) if c["name"] == name)
 
 
 @router.get("/v1/channels/{name}/history")
 async def get_history(name: str, deps: Deps, limit: int = 100) -> list[dict[str, Any]]:
-    desk = _desk(deps)
+    desk = desk_of(deps)
     _known(desk, name)
     if not 1 <= limit <= HISTORY_MAX:
         raise ApiError(400, f"limit must be 1..{HISTORY_MAX}, got {limit}")
@@ -108,7 +108,7 @@ async def act(
     name: str, action: str, body: ActionBody, request: Request, deps: Deps
 ) -> dict[str, Any]:
     actor = admin_caller(request)
-    desk = _desk(deps)
+    desk = desk_of(deps)
     offered = desk.actions()
     if action not in offered:
         raise ApiError(404, f"unknown action {shown(action)}; one of {', '.join(offered)}")

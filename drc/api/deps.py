@@ -53,6 +53,15 @@ class ChannelDesk(Protocol):
         ControlError with the status to answer: 400 for a body the action will not do with."""
         ...
 
+    def gtids_applied(self, gtids: Sequence[Any], channel: str | None) -> dict[str, Any]:
+        """``{"applied": bool, ...}`` for these source GTIDs (drc.apply.gtid_wait); in memory,
+        so it runs on the event loop. Raises ControlError 404/400 (which channel)."""
+        ...
+
+    def on_applied(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after each commit that moved a channel (any thread, quick)."""
+        ...
+
 
 @dataclass
 class ApiDeps:

@@ -77,6 +77,9 @@ ERROR_SCN_TOO_OLD = "scn_too_old"  # 410: body has "oldest", the oldest servable
 # allowed; with Retry-After. Pull again after it, or at once with wait_ms=-1 (never refused).
 ERROR_TOO_MANY_LONG_POLLS = "too_many_long_polls"  # 429
 ERROR_LONG_POLLS_FULL = "long_polls_full"  # 503
+# 408 from GET /v1/wait: the GTID was not applied within timeout_ms; "waiting_for" says where
+# the channel is. Ask again (nothing is lost by waiting twice).
+ERROR_WAIT_TIMEOUT = "wait_timeout"
 ERROR_INTERNAL = "internal"  # 500: logged server-side; the body says nothing more
 ERROR_UNAVAILABLE = "unavailable"  # 503: buffer closed or capture failed
 ERROR_RANGE = "range_not_satisfiable"  # 416: a segment Range starting at or past its end

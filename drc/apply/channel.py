@@ -251,13 +251,13 @@ class ApplyChannel:
             self.stats.ddl_skipped = self.source.ddl_skipped
         if kept is not None and kept.ddl:
             self._apply_ddl(kept, group)
-            self.progress.taken(source_time_ms(txn))
+            self.progress.taken(source_time_ms(txn), txn.gtid, txn.gtid_position)
             self.progress.applied()
             return
         if kept is not None:
             group.add(kept, self._clock())
         if txn.last_fragment:
-            self.progress.taken(source_time_ms(txn))
+            self.progress.taken(source_time_ms(txn), txn.gtid, txn.gtid_position)
             wrote = bool(group.transactions) and group.transactions[-1].scn == txn.scn
             if not wrote:
                 self.stats.skipped += 1

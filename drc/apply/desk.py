@@ -19,8 +19,10 @@ from drc.apply import audit
 from drc.apply.actions import AtDesk, asked, offered
 from drc.apply.channel import ApplyChannel
 from drc.apply.control import Request
+from drc.apply.gtid_wait import GtidWait
 from drc.apply.target import Target
 from drc.core.errors import DrcError
+from drc.core.gtid import Gtid
 from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ class ChannelsDesk:
         self._remote = remote
         self._report = report
         self._last: tuple[float, dict[str, Any]] = (-LAST_ACTION_TTL_S, {})  # read at, by name
+        self._gtid_wait: GtidWait | None = None  # built when first asked
 
     def channels(self) -> list[dict[str, Any]]:
         out = []
@@ -110,6 +113,23 @@ class ChannelsDesk:
             partial(self._audit, name),
         )
         return declared.take(desk, request)
+
+    def gtids_applied(self, gtids: Sequence[Gtid], channel: str | None) -> dict[str, Any]:
+        """Whether the channels passed ``gtids`` (drc.apply.gtid_wait); in memory, no I/O."""
+        if self._gtid_wait is None:
+            applied = {c.name: c.progress.gtids for c in self._channels.values()}
+            self._gtid_wait = GtidWait(applied, self._describe)
+        return self._gtid_wait.check(gtids, channel)
+
+    def on_applied(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (quick, in a channel's thread) after a commit moved a channel."""
+        for channel in self._channels.values():
+            channel.progress.gtids.listen(listener)
+
+    def _describe(self, name: str) -> str:
+        report = self._channels[name].report()
+        lag = report.get("lag_seconds")
+        return f"{report['state']}, lag {'-' if lag is None else f'{lag:.1f}s'}"
 
     def _audit(self, name: str, request: Request, detail: dict[str, Any]) -> None:
         entry = audit.record(name, request.action, request.actor, request.reason, detail)

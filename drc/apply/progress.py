@@ -15,6 +15,10 @@ Lag (drc.core.heartbeat): now - source time of the newest change the target has 
 Lag is computed when asked, so it keeps growing while nothing arrives: a remote that is down,
 a stopped channel, an apply that is behind. It is None until the first transaction or
 heartbeat after a start.
+
+The same two points move the source GTIDs the channel has passed (drc.apply.gtids: ``taken``
+with the transaction's GTID position, ``applied`` after the commit), which read-your-writes
+waits (GET /v1/wait) are answered from.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from drc.apply.gtids import AppliedGtids
 from drc.core.heartbeat import lag_seconds
 
 STARTING = "starting"
@@ -46,8 +51,11 @@ class Snapshot:
 class ChannelProgress:
     """Written by the channel's thread, read by any (each method holds the lock briefly)."""
 
-    def __init__(self, stale_after_s: float = STALE_AFTER_S) -> None:
+    def __init__(
+        self, stale_after_s: float = STALE_AFTER_S, gtids: AppliedGtids | None = None
+    ) -> None:
         self._lock = threading.Lock()
+        self.gtids = gtids or AppliedGtids()  # the source GTIDs passed (read-your-writes waits)
         self._stale_after_s = stale_after_s
         self._state = STARTING
         self._error: str | None = None
@@ -100,7 +108,11 @@ class ChannelProgress:
         with self._lock:
             self._state, self._error, self._last_answer = CONNECTING, None, now
 
-    def taken(self, source_ms: int) -> None:
+    def taken(
+        self, source_ms: int, gtid: str | None = None, gtid_position: str | None = None
+    ) -> None:
+        """A transaction taken into the open group: its source time and GTID position."""
+        self.gtids.taken(gtid, gtid_position)
         with self._lock:
             if self._taken_ms is None or source_ms > self._taken_ms:
                 self._taken_ms = source_ms
@@ -111,6 +123,7 @@ class ChannelProgress:
             taken = self._taken_ms
             if taken is not None and (self._applied_ms is None or taken > self._applied_ms):
                 self._applied_ms = taken
+        self.gtids.applied()  # outside the lock: it tells waiters
 
     def snapshot(self, now_s: float) -> Snapshot:
         """State, error and lag as of wall-clock time ``now_s``."""

@@ -8,9 +8,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from drc.apply.gtids import AppliedGtids
 from drc.apply.progress import STALE_AFTER_S, STOPPED, ChannelProgress
 from drc.apply.stats import ApplyStats
 from drc.core.errors import DrcError
+from drc.core.gtid import format_position
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +25,7 @@ class ChannelStatus:
     ) -> None:
         self.name = name
         self.stats = ApplyStats()
-        self.progress = ChannelProgress(STALE_AFTER_S + wait_ms / 1000)
+        self.progress = ChannelProgress(STALE_AFTER_S + wait_ms / 1000, AppliedGtids(wall_clock))
         self._wall_clock = wall_clock
 
     def report(self, origin: str, *, paused: bool) -> dict[str, Any]:
@@ -34,6 +36,8 @@ class ChannelStatus:
             "name": self.name, "origin": origin, "state": state,
             "up": now.state != STOPPED, "error": now.error, "lag_seconds": now.lag_seconds,
             "applied_source_ms": now.applied_ms, **self.stats.as_dict(),
+            # the source GTIDs passed (GET /v1/wait answers from them); None until the first
+            "gtid_position": format_position(self.progress.gtids.position()) or None,
             # A channel continued after a stop no longer shows its error (last_stop keeps it).
             "last_error": self.stats.last_error if now.state == STOPPED else None,
         }  # fmt: skip

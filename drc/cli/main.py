@@ -21,6 +21,7 @@ from drc.cli.schema import schema
 from drc.cli.snapshot import snapshot
 from drc.cli.tail import status, tail
 from drc.cli.verify import verify
+from drc.cli.wait import wait
 from drc.core.errors import DrcError
 
 
@@ -48,6 +49,7 @@ cli.add_command(channel)
 cli.add_command(catchup)
 cli.add_command(snapshot)
 cli.add_command(verify)
+cli.add_command(wait)
 
 
 def main() -> None:

@@ -8,6 +8,10 @@
 Bulk catch-up copies whole segments instead: :class:`SegmentSource` lists them, downloads each
 (resuming, checksum verified) and :func:`read_segment` reads a copy.
 
+Read your writes across datacenters: after writing on dc1 (``SELECT @@last_gtid`` there),
+``wait_for_gtid("http://dc2-a:8640", gtid, timeout_ms=5000)`` returns once dc2 applied it and
+raises :class:`WaitTimeoutError` otherwise.
+
 HTTPS with a private CA: ``Subscriber(["https://dc1-a:8640"], ca="dc1-ca.pem")`` (and
 ``cert=``/``key=`` for a client certificate, ``verify=False`` to not check at all).
 
@@ -27,11 +31,13 @@ from drc.client.errors import (
     PositionTooOldError,
     ProtocolError,
     SegmentDownloadError,
+    WaitTimeoutError,
 )
 from drc.client.fragments import assemble
 from drc.client.segments import SegmentInfo, SegmentList, SegmentSource, read_segment
 from drc.client.status import fetch_status
 from drc.client.subscriber import Batch, Subscriber
+from drc.client.waits import wait_for_gtid
 
 __all__ = [
     "AckError",
@@ -53,7 +59,9 @@ __all__ = [
     "SegmentList",
     "SegmentSource",
     "Subscriber",
+    "WaitTimeoutError",
     "assemble",
     "fetch_status",
     "read_segment",
+    "wait_for_gtid",
 ]

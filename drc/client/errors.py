@@ -6,6 +6,7 @@
     |   +-- SegmentDownloadError    no intact copy of a segment after every attempt
     +-- FatalError
         +-- ApiRequestError         the server refused the request (400, 404, ...): fix the call
+        |   +-- WaitTimeoutError    408 from /v1/wait: the GTID is not applied there yet
         |   +-- ApiAuthError        401/403: pass the right bearer token
         +-- BufferRebuiltError      409: the server's buffer is not the one this position came from
         +-- PositionTooOldError     410 from every URL (also a drc.core ScnTooOldError)
@@ -58,6 +59,17 @@ class ApiRequestError(FatalError):
 
 class ApiAuthError(ApiRequestError):
     """401/403: the token is missing or wrong. Pass the token the server's [api] section lists."""
+
+
+class WaitTimeoutError(ApiRequestError):
+    """408 from ``GET /v1/wait`` (drc.client.waits.wait_for_gtid): the datacenter asked has not
+    applied the GTID within the timeout. ``waiting_for`` says where its channel is (its state,
+    lag and position in the GTID's domain); wait again, or read elsewhere."""
+
+    def __init__(self, message: str, url: str, status: int, code: str, server_message: str,
+                 waiting_for: str) -> None:  # fmt: skip
+        super().__init__(message, url, status, code, server_message)
+        self.waiting_for = waiting_for
 
 
 class BufferRebuiltError(FatalError):

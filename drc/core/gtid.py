@@ -97,6 +97,24 @@ def stored_position(gtid: str | None, gtid_position: str | None) -> dict[int, Gt
     return None
 
 
+def merged(pos: GtidPosition, newer: GtidPosition) -> dict[int, Gtid]:
+    """``pos`` moved on by ``newer``: per domain, the GTID with the higher sequence number (a
+    position read later never takes a domain back)."""
+    out = dict(pos)
+    for domain, gtid in newer.items():
+        known = out.get(domain)
+        if known is None or gtid.seq_no > known.seq_no:
+            out[domain] = gtid
+    return out
+
+
+def covers(pos: GtidPosition, gtid: Gtid) -> bool:
+    """True if a stream read up to ``pos`` has passed ``gtid``: its domain's sequence number
+    reached it (sequence numbers of a domain only grow, whichever server wrote them)."""
+    known = pos.get(gtid.domain)
+    return known is not None and known.seq_no >= gtid.seq_no
+
+
 def missing(pos: GtidPosition, binlog_state: Iterable[Gtid]) -> list[Gtid]:
     """The GTIDs of ``pos`` a server with this ``gtid_binlog_state`` does not contain."""
     reached = {(g.domain, g.server_id): g.seq_no for g in binlog_state}
@@ -116,7 +134,9 @@ __all__ = [
     "Gtid",
     "GtidPosition",
     "advance",
+    "covers",
     "format_position",
+    "merged",
     "missing",
     "parse_gtids",
     "position",
