@@ -348,8 +348,14 @@ def test_any_interleaving_of_increments_converges_to_the_sum(
     for n, (who, writes, amounts, stamp) in enumerate(steps):
         dc = names[who]
         if writes:
-            # Stamps unique per datacenter, so lww never ties on them.
-            stamped = None if stamp is None else stamp * count + who
+            # Stamps unique per datacenter, so lww never ties on them, and later than what the
+            # row holds (a write's ON UPDATE time is now: after what it overwrites).
+            stamped = None
+            if stamp is not None:
+                held = dcs[dc].row["ts"]
+                stamped = stamp * count + who
+                while stamped <= held:
+                    stamped += count
             transaction = dcs[dc].write(amounts, stamped, f"{dc}-{n}")
             total += sum(amounts)
             for other in names:
