@@ -1,0 +1,89 @@
+"""A channel with a row filter and an excluded column, dc1 -> dc2 on real servers.
+
+dc2 holds exactly the filtered projection of dc1's table: the rows the predicate passes,
+without the excluded column (dc2's table does not even have it). An update that moves a row
+into the filter inserts it on dc2, one that moves it out deletes it there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from drc.apply.service import build_channel
+from drc.sandbox.sandbox import ServerInfo
+from tests.support.apply import Running, apply_user, channel_config, serving
+from tests.support.servers import drop_everywhere, execute, position, query
+from tests.support.waits import mark_end, wait_end
+
+SCHEMA = "rowfilter"
+FILTER = "region IN ('eu', 'ch') AND (n IS NULL OR n < 100)"
+PROJECTION = (
+    f"SELECT id, region, n FROM {SCHEMA}.customers "
+    "WHERE region IN ('eu', 'ch') AND (n IS NULL OR n < 100) ORDER BY id"
+)
+
+
+def test_dc2_holds_the_filtered_projection_of_dc1(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    drop_everywhere(SCHEMA, dc1, dc2)
+    # Each side's table made by hand, outside the stream: dc2's has no email column.
+    execute(
+        dc1,
+        f"CREATE DATABASE {SCHEMA}",
+        f"CREATE TABLE {SCHEMA}.customers (id INT PRIMARY KEY, region VARCHAR(8), "
+        "email VARCHAR(64), n INT)",
+        log_bin=False,
+    )
+    execute(
+        dc2,
+        f"CREATE DATABASE {SCHEMA}",
+        f"CREATE TABLE {SCHEMA}.customers (id INT PRIMARY KEY, region VARCHAR(8), n INT)",
+        log_bin=False,
+    )
+    start = position(dc1)
+    execute(
+        dc1,
+        f"INSERT INTO {SCHEMA}.customers VALUES (1, 'eu', 'a@x', 1), (2, 'us', 'b@x', 2), "
+        "(3, 'eu', 'c@x', NULL), (4, 'us', 'd@x', 4), (5, 'ch', 'e@x', 500), "
+        "(6, NULL, 'f@x', 6), (7, 'eu', 'g@x', 7)",
+        f"UPDATE {SCHEMA}.customers SET region = 'eu' WHERE id = 2",  # moves in: inserted
+        f"UPDATE {SCHEMA}.customers SET region = 'us' WHERE id = 3",  # moves out: deleted
+        f"UPDATE {SCHEMA}.customers SET n = 50 WHERE id = 5",  # moves in by n
+        f"UPDATE {SCHEMA}.customers SET n = 11, email = 'new@x' WHERE id = 1",  # stays in
+        f"UPDATE {SCHEMA}.customers SET email = 'z@x' WHERE id = 7",  # only the excluded column
+        f"UPDATE {SCHEMA}.customers SET n = 40 WHERE id = 4",  # stays out
+        f"DELETE FROM {SCHEMA}.customers WHERE id IN (4, 6)",  # deletes outside the filter
+        f"UPDATE {SCHEMA}.customers SET region = 'eu' WHERE id = 6",  # no row: nothing
+        f"UPDATE {SCHEMA}.customers SET id = 20 WHERE id = 2",  # key change inside
+    )
+    tables = [f"{SCHEMA}.*"]
+    with serving(dc1, tmp_path / "buf", tables, start) as (_, url):
+        config = channel_config(
+            "rowfilter",
+            url,
+            tables,
+            row_filters={f"{SCHEMA}.customers": FILTER},
+            exclude_columns={f"{SCHEMA}.customers": ("email",)},
+        )
+        with Running(build_channel(config, apply_user(dc2))) as running:
+            wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running)
+            expected = [(1, "eu", 11), (5, "ch", 50), (7, "eu", 7), (20, "eu", 2)]
+            assert query(dc1, PROJECTION) == expected
+            assert query(dc2, f"SELECT id, region, n FROM {SCHEMA}.customers ORDER BY id") == (
+                expected
+            )
+
+            # Moving rows out of and into the filter while the channel runs.
+            execute(
+                dc1,
+                f"UPDATE {SCHEMA}.customers SET n = 1000 WHERE id = 7",  # out: deleted
+                f"UPDATE {SCHEMA}.customers SET region = 'ch' WHERE id = 3",  # in: inserted
+                f"UPDATE {SCHEMA}.customers SET region = 'ch' WHERE id = 1",  # stays in
+            )
+            wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running)
+            moved = query(dc1, PROJECTION)
+            assert moved == [(1, "ch", 11), (3, "ch", None), (5, "ch", 50), (20, "eu", 2)]
+            assert query(dc2, f"SELECT id, region, n FROM {SCHEMA}.customers ORDER BY id") == (
+                moved
+            )
