@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drc.apply.service import build_channel
+from drc.conflicts.settings import ConflictsConfig, ConflictTableConfig
 from drc.core.masking import Masker, hmac_hex
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import Running, apply_user, channel_config, serving
@@ -130,3 +131,50 @@ def test_masked_columns_never_leave_dc1(dc1: ServerInfo, dc2: ServerInfo, tmp_pa
     assert b"anne" in stored  # the buffer is readable as is: the check below can fail
     for secret in (b"ann.private", b"bob.private", b"555-010"):
         assert secret not in stored
+
+
+EXCLUDED = "rowexcl"
+
+
+def test_conflicts_are_detected_on_the_columns_that_remain(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    """dc2 keeps its own emails (excluded on the channel): an update of a row that differs
+    only there applies, one of a row dc2 changed in a kept column is a logged conflict."""
+    drop_everywhere(EXCLUDED, dc1, dc2)
+    for server, rows in (
+        (dc1, "(1, 'a', 'one@dc1'), (2, 'b', 'two@dc1')"),
+        (dc2, "(1, 'a', 'one@dc2'), (2, 'changed here', 'two@dc2')"),
+    ):
+        execute(
+            server,
+            f"CREATE DATABASE {EXCLUDED}",
+            f"CREATE TABLE {EXCLUDED}.t (id INT PRIMARY KEY, v VARCHAR(20), email VARCHAR(20))",
+            f"INSERT INTO {EXCLUDED}.t VALUES {rows}",
+            log_bin=False,
+        )
+    start = position(dc1)
+    execute(
+        dc1,
+        f"UPDATE {EXCLUDED}.t SET v = 'a2' WHERE id = 1",
+        f"UPDATE {EXCLUDED}.t SET v = 'b2' WHERE id = 2",
+    )
+    keep = ConflictsConfig(tables=(ConflictTableConfig(table=f"{EXCLUDED}.t", policy="keep"),))
+    tables = [f"{EXCLUDED}.*"]
+    with serving(dc1, tmp_path / "buf", tables, start) as (_, url):
+        config = channel_config(
+            "rowexcl", url, tables, exclude_columns={f"{EXCLUDED}.t": ("email",)}
+        )
+        target = apply_user(dc2)
+        with Running(build_channel(config, target, conflicts=keep, datacenter="dc2")) as running:
+            wait_end(dc2, EXCLUDED, mark_end(dc1, EXCLUDED), running)
+    assert query(dc2, f"SELECT * FROM {EXCLUDED}.t ORDER BY id") == [
+        (1, "a2", "one@dc2"),
+        (2, "changed here", "two@dc2"),
+    ]
+    logged = query(
+        dc2,
+        "SELECT kind, decision FROM drc.conflicts WHERE schema_name = %s AND table_name = 't'",
+        (EXCLUDED,),
+    )
+    assert logged == [("update-update", "local")]
