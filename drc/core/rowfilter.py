@@ -33,13 +33,27 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["RowFilterError", "Predicate", "parse"]
+from drc.core.events import Op, Row, RowChange
+from drc.core.tablefilter import TableFilter
+
+__all__ = [
+    "PerTable",
+    "Predicate",
+    "RowFilterColumnError",
+    "RowFilterError",
+    "filtered",
+    "parse",
+]
 
 
 class RowFilterError(ValueError):
     """A predicate that does not parse; says where and what was expected."""
+
+
+class RowFilterColumnError(ValueError):
+    """A predicate names a column a table's changes do not carry (found when one arrives)."""
 
 
 _TOKEN = re.compile(
@@ -326,3 +340,61 @@ def _or(left: Node, right: Node) -> Node:
         return None if a is None or b is None else False
 
     return node
+
+
+def filtered(predicate: Predicate, change: RowChange) -> RowChange | None:
+    """``change`` as a target holding only the rows ``predicate`` passes must see it::
+
+        before passes   after passes    becomes
+        yes             yes             the change itself
+        no              yes             INSERT of the after image   (the row moved in)
+        yes             no              DELETE of the before image  (the row moved out)
+        no              no              None
+
+    RowFilterColumnError when an image lacks a column the predicate names."""
+    before = change.before is not None and _passes(predicate, change, change.before)
+    after = change.after is not None and _passes(predicate, change, change.after)
+    if change.op is Op.UPDATE and before != after:
+        if after:
+            return RowChange(change.schema, change.table, Op.INSERT, None, change.after)
+        return RowChange(change.schema, change.table, Op.DELETE, change.before, None)
+    return change if before or after else None
+
+
+def _passes(predicate: Predicate, change: RowChange, image: Row) -> bool:
+    try:
+        return predicate.passes(image)
+    except KeyError:
+        unknown = predicate.unknown_columns(image)
+        raise RowFilterColumnError(
+            f"the row filter of {change.schema}.{change.table} ({predicate.text!r}) names "
+            f"{', '.join(map(repr, unknown))}, which the table's changes do not carry "
+            f"(columns: {', '.join(image)})"
+        ) from None
+
+
+T = TypeVar("T")
+_MAX_CACHED_TABLES = 65536
+
+
+class PerTable(Generic[T]):
+    """A ``{"db.table" pattern: value}`` map asked by table: the first pattern it matches."""
+
+    def __init__(self, entries: Mapping[str, T]) -> None:
+        self._entries = [(TableFilter.build([p]), v) for p, v in entries.items()]
+        self._found: dict[tuple[str, str], T | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def get(self, schema: str, table: str) -> T | None:
+        key = (schema, table)
+        try:
+            return self._found[key]
+        except KeyError:
+            pass
+        if len(self._found) >= _MAX_CACHED_TABLES:
+            self._found.clear()
+        found = next((v for f, v in self._entries if f.matches(schema, table)), None)
+        self._found[key] = found
+        return found

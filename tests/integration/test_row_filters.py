@@ -9,8 +9,12 @@ into the filter inserts it on dc2, one that moves it out deletes it there.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from drc.apply.service import build_channel
+from drc.client import Subscriber
 from drc.conflicts.settings import ConflictsConfig, ConflictTableConfig
 from drc.core.masking import Masker, hmac_hex
 from drc.sandbox.sandbox import ServerInfo
@@ -178,3 +182,55 @@ def test_conflicts_are_detected_on_the_columns_that_remain(
         (EXCLUDED,),
     )
     assert logged == [("update-update", "local")]
+
+
+SUBSCRIBED = "rowsub"
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "pull"])
+def test_a_subscriber_gets_the_rows_its_filter_passes(
+    dc1: ServerInfo, tmp_path: Path, stream: bool
+) -> None:
+    """A pull's ``rows`` filter, served from dc1's real captures: rows moving into the filter
+    arrive as inserts, out of it as deletes, the others not at all."""
+    schema = f"{SUBSCRIBED}_{'stream' if stream else 'pull'}"
+    drop_everywhere(schema, dc1)
+    execute(
+        dc1,
+        f"CREATE DATABASE {schema}",
+        f"CREATE TABLE {schema}.customers (id INT PRIMARY KEY, region VARCHAR(8))",
+        log_bin=False,
+    )
+    start = position(dc1)
+    execute(
+        dc1,
+        f"INSERT INTO {schema}.customers VALUES (1, 'eu'), (2, 'us'), (3, 'us')",
+        f"UPDATE {schema}.customers SET region = 'eu' WHERE id = 2",
+        f"UPDATE {schema}.customers SET region = 'us' WHERE id = 1",
+        f"UPDATE {schema}.customers SET region = 'ca' WHERE id = 3",
+        f"DELETE FROM {schema}.customers WHERE id = 2",
+    )
+    token = mark_end(dc1, schema)
+    got: list[tuple[str, str, dict[str, Any]]] = []
+    with (
+        serving(dc1, tmp_path / "buf", [f"{schema}.*"], start) as (_, url),
+        Subscriber(
+            [url],
+            tables=f"{schema}.*",
+            rows={f"{schema}.customers": "region = 'eu'"},
+            wait_ms=200,
+            stream=stream,
+        ) as sub,
+    ):
+        while not any(t == "done" and row["token"] == token for t, _, row in got):
+            batch = sub.get(timeout=60)
+            got += [
+                (c.table, c.op.value, dict(c.row)) for t in batch.transactions for c in t.changes
+            ]
+            sub.ack(batch)
+    assert [(op, row) for table, op, row in got if table == "customers"] == [
+        ("insert", {"id": 1, "region": "eu"}),
+        ("insert", {"id": 2, "region": "eu"}),  # moved in
+        ("delete", {"id": 1, "region": "eu"}),  # moved out: its last image in the filter
+        ("delete", {"id": 2, "region": "eu"}),
+    ]

@@ -8,12 +8,13 @@ import pytest
 from click.testing import CliRunner
 
 from drc.apply.plan import Planner
-from drc.apply.rowstages import ExcludeColumns, FilterRows, RowFilterColumnError
+from drc.apply.rowstages import ExcludeColumns, FilterRows
 from drc.apply.service import channel_filters
 from drc.cli.main import cli
 from drc.config import config_problems
 from drc.config_channels import ChannelConfig, parse_filters
 from drc.core.events import Column, Op, RowChange, TableSchema
+from drc.core.rowfilter import RowFilterColumnError
 from drc.core.target_errors import MissingColumnError
 from drc.core.target_table import TargetTable
 from drc.metastore import MetaStore
