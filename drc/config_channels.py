@@ -129,6 +129,17 @@ class ChannelConfig(Section):
                 raise ValueError(f"exclude_columns {pattern!r}: list the column names to leave out")
         return exclude
 
+    def row_stage(self, schema: str, table: str) -> str | None:
+        """``"row_filters"`` or ``"exclude_columns"`` when one selects the table (snapshot and
+        verify copy and compare whole tables, so they leave it out), else None."""
+        for key, entries in (
+            ("row_filters", self.row_filters),
+            ("exclude_columns", self.exclude_columns),
+        ):
+            if any(TableFilter.build([pattern]).matches(schema, table) for pattern in entries):
+                return key
+        return None
+
     def row_predicates(self) -> dict[str, Predicate]:
         """``row_filters`` parsed (checked at load, so this does not fail)."""
         return parse_filters(self.row_filters)

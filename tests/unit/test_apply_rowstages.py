@@ -156,3 +156,16 @@ def test_config_check_reports_a_predicate_naming_an_unknown_column(tmp_path: Pat
         f"{bad}:14: channels.0.row_filters.shop.customers: names 'regoin', not a column of "
         "shop.customers (its columns: id, region)"
     ) in failed.output
+
+
+def test_snapshot_and_verify_learn_which_tables_a_row_stage_selects() -> None:
+    channel = ChannelConfig(
+        name="c",
+        origin="d",
+        remote=("http://x",),
+        row_filters={"shop.customers": "id > 0"},
+        exclude_columns={"hr.*": ("salary",)},
+    )
+    assert channel.row_stage("shop", "customers") == "row_filters"
+    assert channel.row_stage("hr", "people") == "exclude_columns"
+    assert channel.row_stage("shop", "orders") is None
