@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from drc.core.events import Row, RowChange, Transaction
+from drc.core.markers import CHECKPOINT_SCHEMA
 from drc.core.rowfilter import PerTable, Predicate, RowFilterColumnError, filtered
 
 
@@ -48,6 +49,8 @@ class FilterRows:
         return dataclasses.replace(txn, changes=tuple(changes))
 
     def _change(self, change: RowChange) -> RowChange | None:
+        if change.schema == CHECKPOINT_SCHEMA:  # DRC's own rows (tombstones): never filtered
+            return change
         predicate: Predicate | None = self._predicates.get(change.schema, change.table)
         if predicate is None:
             return change
@@ -80,7 +83,7 @@ class ExcludeColumns:
 
     def _change(self, change: RowChange) -> RowChange:
         columns: frozenset[str] | None = self._columns.get(change.schema, change.table)
-        if not columns:
+        if not columns or change.schema == CHECKPOINT_SCHEMA:
             return change
         before, after = _without(change.before, columns), _without(change.after, columns)
         return RowChange(change.schema, change.table, change.op, before, after)

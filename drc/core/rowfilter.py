@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, TypeVar
 
+from drc.core.errors import ConfigError
 from drc.core.events import Op, Row, RowChange
 from drc.core.tablefilter import TableFilter
 
@@ -52,8 +53,9 @@ class RowFilterError(ValueError):
     """A predicate that does not parse; says where and what was expected."""
 
 
-class RowFilterColumnError(ValueError):
-    """A predicate names a column a table's changes do not carry (found when one arrives)."""
+class RowFilterColumnError(ConfigError):
+    """A predicate names a column a table's changes do not carry (found when one arrives):
+    fatal, so a channel stops (or holds for an operator) until its config is corrected."""
 
 
 _TOKEN = re.compile(

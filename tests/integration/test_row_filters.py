@@ -17,10 +17,12 @@ from drc.apply.service import build_channel
 from drc.client import Subscriber
 from drc.conflicts.settings import ConflictsConfig, ConflictTableConfig
 from drc.core.masking import Masker, hmac_hex
+from drc.core.rowfilter import RowFilterColumnError
+from drc.core.target_errors import MissingColumnError
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import Running, apply_user, channel_config, serving
 from tests.support.servers import drop_everywhere, execute, position, query
-from tests.support.waits import mark_end, wait_end
+from tests.support.waits import mark_end, wait_end, wait_for
 
 SCHEMA = "rowfilter"
 FILTER = "region IN ('eu', 'ch') AND (n IS NULL OR n < 100)"
@@ -234,3 +236,50 @@ def test_a_subscriber_gets_the_rows_its_filter_passes(
         ("delete", {"id": 1, "region": "eu"}),  # moved out: its last image in the filter
         ("delete", {"id": 2, "region": "eu"}),
     ]
+
+
+STOPPED = "rowstop"
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        (
+            {"exclude_columns": {f"{STOPPED}.t": ("id",)}},
+            MissingColumnError,
+            "carry no 'id', a column of its primary key: a channel's exclude_columns",
+        ),
+        (
+            {"row_filters": {f"{STOPPED}.t": "regoin = 'eu'"}},
+            RowFilterColumnError,
+            "names 'regoin', which the table's changes do not carry (columns: id, region)",
+        ),
+    ],
+    ids=["key-excluded", "unknown-column"],
+)
+def test_a_row_stage_the_changes_cannot_meet_stops_the_channel_saying_why(
+    dc1: ServerInfo,
+    dc2: ServerInfo,
+    tmp_path: Path,
+    options: dict[str, Any],
+    error: type[Exception],
+    message: str,
+) -> None:
+    drop_everywhere(STOPPED, dc1, dc2)
+    for server in (dc1, dc2):
+        execute(
+            server,
+            f"CREATE DATABASE {STOPPED}",
+            f"CREATE TABLE {STOPPED}.t (id INT PRIMARY KEY, region VARCHAR(8))",
+            log_bin=False,
+        )
+    start = position(dc1)
+    execute(dc1, f"INSERT INTO {STOPPED}.t VALUES (1, 'eu')")
+    tables = [f"{STOPPED}.*"]
+    with serving(dc1, tmp_path / "buf", tables, start) as (_, url):
+        config = channel_config("rowstop", url, tables, **options)
+        with Running(build_channel(config, apply_user(dc2))) as running:
+            wait_for(lambda: running.error is not None, "the channel to stop")
+    assert isinstance(running.error, error)
+    assert message in str(running.error)
+    assert query(dc2, f"SELECT * FROM {STOPPED}.t") == []  # nothing applied

@@ -169,3 +169,10 @@ def test_snapshot_and_verify_learn_which_tables_a_row_stage_selects() -> None:
     assert channel.row_stage("shop", "customers") == "row_filters"
     assert channel.row_stage("hr", "people") == "exclude_columns"
     assert channel.row_stage("shop", "orders") is None
+
+
+def test_drcs_own_rows_are_never_filtered_nor_narrowed() -> None:
+    tombstone = RowChange("drc", "tomb_x", Op.INSERT, None, {"pk": "{}", "deleted_at": 1})
+    assert FilterRows(parse_filters({"*.*": "id > 0"}))(txn(1, tombstone)) is not None
+    narrowed = ExcludeColumns({"*.*": ("pk",)})(txn(1, tombstone))
+    assert narrowed is not None and narrowed.changes[0] is tombstone

@@ -89,3 +89,9 @@ def test_the_key_file_is_read_and_must_be_long_enough(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read replicator.mask_key_file"):
         config.masker()
     assert ReplicatorConfig(buffer_dir=tmp_path).masker() is None
+
+
+def test_drcs_own_rows_are_never_masked() -> None:
+    tombstone = RowChange("drc", "tomb_x", Op.INSERT, None, {"email": "x"})
+    masked = Masker({"*.*": {"email": "null"}}, None)(txn(1, tombstone), TABLES)
+    assert masked.changes[0] is tombstone
