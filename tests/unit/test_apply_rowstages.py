@@ -176,3 +176,18 @@ def test_drcs_own_rows_are_never_filtered_nor_narrowed() -> None:
     assert FilterRows(parse_filters({"*.*": "id > 0"}))(txn(1, tombstone)) is not None
     narrowed = ExcludeColumns({"*.*": ("pk",)})(txn(1, tombstone))
     assert narrowed is not None and narrowed.changes[0] is tombstone
+
+
+def test_rows_are_filtered_and_narrowed_before_the_hooks_and_the_renames() -> None:
+    channel = ChannelConfig(
+        name="c",
+        origin="d",
+        remote=("http://x",),
+        row_filters={"db.t": "id > 0"},
+        exclude_columns={"db.t": ("email",)},
+        transforms={"db.t": "tests.integration.transforms:shout_and_audit"},
+        map_columns={"db.t": {"v": "w"}},
+    )
+    stages, _ = channel_filters(channel, tombstones=False)
+    names = [type(s).__name__ for s in stages]
+    assert names[-4:] == ["FilterRows", "ExcludeColumns", "Transforms", "MapNames"]
