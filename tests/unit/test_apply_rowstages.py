@@ -140,22 +140,33 @@ def test_an_empty_exclude_list_is_a_config_problem() -> None:
     assert "list the column names" in config_problems(text)[0]
 
 
-def test_config_check_reports_a_predicate_naming_an_unknown_column(tmp_path: Path) -> None:
-    columns = (Column("id", "int", False), Column("region", "varchar(2)", True))
+def test_config_check_reports_columns_the_metastore_tables_lack(tmp_path: Path) -> None:
+    columns = (
+        Column("id", "int", False),
+        Column("region", "varchar(2)", True),
+        Column("email", "varchar(64)", True),
+    )
     with MetaStore.open(tmp_path / DEFAULT_FILENAME) as store:
         store.record_schema(scn(10), TableSchema("shop", "customers", columns, ("id",)))
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
     good.write_text(CONFIG.format(dir=tmp_path, predicate="region = 'eu'"))
-    bad.write_text(CONFIG.format(dir=tmp_path, predicate="regoin = 'eu' OR id > 5"))
+    masked = 'mask_columns = { "shop.*" = { emial = "null" } }\n'
+    text = CONFIG.format(dir=tmp_path, predicate="regoin = 'eu' OR id > 5")
+    text = text.replace("[[channels]]", masked + "\n[[channels]]")
+    bad.write_text(text.replace('["email"]', '["email", "phone"]'))
     runner = CliRunner()
     ok = runner.invoke(cli, ["config", "check", str(good)])
     assert ok.exit_code == 0, ok.output
     failed = runner.invoke(cli, ["config", "check", str(bad)])
     assert failed.exit_code == 1
-    assert (
-        f"{bad}:14: channels.0.row_filters.shop.customers: names 'regoin', not a column of "
-        "shop.customers (its columns: id, region)"
-    ) in failed.output
+    assert failed.output.splitlines() == [
+        f"{bad}:16: channels.0.row_filters.shop.customers: names 'regoin', not a column of "
+        "shop.customers (its columns: id, region, email)",
+        f"{bad}:17: channels.0.exclude_columns.shop.customers: names 'phone', a column of none "
+        "of the tables it selects (shop.customers)",
+        f"{bad}:10: replicator.mask_columns.shop.*: names 'emial', a column of none of the "
+        "tables it selects (shop.customers)",
+    ]
 
 
 def test_snapshot_and_verify_learn_which_tables_a_row_stage_selects() -> None:
