@@ -8,7 +8,7 @@ judged by both its images (drc.core.rowfilter.filtered): an update that moves a 
 filter is written as an insert of its new row, one that moves it out as a delete of its old
 row, and a change outside it not at all.
 
-Excluded columns are left out of both images, so the target needs not have them (or keeps its
+Excluded columns are left out of both images, so the target need not have them (or keeps its
 own values); conflict detection then compares the columns that remain. A key column cannot be
 excluded: the write would not know its row (drc.apply.plan refuses it with a clear error).
 """

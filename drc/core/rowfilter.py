@@ -1,6 +1,7 @@
 """Row filters: a small predicate language on a row image's column values.
 
-A channel's ``row_filters`` gives each table a predicate such as::
+A channel's ``row_filters`` (drc.apply.rowstages) and a subscriber's ``rows`` pull parameter
+(drc.api.pullquery) give tables a predicate such as::
 
     region = 'eu' AND (status IN ('active', 'trial') OR credit >= 100) AND deleted_at IS NULL
 
@@ -24,6 +25,9 @@ Values compare as the stream carries them (drc.core.values): numbers with number
 Decimal, float alike), strings with text, bytes with the literal's UTF-8 bytes, dates and
 times with their ISO text (``created >= '2024-01-01'``). A literal of another kind than the
 value (a string for a number column) never matches. TRUE and FALSE are 1 and 0, as in MySQL.
+
+:func:`filtered` is what a change becomes for a reader holding only the rows a predicate
+passes; :class:`PerTable` picks a table's entry from a ``{"db.table" pattern: ...}`` map.
 """
 
 from __future__ import annotations
