@@ -12,6 +12,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from drc.config_databases import OriginDbConfig
 from drc.config_section import Section, read_secret
 from drc.config_urls import ApiUrl
+from drc.core.rowfilter import Predicate, parse
 from drc.core.tablefilter import TableFilter, TableFilterError
 from drc.tls import https_context
 
@@ -46,6 +47,11 @@ class ChannelConfig(Section):
     exclude: tuple[str, ...] = ()
     map_tables: dict[str, str] = Field(default_factory=dict)  # "db.t" -> "db2.t2"
     map_columns: dict[str, dict[str, str]] = Field(default_factory=dict)  # "db.t" -> {src: dst}
+    # "db.t" (or a pattern) -> a predicate on source columns (drc.core.rowfilter): the rows
+    # applied; an update moving a row in or out of it is applied as an insert or a delete.
+    row_filters: dict[str, str] = Field(default_factory=dict)
+    # "db.t" (or a pattern) -> source columns left out of every change (not key columns).
+    exclude_columns: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     no_primary_key: Literal["refuse", "match_whole_row"] = "refuse"
     max_txns_per_commit: int = Field(500, ge=1)
     max_bytes_per_commit_mb: float = Field(8, gt=0)
@@ -95,6 +101,8 @@ class ChannelConfig(Section):
             TableFilter.build(list(self.map_tables) + list(self.map_tables.values()))
             TableFilter.build(list(self.map_columns))
             TableFilter.build(list(self.transforms))
+            TableFilter.build(list(self.row_filters))
+            TableFilter.build(list(self.exclude_columns))
         except TableFilterError as exc:
             raise ValueError(str(exc)) from exc
         return self
@@ -106,6 +114,35 @@ class ChannelConfig(Section):
             if not TRANSFORM_SPEC.match(spec):
                 raise ValueError(f"transform {spec!r} for {pattern} must look like module:function")
         return transforms
+
+    @field_validator("row_filters")
+    @classmethod
+    def _parsed(cls, row_filters: dict[str, str]) -> dict[str, str]:
+        parse_filters(row_filters)  # a RowFilterError is a ValueError: its position shown
+        return row_filters
+
+    @field_validator("exclude_columns")
+    @classmethod
+    def _named(cls, exclude: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        for pattern, columns in exclude.items():
+            if not columns or not all(c.strip() for c in columns):
+                raise ValueError(f"exclude_columns {pattern!r}: list the column names to leave out")
+        return exclude
+
+    def row_stage(self, schema: str, table: str) -> str | None:
+        """``"row_filters"`` or ``"exclude_columns"`` when one selects the table (snapshot and
+        verify copy and compare whole tables, so they leave it out), else None."""
+        for key, entries in (
+            ("row_filters", self.row_filters),
+            ("exclude_columns", self.exclude_columns),
+        ):
+            if any(TableFilter.build([pattern]).matches(schema, table) for pattern in entries):
+                return key
+        return None
+
+    def row_predicates(self) -> dict[str, Predicate]:
+        """``row_filters`` parsed (checked at load, so this does not fail)."""
+        return parse_filters(self.row_filters)
 
     @model_validator(mode="after")
     def _usable_tls(self) -> ChannelConfig:
@@ -136,3 +173,14 @@ class ChannelConfig(Section):
         if self.token is None and self.token_file is None:
             return None
         return read_secret(self.token, self.token_file, f"channels.{self.name}.token_file")
+
+
+def parse_filters(row_filters: dict[str, str]) -> dict[str, Predicate]:
+    """Every table's predicate; RowFilterError (a ValueError) naming the first that fails."""
+    parsed = {}
+    for pattern, text in row_filters.items():
+        try:
+            parsed[pattern] = parse(text)
+        except ValueError as exc:
+            raise type(exc)(f"row_filters {pattern!r}: {exc}") from exc
+    return parsed

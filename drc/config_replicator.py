@@ -11,6 +11,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from drc.config_section import Section
 from drc.core.errors import ConfigError
+from drc.core.masking import Masker
 from drc.core.tablefilter import TableFilter, TableFilterError
 
 
@@ -35,15 +36,47 @@ class ReplicatorConfig(Section):
     # How DRC-originated transactions (its apply channels' writes) are stored: "full" with
     # their rows, or "marker": without them, never decoded (docs/configuration.md).
     drc_applied: Literal["full", "marker"] = "full"
+    # "db.t" (or a pattern) -> {column: "hmac" | "null"}: values replaced before they are
+    # stored, so they never leave this datacenter (drc.core.masking); "hmac" needs the key file.
+    mask_columns: dict[str, dict[str, Literal["hmac", "null"]]] = Field(default_factory=dict)
+    mask_key_file: Path | None = None
     buffer: BufferConfig = BufferConfig()
 
     @model_validator(mode="after")
     def _patterns(self) -> ReplicatorConfig:
         try:
             TableFilter.build(self.include, self.exclude)
+            TableFilter.build(list(self.mask_columns))
         except TableFilterError as exc:
             raise ValueError(str(exc)) from exc
+        empty = [pattern for pattern, columns in self.mask_columns.items() if not columns]
+        if empty:
+            raise ValueError(
+                f'mask_columns {empty[0]!r}: name its columns, e.g. {{email = "hmac"}}'
+            )
+        uses_hmac = any("hmac" in m.values() for m in self.mask_columns.values())
+        if uses_hmac and self.mask_key_file is None:
+            raise ValueError('mask_columns uses "hmac": set mask_key_file to the file of its key')
         return self
+
+    def masker(self) -> Masker | None:
+        """The capture's column masking (None without mask_columns); reads the key file."""
+        if not self.mask_columns:
+            return None
+        key = None
+        if self.mask_key_file is not None:
+            try:
+                key = self.mask_key_file.read_bytes().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read replicator.mask_key_file {self.mask_key_file}: {exc}"
+                ) from exc
+            if len(key) < 16:
+                raise ConfigError(
+                    f"replicator.mask_key_file {self.mask_key_file} holds {len(key)} bytes: give "
+                    "an HMAC key of at least 16 random bytes (e.g. openssl rand -hex 32)"
+                )
+        return Masker(self.mask_columns, key)
 
     def capture_filter(self) -> TableFilter:
         return TableFilter.build(self.include, self.exclude)

@@ -149,6 +149,7 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
         commit_max_ms=rep.commit_max_ms,
         spill_dir=Path(rep.buffer_dir),
         omit_drc_rows=rep.drc_applied == "marker",
+        mask=rep.masker(),
     )
     writes = (
         metastore if not isinstance(buffer, GroupBuffer) else FencedMetaStore(metastore, buffer)

@@ -33,10 +33,13 @@ from drc.api.pull import (
 )
 from drc.api.pullquery import BadQuery, PullQuery, parse_pull_query
 from drc.core.errors import RetriableError, ScnTooOldError, shown
+from drc.core.rowfilter import RowFilterColumnError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 OFFERED = (wire.MEDIA_JSON, wire.MEDIA_RECORDS)  # the first is the default
 GONE_STATUS = 499  # never sent: the client hung up
+# What a read may raise that answers the pull (pull_failure); a stream ends with it.
+READ_FAILURES = (RowsOmitted, EpochMismatch, ScnTooOldError, RetriableError, RowFilterColumnError)
 
 
 @router.get(wire.PATH_EVENTS)
@@ -124,7 +127,7 @@ async def _serve(
         batch = await _collect(deps, commits, caller, query)
     except ApiError as exc:
         return exc.response()
-    except (RowsOmitted, EpochMismatch, ScnTooOldError, RetriableError) as exc:
+    except READ_FAILURES as exc:
         return pull_failure(deps, query, exc).response()
     if not batch.items or sum(len(i.record()) for i in batch.items) <= INLINE_BYTES:
         return _response(deps, batch, records)  # small: rendering beats a thread hand-off
@@ -133,10 +136,15 @@ async def _serve(
 
 
 def pull_failure(deps: ApiDeps, query: PullQuery, exc: Exception) -> ApiError:
-    """The answer to a pull (or stream) whose read raised ``exc``: RowsOmitted, EpochMismatch,
-    ScnTooOldError or RetriableError."""
+    """The answer to a pull (or stream) whose read raised ``exc``, one of READ_FAILURES."""
     if isinstance(exc, RowsOmitted):
         return rows_omitted_error(exc)
+    if isinstance(exc, RowFilterColumnError):
+        return ApiError(
+            400,
+            f"{pullquery.PARAM_ROWS}: {exc}: correct the predicate and pull again from SCN "
+            f"{query.after}",
+        )
     if isinstance(exc, EpochMismatch):
         return ApiError(
             409,

@@ -30,12 +30,14 @@ full (``max_events`` transactions or ``max_bytes`` record bytes), at most the se
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from drc.core.errors import MalformedScnError, shown
-from drc.core.events import Transaction
+from drc.core.events import RowChange, Transaction
+from drc.core.rowfilter import PerTable, Predicate, RowFilterError, filtered, parse
 from drc.core.scn import SCN
 from drc.core.selection import selects_ddl
 from drc.core.tablefilter import TableFilter, TableFilterError
@@ -53,6 +55,10 @@ PARAM_SKIP_DRC = "skip_drc"
 PARAM_DRC_APPLIED = "drc_applied"
 DRC_APPLIED_FULL = "full"
 DRC_APPLIED_MARKER = "marker"
+# A subscriber's row filters: a JSON object {"db.table pattern": "predicate"}
+# (drc.core.rowfilter; the first pattern a table matches wins).
+PARAM_ROWS = "rows"
+MAX_ROWS_PARAM = 16384  # characters of its value
 _KNOWN = (
     PARAM_AFTER,
     PARAM_TABLES,
@@ -62,6 +68,7 @@ _KNOWN = (
     PARAM_EPOCH,
     PARAM_SKIP_DRC,
     PARAM_DRC_APPLIED,
+    PARAM_ROWS,
 )
 
 # wait_ms values with a special meaning; any other positive value waits up to that many ms
@@ -99,11 +106,16 @@ class Selection:
     - ``tables``: each fragment keeps the row changes of matching tables and the DDL that names
       a matching table (:func:`drc.core.selection.selects_ddl`), or, naming no table (CREATE
       DATABASE, GRANT, ...), runs in a database the filter could match.
+    - ``rows``: row changes of a table with a predicate are narrowed to the rows it passes,
+      an update that moves a row in or out of it sent as an insert or a delete
+      (:func:`drc.core.rowfilter.filtered`); RowFilterColumnError when a change lacks a
+      column a predicate names (the API's 400).
     """
 
     tables: TableFilter = TableFilter()
     skip_drc: bool = False
     markers: bool = False  # takes records stored without their rows (drc_applied=marker)
+    rows: PerTable[Predicate] | None = field(default=None, compare=False)
 
     @property
     def refuses_markers(self) -> bool:
@@ -112,7 +124,7 @@ class Selection:
     @property
     def passes_everything(self) -> bool:
         """Every stored record is sent as stored: no record's content is read."""
-        return self.tables.matches_everything and not self.skip_drc
+        return self.tables.matches_everything and not self.skip_drc and self.rows is None
 
     def whole(self, peeks: Sequence[Peek]) -> bool | None:
         """From the peeks of a transaction's records: False to drop it, True to send its records
@@ -121,8 +133,11 @@ class Selection:
         if self.skip_drc and any(drc for drc, _tables, _ddl in peeks):
             return False
         match = self.tables.matches
+        rows = self.rows
         for _drc, tables, ddl in peeks:
             if ddl or not tables or not all(match(db, table) for db, table in tables):
+                return None
+            if rows is not None and any(rows.get(db, table) for db, table in tables):
                 return None
         return True
 
@@ -133,14 +148,23 @@ class Selection:
     def narrow(self, txn: Transaction) -> Transaction:
         """``txn`` with only the wanted row changes and DDL (``txn`` itself if all are)."""
         tables = self.tables
-        if tables.matches_everything:
+        if not tables.matches_everything:
+            match = tables.matches
+            changes = tuple(c for c in txn.changes if match(c.schema, c.table))
+            ddl = tuple(d for d in txn.ddl if selects_ddl(tables, d))
+            if len(changes) != len(txn.changes) or len(ddl) != len(txn.ddl):
+                txn = dataclasses.replace(txn, changes=changes, ddl=ddl)
+        if self.rows is None:
             return txn
-        match = tables.matches
-        changes = tuple(c for c in txn.changes if match(c.schema, c.table))
-        ddl = tuple(d for d in txn.ddl if selects_ddl(tables, d))
-        if len(changes) == len(txn.changes) and len(ddl) == len(txn.ddl):
+        rows = self.rows
+        kept = [_filtered(rows.get(c.schema, c.table), c) for c in txn.changes]
+        if all(k is c for k, c in zip(kept, txn.changes, strict=True)):
             return txn
-        return dataclasses.replace(txn, changes=changes, ddl=ddl)
+        return dataclasses.replace(txn, changes=tuple(k for k in kept if k is not None))
+
+
+def _filtered(predicate: Predicate | None, change: RowChange) -> RowChange | None:
+    return change if predicate is None else filtered(predicate, change)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +236,10 @@ def parse_pull_query(params: Sequence[tuple[str, str]], server: ServerLimits) ->
     return PullQuery(
         after=after,
         selection=Selection(
-            tables, _bool(values, PARAM_SKIP_DRC), _drc_applied(values) == DRC_APPLIED_MARKER
+            tables,
+            _bool(values, PARAM_SKIP_DRC),
+            _drc_applied(values) == DRC_APPLIED_MARKER,
+            _rows(values),
         ),
         limits=Limits(min(max_events, server.max_events), min(max_bytes, server.max_bytes)),
         wait_ms=min(wait_ms, server.max_wait_ms) if wait_ms > 0 else wait_ms,
@@ -268,6 +295,31 @@ def _drc_applied(values: dict[str, str]) -> str:
             f"{DRC_APPLIED_MARKER!r}, got {_show(text)}"
         )
     return text
+
+
+def _rows(values: dict[str, str]) -> PerTable[Predicate] | None:
+    text = values.get(PARAM_ROWS)
+    if text is None:
+        return None
+    if len(text) > MAX_ROWS_PARAM:
+        raise BadQuery(f"{PARAM_ROWS} is {len(text)} characters, more than {MAX_ROWS_PARAM}")
+    example = '{"db.table": "column = \'value\'"}'
+    try:
+        found = json.loads(text)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or not found:
+        raise BadQuery(f"{PARAM_ROWS} must be a JSON object like {example}, got {_show(text)}")
+    predicates = {}
+    for pattern, predicate in found.items():
+        if not isinstance(predicate, str):
+            raise BadQuery(f"{PARAM_ROWS} {_show(pattern)}: the predicate must be a string")
+        try:
+            TableFilter.build([pattern])
+            predicates[pattern] = parse(predicate)
+        except (TableFilterError, RowFilterError) as exc:
+            raise BadQuery(f"{PARAM_ROWS} {_show(pattern)}: {exc}") from exc
+    return PerTable(predicates)
 
 
 def _epoch(values: dict[str, str]) -> str | None:

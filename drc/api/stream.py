@@ -39,19 +39,17 @@ from fastapi.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from drc.api import streamwire, wire
-from drc.api.batching import RowsOmitted
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
-from drc.api.events import pull_failure, request_query
-from drc.api.pull import STOP_CHECK_S, EpochMismatch, Pull, render_records
+from drc.api.events import READ_FAILURES, pull_failure, request_query
+from drc.api.pull import STOP_CHECK_S, Pull, render_records
 from drc.api.pullquery import PullQuery
-from drc.core.errors import DrcError, RetriableError, ScnTooOldError
+from drc.core.errors import DrcError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 HEARTBEAT_MS = 1000
 MIN_HEARTBEAT_MS = 50
-_READ_FAILURES = (RowsOmitted, EpochMismatch, ScnTooOldError, RetriableError)
 
 SendBytes = Callable[[bytes], Awaitable[None]]
 
@@ -64,7 +62,7 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     try:
         stream = StreamLoop(deps, request.app.state.commits, query)
         first = await stream.scan()
-    except _READ_FAILURES as exc:
+    except READ_FAILURES as exc:
         held.close()
         return pull_failure(deps, query, exc).response()
     except BaseException:
@@ -138,7 +136,7 @@ class StreamLoop:
                     with metrics.waiting():
                         await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
                 scanned = await self.scan()
-            except _READ_FAILURES as exc:
+            except READ_FAILURES as exc:
                 query = dataclasses.replace(self.query, after=self.next)
                 failure = pull_failure(self.deps, query, exc)
                 await send(_end(failure))

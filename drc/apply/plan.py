@@ -229,7 +229,7 @@ class Planner:
         key = (id(table), tuple(change.row))
         if key in self._fitting:
             return True
-        if table.missing(key[1]):
+        if table.missing(key[1]) or _lacks_key(change, table):
             return False
         self._fitting.add(key)
         return True
@@ -338,7 +338,20 @@ def _whole_row_write(change: RowChange, table: TargetTable) -> Write:
     return Update(table, tuple(after), tuple(after.values()), match, insert, None)
 
 
+def _lacks_key(change: RowChange, table: TargetTable) -> list[str]:
+    """Key columns the change's image lacks (an excluded key column), names case-insensitive."""
+    have = {name.lower() for name in change.row}
+    return [k for k in table.primary_key if k.lower() not in have]
+
+
 def _missing_column(change: RowChange, table: TargetTable) -> None:
+    lacking = _lacks_key(change, table)
+    if lacking:
+        raise MissingColumnError(
+            f"changes to {table.name} carry no {', '.join(map(repr, lacking))}, a column of its "
+            "primary key: a channel's exclude_columns must not name a key column; remove it "
+            "there (nothing after the last checkpoint was applied)"
+        )
     missing = table.missing(list(change.row))
     if missing:
         raise MissingColumnError(

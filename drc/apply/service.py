@@ -29,6 +29,7 @@ from drc.apply.group import GroupLimits
 from drc.apply.handover import CatchupHandover, FinishRun
 from drc.apply.parallel import ParallelWriter, Worker
 from drc.apply.retrier import Retrier
+from drc.apply.rowstages import ExcludeColumns, FilterRows
 from drc.apply.sink import TargetSession
 from drc.apply.source import ChannelSource, Subscribe, SubscriberLike
 from drc.apply.stages import (
@@ -195,9 +196,14 @@ def channel_filters(
         SkipDrcOriginated(),
         KeepTables(channel.table_filter(), tombstones=tombstones),
         KeepApplicableDdl(channel.objects),
-        *([Transforms(channel.transforms)] if channel.transforms else []),
-        MapNames(NameMap(channel.map_tables, channel.map_columns)),
     ]
+    if channel.row_filters:  # only when set: catch-up's fast path knows the other stages
+        filters.append(FilterRows(channel.row_predicates()))
+    if channel.exclude_columns:  # before the hooks: they never see what is left out
+        filters.append(ExcludeColumns(channel.exclude_columns))
+    if channel.transforms:
+        filters.append(Transforms(channel.transforms))
+    filters.append(MapNames(NameMap(channel.map_tables, channel.map_columns)))
     subscribed = _subscription(channel, tombstones)
     return filters, partial(subscriber_factory or default_subscriber, subscribed)
 

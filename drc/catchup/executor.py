@@ -288,10 +288,12 @@ _BY_NAME = (SkipDrcOriginated, KeepTables, KeepApplicableDdl, MapNames)
 class _TableNames:
     """The chain's verdict on a source table's row changes (dropped, or its target name),
     asked once per table: the chain runs on one probe change instead of on every change.
-    Only for chains whose stages go by names (and no map_columns, which renames columns)."""
+    Only for chains whose stages go by names (and no map_columns, which renames columns).
+    The probe runs the stages that go by names alone: the others (row filters, excluded
+    columns: drc.apply.rowstages) read the rows and rename no table."""
 
     def __init__(self, chain: Chain, channel: ChannelConfig) -> None:
-        self.chain = chain
+        self.chain = Chain([s for s in chain.stages if type(s) in _BY_NAME])
         self.fast = not channel.map_columns and all(type(s) in _BY_NAME for s in chain.stages)
         self._known: dict[tuple[bool, str, str], tuple[str, str] | None] = {}
 

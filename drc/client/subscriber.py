@@ -33,12 +33,13 @@ The subscriber is meant for one consuming thread; only the prefetch runs beside 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ from drc.client import discovery, http
 from drc.client.checkpoint import CheckpointStore
 from drc.client.errors import AckError, ApiUnavailableError
 from drc.client.fetcher import ON_REBUILD, Cancelled, Fetcher
+from drc.core import rowfilter
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
@@ -134,10 +136,13 @@ class Subscriber:
     transactions DRC itself applied. ``drc_applied="marker"`` takes, instead of a 409
     (ApiRequestError, code ``rows_omitted``), the DRC-applied transactions a replicator with
     ``[replicator] drc_applied = "marker"`` stores without their rows: they come with
-    ``rows_omitted`` set and no changes. ``on_rebuild`` is "raise" (BufferRebuiltError) or
-    "continue". HTTPS: ``ca`` is the PEM file of the CA(s) to trust instead of the system's,
-    ``cert``/``key`` a client certificate, ``verify=False`` turns checking off (or pass an
-    ``ssl.SSLContext`` as ``verify``). ``transport`` replaces httpx's network transport (tests);
+    ``rows_omitted`` set and no changes. ``rows`` gives tables row filters (``{"db.t":
+    "region = 'eu'"}``, drc.core.rowfilter): only the rows a predicate passes arrive, an update
+    that moves a row in or out of it as an insert or a delete. ``on_rebuild`` is "raise"
+    (BufferRebuiltError) or "continue". HTTPS: ``ca`` is the PEM file of the CA(s) to trust
+    instead of the system's, ``cert``/``key`` a client certificate, ``verify=False`` turns
+    checking off (or pass an ``ssl.SSLContext`` as ``verify``). ``transport`` replaces httpx's
+    network transport (tests);
     ``sleep`` and ``clock`` replace time.sleep and time.monotonic for the retry backoff, which
     doubles from ``backoff_initial`` up to ``backoff_max`` (default :data:`RECONNECT_MAX_S`).
     ``stream`` (with ``binary``) reads the changes off one long-lived response per server
@@ -160,6 +165,7 @@ class Subscriber:
         binary: bool = True,
         skip_drc: bool = False,
         drc_applied: str = pullquery.DRC_APPLIED_FULL,
+        rows: Mapping[str, str] | None = None,
         prefetch: bool = True,
         on_rebuild: str = "raise",
         backoff_initial: float = 0.2,
@@ -187,7 +193,7 @@ class Subscriber:
         self._fetcher = Fetcher(
             self.urls,
             self._client,
-            _params(tables, max_events, max_bytes, wait_ms, skip_drc, drc_applied),
+            _params(tables, max_events, max_bytes, wait_ms, skip_drc, drc_applied, rows),
             token=token,
             binary=binary,
             wait_ms=wait_ms,
@@ -403,6 +409,7 @@ def _params(
     wait_ms: int,
     skip_drc: bool,
     drc_applied: str = pullquery.DRC_APPLIED_FULL,
+    rows: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     params = {
         pullquery.PARAM_MAX_EVENTS: str(max_events),
@@ -415,4 +422,9 @@ def _params(
         params[pullquery.PARAM_SKIP_DRC] = "1"
     elif drc_applied != pullquery.DRC_APPLIED_FULL:
         params[pullquery.PARAM_DRC_APPLIED] = drc_applied
+    if rows:
+        for pattern, predicate in rows.items():  # a mistake fails here, not at the first pull
+            TableFilter.build([pattern])
+            rowfilter.parse(predicate)
+        params[pullquery.PARAM_ROWS] = json.dumps(dict(rows))
     return params

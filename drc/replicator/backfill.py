@@ -106,6 +106,8 @@ class BinlogBackfill:
                 served = committed.scn > after and (not committed.empty or committed.scn == oldest)
                 for fragment in committed.fragments():  # always drained: it frees the spill
                     if served and not committed.empty:
+                        if options.mask is not None:  # served as capture stored it: masked
+                            fragment = options.mask(fragment, committed.tables)
                         out.append(_record(fragment))
                         size += len(out[-1].payload)
                 if served and committed.empty:

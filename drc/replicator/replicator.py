@@ -41,6 +41,7 @@ from drc.core.errors import (
 from drc.core.events import SchemaChange, TableSchema, Transaction
 from drc.core.gtid import Gtid
 from drc.core.heartbeat import source_time_ms
+from drc.core.masking import Masker
 from drc.core.retry import Backoff, Policy, Retrying, Stopped, retry
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
@@ -79,6 +80,7 @@ class CaptureOptions:
     # [replicator] drc_applied = "marker": DRC-originated transactions are stored without
     # their rows, which are never decoded (drc.replicator.assembler).
     omit_drc_rows: bool = False
+    mask: Masker | None = None  # [replicator] mask_columns, applied before storing
 
 
 @dataclass
@@ -346,6 +348,8 @@ class Replicator:
             return
         self._record_schemas(committed)
         for fragment in committed.fragments():
+            if self._options.mask is not None:
+                fragment = self._options.mask(fragment, committed.tables)
             self._write(fragment, batch)
         batch.stored = committed.scn
         self.stats.transactions += 1

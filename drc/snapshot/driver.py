@@ -179,6 +179,9 @@ class Snapshot:
             if label in channel.map_columns or f"{schema}.*" in channel.map_columns:
                 raise tables.Skip("its columns are renamed (map_columns), which a snapshot "
                                   "does not do: copy it by hand")  # fmt: skip
+            if (stage := channel.row_stage(schema, table)) is not None:
+                raise tables.Skip(f"the channel's {stage} selects it, which a snapshot does not "
+                                  "apply: copy the rows it keeps by hand")  # fmt: skip
             shape = tables.origin_shape(self.conn, schema, table)
             if not shape.primary_key and channel.no_primary_key == "refuse":
                 raise tables.Skip(f"it has no primary key and channel {channel.name} refuses "

@@ -190,6 +190,8 @@ def _spec(
 ) -> tuple[TableSpec | None, str]:
     if ".".join(src) in channel.map_columns:
         return None, "its columns are renamed by map_columns, which verify does not compare"
+    if (stage := channel.row_stage(*src)) is not None:
+        return None, f"the channel's {stage} selects it, which verify does not compare"
     mine, theirs = columns(source, *src), columns(target, *dst)
     if not theirs:
         return None, f"the target has no table {'.'.join(dst)} (a snapshot would create it)"
