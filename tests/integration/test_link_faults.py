@@ -25,6 +25,10 @@ FLAPS = 20
 FLAP_S = 1.0
 BLACKHOLE_S = 30.0
 HALF_OPEN_S = 10.0
+SHAPED_S = 15.0
+SHAPED_DELAY_S = 0.15  # each way: 300 ms round trips, another datacenter far away
+SHAPED_JITTER_S = 0.1
+SHAPED_BPS = 8_000  # narrower than the stream of a workload's changes: lag builds up
 AFTER_S = 2.0  # writes go on this long after a fault, through the healed link
 
 
@@ -141,4 +145,31 @@ def test_a_half_open_link_is_noticed_and_survived(
             half_open_s=HALF_OPEN_S,
             **{f"{dc}_answers_lost_noticed_after_s": s for dc, s in answers_lost.items()},
             **{f"{dc}_requests_lost_noticed_after_s": s for dc, s in requests_lost.items()},
+        )
+
+
+@pytest.mark.slow
+def test_a_slow_jittery_capped_link(sandbox: SandboxDescription, tmp_path: Path) -> None:
+    with linked_pair(sandbox, tmp_path) as pair:
+        pair.write()
+        since = time.monotonic()
+        sent = {dc: link.delivered["down"] for dc, link in pair.links.items()}
+        for link in pair.each_link():
+            link.shape(delay_s=SHAPED_DELAY_S, jitter_s=SHAPED_JITTER_S, rate_bps=SHAPED_BPS)
+        time.sleep(SHAPED_S)
+        reconnects = {dc: link.connections_since(since) for dc, link in pair.links.items()}
+        rates = {
+            dc: (link.delivered["down"] - sent[dc]) / SHAPED_S for dc, link in pair.links.items()
+        }
+        healed = time.monotonic()
+        for link in pair.each_link():
+            link.shape()
+        _finish(pair)
+        _report(
+            "slow link",
+            shaped_s=SHAPED_S,
+            converged_after_heal_s=time.monotonic() - healed - AFTER_S,
+            **{f"{dc}_bytes_per_s": r for dc, r in rates.items()},
+            **{f"{dc}_connections": n for dc, n in reconnects.items()},
+            **{f"{dc}_txns": w.transactions for dc, w in pair.writers.items()},
         )

@@ -18,7 +18,7 @@ bytes stays silent the way it lost them (its peers' views of the stream no longe
 real link either retransmits them, which looks like a long delay, or the flow's state is gone):
 only a reader that gives it up and connects again gets through, which is what the tests want
 to see. ``opened`` holds the monotonic time of every accepted connection, so a test can tell
-when a reader gave up a silent connection.
+when a reader gave up a silent connection; ``delivered`` counts the bytes sent on each way.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class FaultyLink:
         self.listen = listen
         self.port = _free_port()
         self.opened: list[float] = []
+        self.delivered: dict[Direction, int] = {"up": 0, "down": 0}  # bytes, all connections
         self._shape = _Shape()
         self._silent: set[Direction] = set()  # of connections opened from now on
         self._conns: set[_Conn] = set()
@@ -219,7 +220,7 @@ class FaultyLink:
         each when its delay has passed and the bandwidth allows; ends (and so ends the
         connection) when either side closes."""
         queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue(QUEUED_CHUNKS)
-        sender = asyncio.ensure_future(self._send(conn, queue, writer))
+        sender = asyncio.ensure_future(self._send(conn, direction, queue, writer))
         due_last = 0.0
         try:
             while not conn.closed.is_set():
@@ -244,6 +245,7 @@ class FaultyLink:
     async def _send(
         self,
         conn: _Conn,
+        direction: Direction,
         queue: asyncio.Queue[tuple[float, bytes] | None],
         writer: asyncio.StreamWriter,
     ) -> None:
@@ -263,6 +265,7 @@ class FaultyLink:
             try:
                 writer.write(data)
                 await writer.drain()
+                self.delivered[direction] += len(data)
             except OSError:
                 failed = True
                 conn.abort()

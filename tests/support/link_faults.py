@@ -143,12 +143,14 @@ class Pair:
 
 
 @contextmanager
-def linked_pair(sandbox: SandboxDescription, tmp: Path) -> Iterator[Pair]:
-    """Both nodes started on a fresh ``SCHEMA``.t, each channel behind its link; stopped
-    (and the links closed) when the block ends."""
+def linked_pair(
+    sandbox: SandboxDescription, tmp: Path, transport: str = "stream"
+) -> Iterator[Pair]:
+    """Both nodes started on a fresh ``SCHEMA``.t, each channel behind its link (reading
+    through ``transport``); stopped (and the links closed) when the block ends."""
     servers = {dc: sandbox.server(dc) for dc in ("dc1", "dc2")}
     drop_everywhere(SCHEMA, *servers.values())
-    configs = write_configs(sandbox, tmp, schema=SCHEMA)
+    configs = write_configs(sandbox, tmp, schema=SCHEMA, transport=transport)
     links: dict[str, FaultyLink] = {}
     for dc, path in configs.items():
         text = path.read_text()

@@ -98,6 +98,7 @@ def test_a_clean_link_forwards_both_ways(link: FaultyLink) -> None:
     with _connect(link) as sock:
         sock.sendall(b"x" * 100_000)
         assert _read(sock, 100_000) == b"x" * 100_000
+    assert link.delivered == {"up": 100_000, "down": 100_000}
 
 
 def test_jitter_delays_chunks_and_never_reorders_them(link: FaultyLink) -> None:
