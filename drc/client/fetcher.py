@@ -113,6 +113,9 @@ class Fetcher:
         self._busy_until: dict[str, float] = {}  # URL -> when to long-poll it again
         self.last_errors: dict[str, str] = {}
         self.failing_since: float | None = None
+        # When a URL last answered: a request that timed out was silent since then, not
+        # since its failure was noted (a long read timeout would hide how long).
+        self._answered_at: float | None = None
         groups = [spec for spec in self._specs if discovery.is_group(spec)]
         self._watches = [watch(spec, self._leader_moved) for spec in groups]
         self.urls = discovery.expand(urls, self._resolve) if groups else self._specs
@@ -338,13 +341,15 @@ class Fetcher:
         with self._lock:
             self.last_errors[url] = text
             if self.failing_since is None:
-                self.failing_since = self._clock()
+                answered = self._answered_at
+                self.failing_since = self._clock() if answered is None else answered
 
     def _succeeded(self, url: str, epoch: str) -> None:
         with self._lock:
             self._epochs.setdefault(url, epoch)
             self.last_errors.clear()
             self.failing_since = None
+            self._answered_at = self._clock()
 
     def _pause(self, delay: float, cancelled: threading.Event) -> None:
         log.warning("no API URL answered (%s); retrying in %.1fs", self._summary(), delay)

@@ -304,3 +304,21 @@ def test_refused_even_without_waiting_backs_off_and_never_raises() -> None:
         batch = sub.get(timeout=5)
     assert batch.transactions == tuple(stream(2))
     assert sleeps and all(0 < s <= 10 for s in sleeps), "a back-off, not a tight loop"
+
+
+def test_a_read_that_timed_out_counts_the_silence_since_the_last_answer() -> None:
+    """A silent link is noticed when a read times out (up to wait_ms + 30 s on pulls): the
+    error says how long nothing answered, not how long since that timeout."""
+    api = FakeApi(stream(4))
+    clock = FakeClock(100.0)
+
+    def silent_for_30_s(request: httpx.Request) -> httpx.Response:
+        clock.now += 30.0
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    with subscriber(api, urls=(A,), clock=clock, max_events=2, prefetch=False,
+                    sleep=lambda s: time.sleep(0.001)) as sub:  # fmt: skip
+        sub.ack(sub.get(timeout=5))  # answered at 100
+        api.fail("a", silent_for_30_s, *["connect"] * 10_000)
+        with pytest.raises(ApiUnavailableError, match=r"no API URL answered for 30\.0s"):
+            sub.get(timeout=0.3)
