@@ -263,9 +263,10 @@ class FaultyLink:
             if wait > 0:
                 await asyncio.sleep(wait)
             try:
+                # Counted first: a reader may see the bytes before this coroutine runs again.
+                self.delivered[direction] += len(data)
                 writer.write(data)
                 await writer.drain()
-                self.delivered[direction] += len(data)
             except OSError:
                 failed = True
                 conn.abort()
