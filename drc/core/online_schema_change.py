@@ -100,3 +100,17 @@ def cut_over(change: SchemaChange) -> CutOver | None:
     if old_shadow.table != table or new_shadow.table != table:
         return None
     return CutOver(new_shadow.tool, schema, table, new, old)
+
+
+def missing_shadow_hint(table: str) -> str:
+    """What to tell an operator whose channel found no table ``table`` on its target, when the
+    name is a tool's shadow table's: the likely cause, writes on both sides during the copy."""
+    found = shadow_table(table)
+    if found is None:
+        return ""
+    return (
+        f"; {table} looks like {found.tool}'s shadow table of {found.table}: its rows arrive "
+        f"after the tool's cut-over when {found.table} was written on both datacenters while "
+        f"the tool copied it, and {found.table} has likely diverged (docs/operations.md, "
+        "'Online schema change tools'; compare and repair it with drc verify, docs/verify.md)"
+    )

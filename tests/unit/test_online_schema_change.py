@@ -15,6 +15,7 @@ from drc.core.online_schema_change import (
     Shadow,
     ToolTrigger,
     cut_over,
+    missing_shadow_hint,
     shadow_table,
     tool_trigger,
 )
@@ -90,3 +91,11 @@ def test_a_cut_over_swaps_a_table_with_its_own_shadow(
     statement: str, expected: CutOver | None
 ) -> None:
     assert cut_over(SchemaChange("db", statement)) == expected
+
+
+def test_a_missing_shadow_table_is_explained() -> None:
+    hint = missing_shadow_hint("_t_new")
+    assert "pt-online-schema-change's shadow table of t" in hint
+    assert "Online schema change tools" in hint
+    assert missing_shadow_hint("_t_gho").startswith("; _t_gho looks like gh-ost's")
+    assert missing_shadow_hint("orders") == ""
