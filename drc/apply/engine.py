@@ -60,6 +60,7 @@ from drc.conflicts.engine import ConflictEngine, Prepared, TombstoneWrite
 from drc.conflicts.log import ConflictEntry
 from drc.conflicts.probes import Observed, Probe
 from drc.core.events import RowChange, Transaction
+from drc.core.online_schema_change import missing_shadow_hint
 from drc.core.scn import SCN
 from drc.core.target_errors import MissingColumnError, MissingTableError
 from drc.core.target_table import TargetTable
@@ -86,6 +87,7 @@ class KnownTables:
             raise MissingTableError(
                 f"the target has no table {schema}.{table} for the changes the source makes to "
                 "it: create it on the target (or map the source table with map_tables)"
+                + missing_shadow_hint(table)
             )
         return found
 

@@ -46,6 +46,7 @@ from drc.apply.plan import Effects
 from drc.conflicts import tombstones
 from drc.conflicts.probes import Observed, Probe, ProbePlan
 from drc.core import schema_objects
+from drc.core.online_schema_change import missing_shadow_hint
 from drc.core.target_errors import ApplyError, MissingTableError, TargetUnavailableError
 from drc.core.target_table import TargetTable
 from drc.mysql import sql
@@ -250,7 +251,7 @@ class TargetSession(Session):
             raise MissingTableError(
                 f"the target has no table {schema}.{table} for the changes the source makes to "
                 "it: create it on the target (or map the source table with map_tables); "
-                "nothing after the last checkpoint was applied"
+                "nothing after the last checkpoint was applied" + missing_shadow_hint(table)
             ) from None
         columns = self.query(sql.Statement(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS WHERE "
