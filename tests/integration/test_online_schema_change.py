@@ -171,7 +171,9 @@ def _state(server: ServerInfo) -> dict[str, Any]:
     "writing",
     [
         ("dc1",),
-        pytest.param(("dc1", "dc2"), marks=pytest.mark.xfail(strict=True, reason=TWO_WAY_GAP)),
+        # Not run: it fails (very likely, not always: a strict xfail would flake CI). Run it
+        # with --runxfail to see the gap; the design that closes it is in docs/operations.md.
+        pytest.param(("dc1", "dc2"), marks=pytest.mark.xfail(run=False, reason=TWO_WAY_GAP)),
     ],
     ids=["tool-side-writes", "two-way-writes"],
 )
