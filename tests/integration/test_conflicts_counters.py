@@ -30,7 +30,14 @@ from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.apply import Running, apply_user, channel_config, running_nodes, serving
 from tests.support.config import conflict_rule, conflicts_toml
-from tests.support.servers import connect, drop_everywhere, execute, fresh_database, position
+from tests.support.servers import (
+    connect,
+    drop_everywhere,
+    execute,
+    fresh_database,
+    position,
+    retrying,
+)
 from tests.support.servers import query as select
 from tests.support.waits import wait_for as wait_until
 
@@ -163,19 +170,21 @@ def test_concurrent_increments_on_both_datacenters_all_count(run: Run) -> None:
         try:
             conn = connect(server, database=SCHEMA)
             with conn.cursor() as cur:
+
+                def both() -> None:  # now and then two increments in one transaction
+                    cur.execute("BEGIN")
+                    cur.execute("UPDATE stock SET qty = qty + %s WHERE id = 1", (qty,))
+                    cur.execute("UPDATE stock SET balance = balance + %s WHERE id = 1", (money,))
+                    cur.execute("COMMIT")
+
+                def one() -> None:
+                    cur.execute(
+                        "UPDATE stock SET qty = qty + %s, balance = balance + %s WHERE id = 1",
+                        (qty, money),
+                    )
+
                 for i in range(per_side):
-                    if i % 10 == 9:  # now and then two increments in one transaction
-                        cur.execute("BEGIN")
-                        cur.execute("UPDATE stock SET qty = qty + %s WHERE id = 1", (qty,))
-                        cur.execute(
-                            "UPDATE stock SET balance = balance + %s WHERE id = 1", (money,)
-                        )
-                        cur.execute("COMMIT")
-                    else:
-                        cur.execute(
-                            "UPDATE stock SET qty = qty + %s, balance = balance + %s WHERE id = 1",
-                            (qty, money),
-                        )
+                    retrying(both if i % 10 == 9 else one)
             conn.close()
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)

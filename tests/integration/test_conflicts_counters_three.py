@@ -23,7 +23,7 @@ from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo
 from tests.support.apply import running_nodes
 from tests.support.config import conflict_rule, conflicts_toml
-from tests.support.servers import connect, execute, fresh_database
+from tests.support.servers import connect, execute, fresh_database, retrying
 from tests.support.servers import query as select
 
 SCHEMA = "cnt3_db"
@@ -80,11 +80,11 @@ def test_increments_on_three_datacenters_at_once_converge_to_their_sum(
             with conn.cursor() as cur:
                 for i in range(per_side):
                     name = f"{server.datacenter}-{i}" if i % 10 == 0 else None
-                    cur.execute(
+                    retrying(lambda n=name: cur.execute(
                         "UPDATE stock SET qty = qty + %s, balance = balance + %s, "
                         "name = COALESCE(%s, name) WHERE id = 1",
-                        (qty, money, name),
-                    )
+                        (qty, money, n),
+                    ))  # fmt: skip
             conn.close()
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)

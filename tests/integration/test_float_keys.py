@@ -31,7 +31,7 @@ from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.apply import running_nodes
 from tests.support.config import conflict_rule, conflicts_toml
-from tests.support.servers import connect, fresh_database
+from tests.support.servers import connect, fresh_database, retrying
 
 SCHEMA = "fk_db"
 POLICIES = ("plain", "lww", "keep", "overwrite", "resolver")
@@ -183,8 +183,8 @@ def _run(server: ServerInfo, statements: list[tuple[str, tuple[Any, ...]]]) -> N
     conn = connect(server)
     try:
         with conn.cursor() as cur:
-            for text, params in statements:
-                cur.execute(text, params)
+            for text, params in statements:  # each its own (autocommit) transaction
+                retrying(lambda t=text, p=params: cur.execute(t, p))
     finally:
         conn.close()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -15,6 +17,23 @@ def connect(server: ServerInfo, **kwargs: object) -> pymysql.connections.Connect
     return pymysql.connect(
         host=server.host, port=server.port, user=server.user, password=server.password, **options
     )
+
+
+LOCK_CONFLICTS = (1213, 1205)  # deadlock, lock wait timeout: the transaction was rolled back
+
+
+def retrying(transaction: Callable[[], object], attempts: int = 50) -> None:
+    """Run one application transaction (autocommit statement or BEGIN..COMMIT block) again when
+    the server rolls it back for a deadlock or a lock wait timeout, as an application does:
+    DRC's apply transactions lock the rows they write and probe too."""
+    for attempt in range(attempts):
+        try:
+            transaction()
+            return
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] not in LOCK_CONFLICTS or attempt == attempts - 1:
+                raise
+            time.sleep(0.01 * (attempt + 1))
 
 
 def fresh_database(server: ServerInfo, db: str, *tables: str, log_bin: bool = True) -> None:
