@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 
 from drc.config import load_config
-from drc.core.codec import decode_transaction
-from drc.core.scn import SCN
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from tests.support.ledger import stored_changes
 from tests.support.servers import connect, drop_everywhere, execute, query
 
 SCHEMA = "bidi_db"
@@ -83,20 +82,6 @@ def _tables(server: ServerInfo) -> list[str]:
     return [row[0] for row in found]
 
 
-def _stored_changes(node: Node) -> dict[bool, int]:
-    """Row changes of SCHEMA in this node's own capture (not DRC's heartbeats), split by
-    DRC-originated (applied) or not."""
-    assert node.service is not None
-    counts = {True: 0, False: 0}
-    after = SCN(0, 0, 0, 0)
-    while records := node.service.buffer.read_after(after, 1000, 16 << 20):
-        for record in records:
-            txn = decode_transaction(record.payload)[0]
-            counts[txn.drc_originated] += sum(c.schema == SCHEMA for c in txn.changes)
-        after = records[-1].scn
-    return counts
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 3], ids=["one-connection", "parallel"])
 def test_concurrent_disjoint_writes_converge_and_cross_exactly_once(
@@ -145,7 +130,7 @@ def test_concurrent_disjoint_writes_converge_and_cross_exactly_once(
             t: (_rows(dc1, t)[1], _rows(dc2, t)[1]) for t in _tables(dc1)
         }
         time.sleep(1.0)  # let each replicator capture what its channel applied last
-        captured = {dc: _stored_changes(node) for dc, node in nodes.items()}
+        captured = {dc: stored_changes(node, SCHEMA) for dc, node in nodes.items()}
         channels = {dc: node.channels[0].stats for dc, node in nodes.items()}
     finally:
         stop.set()

@@ -23,12 +23,11 @@ from typing import Any
 import pytest
 
 from drc.config import load_config
-from drc.core.codec import decode_transaction
-from drc.core.scn import SCN
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from tests.support.ledger import stored_changes
 from tests.support.servers import connect, drop_everywhere, execute, query
 
 SCHEMA = "osc_db"
@@ -122,19 +121,6 @@ def _tables(server: ServerInfo) -> list[str]:
 
 def _count(server: ServerInfo) -> int:
     return int(query(server, f"SELECT COUNT(*) FROM {SCHEMA}.t")[0][0])
-
-
-def _stored_changes(node: Node) -> dict[bool, int]:
-    """Row changes of SCHEMA in this node's own capture, by DRC-originated (applied) or not."""
-    assert node.service is not None
-    counts = {True: 0, False: 0}
-    after = SCN(0, 0, 0, 0)
-    while records := node.service.buffer.read_after(after, 1000, 16 << 20):
-        for record in records:
-            txn = decode_transaction(record.payload)[0]
-            counts[txn.drc_originated] += sum(c.schema == SCHEMA for c in txn.changes)
-        after = records[-1].scn
-    return counts
 
 
 def _state(server: ServerInfo) -> dict[str, Any]:
@@ -237,7 +223,7 @@ def test_pt_online_schema_change_ends_equal(
             pytest.fail(f"not converged: rows off {wrong}; {definitions}; {objects}")
         final = _state(dc1)
         time.sleep(1.0)  # let each replicator capture what its channel applied last
-        captured = {dc: _stored_changes(node) for dc, node in nodes.items()}
+        captured = {dc: stored_changes(node, SCHEMA) for dc, node in nodes.items()}
         channels = {dc: node.channels[0].stats for dc, node in nodes.items()}
     finally:
         stop.set()

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from drc.config import load_config
-from drc.core.codec import decode_transaction
-from drc.core.scn import SCN
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.faults import FaultyLink
+from tests.support.ledger import stored_changes
 from tests.support.servers import connect, drop_everywhere, execute, query
 
 SCHEMA = "links_db"
@@ -131,7 +130,7 @@ class Pair:
         for change, counted in each side's own capture; nothing applied came back as a side's
         own; and no channel fixed a row idempotently (which would hide a duplicate)."""
         time.sleep(1.0)  # each replicator captures what its channel applied last
-        captured = {dc: _stored_changes(node) for dc, node in self.nodes.items()}
+        captured = {dc: stored_changes(node, SCHEMA) for dc, node in self.nodes.items()}
         assert captured["dc1"][True] == captured["dc2"][False], captured
         assert captured["dc2"][True] == captured["dc1"][False], captured
         for dc, node in self.nodes.items():
@@ -204,16 +203,3 @@ def _rows(server: ServerInfo) -> list[tuple[Any, ...]]:
 
 def _checksum(server: ServerInfo) -> int:
     return int(query(server, f"CHECKSUM TABLE {SCHEMA}.t")[0][1])
-
-
-def _stored_changes(node: Node) -> dict[bool, int]:
-    """Row changes of SCHEMA in this node's own capture, split by DRC-applied or not."""
-    assert node.service is not None
-    counts = {True: 0, False: 0}
-    after = SCN(0, 0, 0, 0)
-    while records := node.service.buffer.read_after(after, 1000, 16 << 20):
-        for record in records:
-            txn = decode_transaction(record.payload)[0]
-            counts[txn.drc_originated] += sum(c.schema == SCHEMA for c in txn.changes)
-        after = records[-1].scn
-    return counts
