@@ -59,8 +59,9 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     query = request_query(request, deps)
     held = ExitStack()
     held.enter_context(deps.long_polls.slot(request.state.caller))  # 429 / 503
+    compress = wire.accepts_compression(request.headers.get(wire.HEADER_COMPRESSION))
     try:
-        stream = StreamLoop(deps, request.app.state.commits, query)
+        stream = StreamLoop(deps, request.app.state.commits, query, compress=compress)
         first = await stream.scan()
     except READ_FAILURES as exc:
         held.close()
@@ -71,6 +72,8 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     headers = {wire.HEADER_EPOCH: first.state.epoch}
     if stream.term is not None:
         headers[wire.HEADER_TERM] = str(stream.term)
+    if compress:
+        headers[wire.HEADER_COMPRESSION] = wire.COMPRESSION_LZ4
     return StreamResponse(stream, first, held, headers)
 
 
@@ -88,8 +91,10 @@ class StreamLoop:
         commits: CommitSignal,
         query: PullQuery,
         clock: Callable[[], float] = time.monotonic,
+        compress: bool = False,
     ) -> None:
         self.deps = deps
+        self.compress = compress  # batch frames LZ4-compressed where that shrinks them
         self.commits = commits
         self.query = query
         self.heartbeat_s = heartbeat_s(query, deps.limits.max_wait_ms)
@@ -122,9 +127,13 @@ class StreamLoop:
             state, batch = scanned.state, scanned.state.batch()
             if batch.items:
                 records = scanned.records
-                frame = streamwire.batch_frame(batch.next, batch.newest, len(batch.items), records)
+                frame = streamwire.batch_frame(
+                    batch.next, batch.newest, len(batch.items), records, self.compress
+                )
                 await send(frame)
                 metrics.served(len(batch.items), len(records))
+                if self.compress:
+                    metrics.compressed(len(records), len(frame))
                 last_sent = self._clock()
             elif self._clock() - last_sent >= self.heartbeat_s:
                 await send(streamwire.heartbeat_frame(batch.next, batch.newest))
