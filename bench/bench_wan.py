@@ -4,10 +4,11 @@ A fresh two-datacenter sandbox. dc2 reads dc1 through the test fault layer
 (tests/support/faults.py FaultyLink: every chunk delayed by half the RTT each way, a bandwidth
 cap per connection and direction, like one TCP flow on a WAN): DRC's channel reads dc1's API
 through it; native replication (dc2 a GTID replica of dc1) reads dc1's server through another.
-A writer on dc1 makes ``--rows`` row changes a second (transactions of 10: 5 inserts in one
-statement, 5 updates of recent rows) for ``--seconds``; probe rows (``created_at = NOW(6)``)
-measure arrival on dc2 as bench_latency.py does. Each system runs after the other on the same
-servers and load; each DRC variant (``--compression none,lz4``) is a fresh pair of nodes.
+Writers on dc1 (``--writers`` connections) make ``--rows`` row changes a second (transactions
+of 10: 5 inserts in one statement, 5 updates of recent rows) for ``--seconds``; probe rows
+(``created_at = NOW(6)``) measure arrival on dc2 as bench_latency.py does. Each system runs
+after the other on the same servers and load; each DRC variant (``--compression none,lz4``)
+is a fresh pair of nodes.
 
 Reported per system: p50 / p99 / max lag of the probes, bytes through the link from dc1 per
 row change (what each system puts on the wire), and with ``--cut-s N`` a cut of the link for
@@ -182,8 +183,13 @@ def run(system: DrcOneWay | NativeOneWay, number: int, args: argparse.Namespace,
         sent_at: list[float] = []
         poller.start()
         before = link.delivered["down"]
-        writer = Writer(dc1, args.rows, args.seconds, number * 100_000_000)
-        writer.start()
+        writers = [
+            Writer(dc1, args.rows // args.writers, args.seconds,
+                   number * 100_000_000 + w * 10_000_000)
+            for w in range(args.writers)
+        ]  # fmt: skip
+        for writer in writers:
+            writer.start()
         cut_at = args.seconds / 2 - args.cut_s / 2 if args.cut_s else None
         start = time.monotonic()
         restored_at: float | None = None
@@ -200,12 +206,13 @@ def run(system: DrcOneWay | NativeOneWay, number: int, args: argparse.Namespace,
                 prober.insert(cur)
             conn.close()
             time.sleep(1 / args.probes_per_second)
-        writer.join()
+        for writer in writers:
+            writer.join()
         result.seconds = time.monotonic() - start
         prober.fence()
         sent_at.append(time.monotonic())
         result.complete = wait_arrived([poller], ARRIVAL_TIMEOUT_S)
-        result.rows = writer.rows
+        result.rows = sum(writer.rows for writer in writers)
         result.wire_bytes = link.delivered["down"] - before
         result.latencies = list(zip(sent_at, poller.latencies, strict=False))
         if restored_at is not None:
@@ -248,6 +255,7 @@ def main() -> None:
     parser.add_argument("--mbps", type=float, default=6, help="MB/s per connection and way")
     parser.add_argument("--rows", type=int, default=5000, help="row changes a second on dc1")
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--writers", type=int, default=4, help="connections writing the load")
     parser.add_argument("--compression", default="none,lz4", help="DRC variants to run")
     parser.add_argument("--cut-s", type=float, default=0, help="cut the link mid-load")
     parser.add_argument("--runs", type=int, default=1, help="each system this many times")
