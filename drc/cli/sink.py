@@ -4,12 +4,14 @@ per row change, routed by the key's partition (drc.sink). Imports the SDK and pi
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from drc.cli.options import progress_option, range_option, tls_options, token_option
 from drc.cli.tail import _api, _client_errors, _parse_scn
+from drc.core.scn import SCN
 
 BROKER_SCHEMES = ("amqp://", "amqps://")
 
@@ -55,6 +57,11 @@ def _broker_url(text: str) -> str:
     "Changing it moves keys to other queues: drain them first.",
 )  # fmt: skip
 @range_option(
+    "--max-events", 1000, 1,
+    help="Transactions per pulled batch; the checkpoint moves once per batch, so a crash "
+    "republishes at most one batch.",
+)  # fmt: skip
+@range_option(
     "--confirm-every", 200, 1,
     help="Messages published between waits for the broker's confirms (a reconnect republishes "
     "at most this many).",
@@ -76,6 +83,7 @@ def sink(
     exchange: str,
     queue_prefix: str | None,
     queues: int,
+    max_events: int,
     confirm_every: int,
     token: str | None,
     ca: str | None,
@@ -97,43 +105,62 @@ def sink(
         broker_url = _broker_url(broker_url)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--broker") from None
-    start = _parse_scn(after)
-    prefix = queue_prefix or exchange
+    settings = _Settings(
+        urls, broker_url, checkpoint, _parse_scn(after), tables, skip_drc, exchange,
+        queue_prefix or exchange, queues, max_events, confirm_every, token, ca, cert, key,
+        progress_every, retry_for or None,
+    )  # fmt: skip
     with _client_errors():
-        _run(urls, broker_url, checkpoint, start, tables, skip_drc, exchange, prefix, queues,
-             confirm_every, token, (ca, cert, key), progress_every, retry_for or None)  # fmt: skip
+        _run(settings)
 
 
-def _run(
-    urls: tuple[str, ...], broker_url: str, checkpoint: str, start: Any, tables: str | None,
-    skip_drc: bool, exchange: str, prefix: str, queues: int, confirm_every: int,
-    token: str | None, tls: tuple[str | None, str | None, str | None], progress_every: float,
-    retry_for: float | None,
-) -> None:  # fmt: skip
+@dataclass(frozen=True)
+class _Settings:
+    urls: tuple[str, ...]
+    broker_url: str
+    checkpoint: str
+    start: SCN | None
+    tables: str | None
+    skip_drc: bool
+    exchange: str
+    prefix: str
+    queues: int
+    max_events: int
+    confirm_every: int
+    token: str | None
+    ca: str | None
+    cert: str | None
+    key: str | None
+    progress_every: float
+    retry_for: float | None
+
+
+def _run(s: _Settings) -> None:
     from drc.client import FileCheckpointStore, Subscriber
     from drc.client.schemas import SchemaReader
     from drc.sink.keys import KeyCache
     from drc.sink.rabbitmq import RabbitMQSink, shown_url
     from drc.sink.runner import SinkRunner
 
-    ca, cert, key = tls
-    store = FileCheckpointStore(checkpoint)
-    reader = SchemaReader(token, ca=ca, cert=cert, key=key)
-    sub = Subscriber(urls, start, tables, checkpoint=store, token=token, skip_drc=skip_drc,
-                     drc_applied="marker", ca=ca, cert=cert, key=key)  # fmt: skip
+    reader = SchemaReader(s.token, ca=s.ca, cert=s.cert, key=s.key)
+    sub = Subscriber(
+        s.urls, s.start, s.tables, checkpoint=FileCheckpointStore(s.checkpoint), token=s.token,
+        skip_drc=s.skip_drc, max_events=s.max_events, drc_applied="marker", ca=s.ca,
+        cert=s.cert, key=s.key,
+    )  # fmt: skip
     runner = SinkRunner(
         sub,
-        lambda: RabbitMQSink(broker_url, exchange, prefix, queues),
+        lambda: RabbitMQSink(s.broker_url, s.exchange, s.prefix, s.queues),
         KeyCache(reader.primary_key),
-        queues,
-        confirm_every=confirm_every,
-        on_retry=lambda text: click.echo(f"sink: {text}", err=True),
+        s.queues,
+        confirm_every=s.confirm_every,
+        on_retry=_say,
     )
-    _say(f"publishing after {sub.position} to {shown_url(broker_url)} exchange {exchange!r}, "
-         f"queues {prefix}.0..{prefix}.{queues - 1}")  # fmt: skip
-    progress = _Progress(runner, progress_every)
+    _say(f"publishing after {sub.position} to {shown_url(s.broker_url)} exchange "
+         f"{s.exchange!r}, queues {s.prefix}.0..{s.prefix}.{s.queues - 1}")  # fmt: skip
+    progress = _Progress(runner, s.progress_every)
     try:
-        runner.run(progress.tick, retry_for)
+        runner.run(progress.tick, s.retry_for)
     except KeyboardInterrupt:
         pass
     finally:

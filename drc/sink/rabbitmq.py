@@ -141,7 +141,8 @@ class _Translate:
                 f"cannot {self.doing}: the broker refused the user or password in the AMQP URL"
             ) from exc
         if isinstance(exc, pika.exceptions.AMQPError | OSError):
+            detail = str(exc) or "no answer"  # pika's connect errors often have no text
             raise SinkUnavailableError(
-                f"cannot {self.doing}: {type(exc).__name__} {exc}; is the broker running?"
+                f"cannot {self.doing}: {type(exc).__name__} ({detail}); is the broker running?"
             ) from exc
         return False

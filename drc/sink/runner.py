@@ -137,9 +137,11 @@ class SinkRunner:
         self.close_sink()
         self.stats.reconnects += 1
         self.stats.last_error = str(exc)
+        text = f"{exc}; retrying in {self._backoff.next:.1f}s"
         if self._on_retry is not None:
-            self._on_retry(f"{exc}; retrying in {self._backoff.next:.1f}s")
-        log.warning("sink: %s; retrying in %.1fs", exc, self._backoff.next)
+            self._on_retry(text)
+        else:
+            log.warning("sink: %s", text)
         self._backoff.wait()
 
     def _retrying(self, build: Callable[[], list[Message]]) -> list[Message]:
