@@ -8,7 +8,8 @@ sink; in this one it would take the GIL from the sink), and a sandbox RabbitMQ b
 - sink: drc.sink.runner.SinkRunner, as ``drc sink`` runs it: pulls the stream through the
   subscriber (stream transport, in-memory checkpoint), builds one JSON message per row change,
   routes it by its key's partition to one of ``--queues`` queues, publishes with publisher
-  confirms and acks each batch after its confirms. The keys come from a constant function, as
+  confirms over ``--connections`` connections at once (drc.sink.parallel; each queue through
+  one of them) and acks each batch after its confirms. The keys come from a constant function, as
   there is no metastore here (the sink asks the replicator once per table: no cost per row).
 - baseline: a plain pika BlockingConnection with ``confirm_delivery()`` publishing the same
   message bodies and properties, prebuilt in memory, to the same exchange and queues: what
@@ -47,6 +48,7 @@ from drc.eventbuffer import EventBuffer
 from drc.sandbox import rabbitmq
 from drc.sink.keys import KeyCache
 from drc.sink.messages import Message, transaction_messages
+from drc.sink.parallel import ParallelSink
 from drc.sink.rabbitmq import RabbitMQSink, queue_names
 from drc.sink.runner import SinkRunner
 
@@ -94,12 +96,12 @@ def make_txns(count: int) -> list[Transaction]:
     return out
 
 
-def run_sink(url: str, broker: str, last: SCN, queues: int) -> tuple[int, float]:
+def run_sink(url: str, broker: str, last: SCN, queues: int, connections: int) -> tuple[int, float]:
+    def connect() -> ParallelSink:
+        return ParallelSink(lambda: RabbitMQSink(broker, EXCHANGE, EXCHANGE, queues), connections)
+
     with Subscriber([url], checkpoint=MemoryCheckpointStore(), wait_ms=200) as sub:
-        runner = SinkRunner(
-            sub, lambda: RabbitMQSink(broker, EXCHANGE, EXCHANGE, queues), KeyCache(key_of),
-            queues,
-        )  # fmt: skip
+        runner = SinkRunner(sub, connect, KeyCache(key_of), queues)
         started = time.perf_counter()
         while sub.position < last:
             runner.step(timeout=60)
@@ -146,6 +148,9 @@ def main() -> None:
     parser.add_argument("--txns", type=int, default=4000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--queues", type=int, default=8)
+    parser.add_argument(
+        "--connections", type=int, default=4, help="the sink's (drc sink's default)"
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="drc-bench-sink-"))
     txns = make_txns(args.txns)
@@ -155,7 +160,8 @@ def main() -> None:
         buffer.append(t.scn, encode_transaction(t), t.timestamp * 1000)
     buffer.commit()
     buffer.close()
-    print(f"{len(txns)} transactions, {len(messages)} row-change messages, {args.queues} queues")
+    print(f"{len(txns)} transactions, {len(messages)} row-change messages, {args.queues} queues, "
+          f"sink connections {args.connections}")  # fmt: skip
     t0 = time.monotonic()
     broker = rabbitmq.start(base / "rabbitmq")
     print(f"RabbitMQ started in {time.monotonic() - t0:.1f}s")
@@ -173,7 +179,9 @@ def main() -> None:
             order = ("sink", "plain") if n % 2 else ("plain", "sink")
             for which in order:
                 if which == "sink":
-                    sent, sink_s = run_sink(url, broker.amqp_url, txns[-1].scn, args.queues)
+                    sent, sink_s = run_sink(
+                        url, broker.amqp_url, txns[-1].scn, args.queues, args.connections
+                    )
                 else:
                     plain, plain_s = run_plain(broker.amqp_url, messages)
                 purge(broker.amqp_url, args.queues)

@@ -57,6 +57,10 @@ def _broker_url(text: str) -> str:
     "Changing it moves keys to other queues: drain them first.",
 )  # fmt: skip
 @range_option(
+    "--connections", 4, 1, 64,
+    help="Broker connections publishing at once (each queue through one of them, in order).",
+)  # fmt: skip
+@range_option(
     "--max-events", 1000, 1,
     help="Transactions per pulled batch; the checkpoint moves once per batch, so a crash "
     "republishes at most one batch.",
@@ -83,6 +87,7 @@ def sink(
     exchange: str,
     queue_prefix: str | None,
     queues: int,
+    connections: int,
     max_events: int,
     confirm_every: int,
     token: str | None,
@@ -107,8 +112,8 @@ def sink(
         raise click.BadParameter(str(exc), param_hint="--broker") from None
     settings = _Settings(
         urls, broker_url, checkpoint, _parse_scn(after), tables, skip_drc, exchange,
-        queue_prefix or exchange, queues, max_events, confirm_every, token, ca, cert, key,
-        progress_every, retry_for or None,
+        queue_prefix or exchange, queues, connections, max_events, confirm_every, token, ca,
+        cert, key, progress_every, retry_for or None,
     )  # fmt: skip
     with _client_errors():
         _run(settings)
@@ -125,6 +130,7 @@ class _Settings:
     exchange: str
     prefix: str
     queues: int
+    connections: int
     max_events: int
     confirm_every: int
     token: str | None
@@ -139,6 +145,7 @@ def _run(s: _Settings) -> None:
     from drc.client import FileCheckpointStore, Subscriber
     from drc.client.schemas import SchemaReader
     from drc.sink.keys import KeyCache
+    from drc.sink.parallel import ParallelSink
     from drc.sink.rabbitmq import RabbitMQSink, shown_url
     from drc.sink.runner import SinkRunner
 
@@ -150,7 +157,9 @@ def _run(s: _Settings) -> None:
     )  # fmt: skip
     runner = SinkRunner(
         sub,
-        lambda: RabbitMQSink(s.broker_url, s.exchange, s.prefix, s.queues),
+        lambda: ParallelSink(
+            lambda: RabbitMQSink(s.broker_url, s.exchange, s.prefix, s.queues), s.connections
+        ),
         KeyCache(reader.primary_key),
         s.queues,
         confirm_every=s.confirm_every,

@@ -29,6 +29,7 @@ from drc.core.scn import SCN
 from drc.sandbox.sandbox import ServerInfo
 from drc.sink.keys import KeyCache
 from drc.sink.messages import transaction_messages
+from drc.sink.parallel import ParallelSink
 from drc.sink.rabbitmq import RabbitMQSink
 from drc.sink.runner import SinkRunner
 from tests.support.apply import serving
@@ -140,7 +141,8 @@ def test_every_change_arrives_once_per_id_each_key_in_order_in_one_queue(
         reader = SchemaReader()
         with Subscriber([url], checkpoint=store, wait_ms=200) as sub:
             runner = SinkRunner(
-                sub, lambda: RabbitMQSink(rabbitmq.url, prefix, prefix, QUEUES),
+                sub,
+                lambda: ParallelSink(lambda: RabbitMQSink(rabbitmq.url, prefix, prefix, QUEUES), 3),
                 KeyCache(reader.primary_key), QUEUES, confirm_every=50,
             )  # fmt: skip
             target: SCN | None = None

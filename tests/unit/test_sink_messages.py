@@ -213,3 +213,65 @@ def test_a_refusal_is_not_retried() -> None:
     with pytest.raises(ValueError):
         runner.step()
     assert sub.position == 0  # not acked
+
+
+# ---------------------------------------------------------------- several connections at once
+
+
+class Recording:
+    """A Sink fake: what each connection published, in order; fails where told."""
+
+    def __init__(self, log: dict[int, list[str]], fail: type[Exception] | None = None) -> None:
+        self.log, self.fail, self.closed = log, fail, False
+        self.index = len(log)
+        log[self.index] = []
+
+    def publish(self, messages: Sequence[Message]) -> None:
+        if self.fail is not None and messages:
+            raise self.fail("broker trouble")
+        self.log[self.index].extend(m.message_id for m in messages)
+
+    def confirm(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_parallel_connections_each_publish_whole_queues_in_stream_order() -> None:
+    from drc.sink.parallel import ParallelSink
+
+    log: dict[int, list[str]] = {}
+    made: list[Recording] = []
+
+    def connect() -> Recording:
+        made.append(Recording(log))
+        return made[-1]
+
+    messages = [m for t in (rows(0, 30), rows(40, 30)) for m in transaction_messages(t, keys_id, 8)]
+    sink = ParallelSink(connect, 3)
+    sink.publish(messages)
+    sink.confirm()
+    by_id = {m.message_id: m for m in messages}
+    published = [i for ids in log.values() for i in ids]
+    assert sorted(published) == sorted(by_id)  # each once
+    for ids in log.values():
+        queues = {by_id[i].queue for i in ids}
+        assert len({q % 3 for q in queues}) <= 1  # a queue belongs to one connection
+        order = [messages.index(by_id[i]) for i in ids]
+        assert order == sorted(order)
+    sink.close()
+    assert all(r.closed for r in made)
+
+
+def test_parallel_connections_report_a_refusal_before_a_lost_connection() -> None:
+    from drc.sink.base import SinkRejectedError
+    from drc.sink.parallel import ParallelSink
+
+    log: dict[int, list[str]] = {}
+    kinds = iter([SinkUnavailableError, SinkRejectedError, None])
+    sink = ParallelSink(lambda: Recording(log, next(kinds)), 3)
+    sink.publish([m for t in (rows(0, 40),) for m in transaction_messages(t, keys_id, 3)])
+    with pytest.raises(SinkRejectedError):
+        sink.confirm()
+    sink.close()
