@@ -122,6 +122,7 @@ class SinkRunner:
                 sink = self._sink = self._sink or self._connect()
                 if not messages:
                     sink.publish(())  # keeps an idle connection alive
+                    sink.confirm()
                 while done < len(messages):
                     chunk = messages[done : done + self._confirm_every]
                     sink.publish(chunk)
