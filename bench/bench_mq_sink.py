@@ -20,6 +20,7 @@ runs. ``--runs`` alternates which goes first (a warm-up publish comes before the
 reports every run and the worst ratio.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_mq_sink.py [--txns 4000] [--runs 3] [--queues 8]
+        [--connections 4] [--quick]
 """
 
 from __future__ import annotations
@@ -151,7 +152,10 @@ def main() -> None:
     parser.add_argument(
         "--connections", type=int, default=4, help="the sink's (drc sink's default)"
     )
+    parser.add_argument("--quick", action="store_true", help="500 transactions, one run")
     args = parser.parse_args()
+    if args.quick:
+        args.txns, args.runs = 500, 1
     base = Path(tempfile.mkdtemp(prefix="drc-bench-sink-"))
     txns = make_txns(args.txns)
     messages = [m for t in txns for m in transaction_messages(t, key_of, args.queues)]

@@ -19,7 +19,8 @@ one key in two queues, without an order between them. Drain the queues first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from urllib.parse import urlsplit
 
 import pika
@@ -105,44 +106,36 @@ class RabbitMQSink:
         except pika.exceptions.AMQPError:
             pass  # closing a connection the broker already dropped
 
-    def _translated(self, verb: str) -> _Translate:
-        return _Translate(f"{verb} RabbitMQ at {self.where}")
+    def _translated(self, verb: str) -> AbstractContextManager[None]:
+        return _translated(f"{verb} RabbitMQ at {self.where}")
 
 
-class _Translate:
+@contextmanager
+def _translated(doing: str) -> Iterator[None]:
     """pika's errors become the sink's: refusals are fatal, everything else retriable."""
-
-    def __init__(self, doing: str) -> None:
-        self.doing = doing
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object):  # type: ignore[no-untyped-def]
-        if exc is None:
-            return False
-        if isinstance(exc, pika.exceptions.UnroutableError):
-            raise SinkRejectedError(
-                f"cannot {self.doing}: no queue took a message (a sink queue or its binding "
-                "was deleted?); restart `drc sink` to declare them again"
-            ) from exc
-        if isinstance(exc, pika.exceptions.NackError):
-            raise SinkRejectedError(
-                f"cannot {self.doing}: the broker refused a message (nack); see its log"
-            ) from exc
-        if isinstance(exc, pika.exceptions.ChannelClosedByBroker):
-            raise SinkRejectedError(
-                f"cannot {self.doing}: the broker closed the channel ({exc.reply_code} "
-                f"{exc.reply_text}); an exchange or queue of that name exists with other "
-                "settings, or the user lacks permissions"
-            ) from exc
-        if isinstance(exc, pika.exceptions.ProbableAuthenticationError):
-            raise SinkRejectedError(
-                f"cannot {self.doing}: the broker refused the user or password in the AMQP URL"
-            ) from exc
-        if isinstance(exc, pika.exceptions.AMQPError | OSError):
-            detail = str(exc) or "no answer"  # pika's connect errors often have no text
-            raise SinkUnavailableError(
-                f"cannot {self.doing}: {type(exc).__name__} ({detail}); is the broker running?"
-            ) from exc
-        return False
+    try:
+        yield
+    except pika.exceptions.UnroutableError as exc:
+        raise SinkRejectedError(
+            f"cannot {doing}: no queue took a message (a sink queue or its binding was "
+            "deleted?); restart `drc sink` to declare them again"
+        ) from exc
+    except pika.exceptions.NackError as exc:
+        raise SinkRejectedError(
+            f"cannot {doing}: the broker refused a message (nack); see its log"
+        ) from exc
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        raise SinkRejectedError(
+            f"cannot {doing}: the broker closed the channel ({exc.reply_code} "
+            f"{exc.reply_text}); an exchange or queue of that name exists with other "
+            "settings, or the user lacks permissions"
+        ) from exc
+    except pika.exceptions.ProbableAuthenticationError as exc:
+        raise SinkRejectedError(
+            f"cannot {doing}: the broker refused the user or password in the AMQP URL"
+        ) from exc
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        detail = str(exc) or "no answer"  # pika's connect errors often have no text
+        raise SinkUnavailableError(
+            f"cannot {doing}: {type(exc).__name__} ({detail}); is the broker running?"
+        ) from exc
