@@ -105,12 +105,16 @@ def start(base: Path, known: RabbitInfo | None = None) -> RabbitInfo:
             )
         return answers(amqp_port)
 
-    if not wait_for(ready, START_TIMEOUT_S, interval=0.2):
-        kill(info)
-        raise SandboxError(
-            f"RabbitMQ in {base} did not answer within {START_TIMEOUT_S:.0f}s; its log ends:\n"
-            f"{tail(info.log)}"
-        )
+    try:
+        if not wait_for(ready, START_TIMEOUT_S, interval=0.2):
+            raise SandboxError(
+                f"RabbitMQ in {base} did not answer within {START_TIMEOUT_S:.0f}s; its log "
+                f"ends:\n{tail(info.log)}"
+            )
+    except BaseException:
+        kill(info)  # nothing of a failed start is left running, its epmd included
+        stop_pid(epmd_pid, str(epmd_port), 10.0)
+        raise
     return info
 
 

@@ -1,6 +1,7 @@
 """Real servers for integration tests, started by the project's own sandbox code.
 
-One sandbox (two MariaDB datacenters and one ZooKeeper) serves the whole session. A server that
+One sandbox (two MariaDB datacenters and one ZooKeeper) serves the whole session, and one
+RabbitMQ broker (``rabbitmq``, started only if a test asks for it). A server that
 cannot start fails the run: never a skip, in CI or anywhere else. When a test that used the
 sandbox fails, the tail of every server log is attached to its report.
 """
