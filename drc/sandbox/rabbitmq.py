@@ -8,6 +8,7 @@ number of sandboxes (parallel test sessions) run side by side::
     base/mnesia/           the node's data (queues, persistent messages); kept across restarts
     base/log/              node.log; base/rabbitmq.log holds stdout/stderr of the start script
     base/.erlang.cookie    written by Erlang at first start (HOME is base)
+    base/rabbitmq.json     the running broker's RabbitInfo (``drc sandbox rabbitmq``)
 
 Traps this avoids: the node registers with epmd, which listens on 4369 and outlives the node
 when Erlang starts it; here epmd is started first, by us, on a free port (``ERL_EPMD_PORT``
@@ -22,6 +23,8 @@ Start takes ~5 s on an idle 2-core machine and 10-20 s on a loaded one.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
 import socket
@@ -35,6 +38,7 @@ from drc.sandbox.procs import free_port, pid_alive, start_detached, stop_pid, ta
 SERVER_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 EPMD = "epmd"
 START_TIMEOUT_S = 120.0
+DESCRIPTION = "rabbitmq.json"
 _AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 _FRAME_METHOD = 1  # the broker's first answer is a METHOD frame (connection.start)
 
@@ -172,6 +176,24 @@ def kill(info: RabbitInfo) -> None:
         _kill_group(info.pid)
     if not wait_for(lambda: not pid_alive(info.pid, info.marker), 10.0):
         raise SandboxError(f"RabbitMQ process {info.pid} did not exit after SIGKILL")
+
+
+def save(info: RabbitInfo) -> None:
+    (Path(info.base) / DESCRIPTION).write_text(json.dumps(dataclasses.asdict(info)) + "\n")
+
+
+def load(base: Path) -> RabbitInfo | None:
+    """The broker last started in ``base`` by ``drc sandbox rabbitmq start``, if any."""
+    try:
+        return RabbitInfo(**json.loads((base / DESCRIPTION).read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise SandboxError(f"{base / DESCRIPTION} is not a broker description: {exc}") from exc
+
+
+def running(info: RabbitInfo) -> bool:
+    return pid_alive(info.pid, info.marker)
 
 
 def _kill_group(pid: int) -> None:
