@@ -21,12 +21,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 
 from drc.client import FileCheckpointStore, Subscriber
 from drc.client.schemas import SchemaReader
+from drc.core.events import Op, RowChange, Transaction
+from drc.core.partitions import key_partition, range_index
 from drc.core.scn import SCN
 from drc.sandbox.sandbox import ServerInfo
+from drc.sink.base import SinkRejectedError
 from drc.sink.keys import KeyCache
 from drc.sink.messages import transaction_messages
 from drc.sink.parallel import ParallelSink
@@ -231,3 +235,27 @@ def test_kill_9_of_the_sink_and_of_the_broker_loses_nothing_and_redeliveries_car
         duplicates = check_delivery(received, capture, dc1)
         counts = Counter(m.message_id for m in received)
         assert duplicates == sum(c - 1 for c in counts.values())
+
+
+def test_a_message_no_queue_takes_stops_the_sink_instead_of_vanishing(rabbitmq: Broker) -> None:
+    prefix = f"t3-{uuid.uuid4().hex[:8]}"
+    sink = RabbitMQSink(rabbitmq.url, prefix, prefix, 2)
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(rabbitmq.url))
+        connection.channel().queue_delete(f"{prefix}.1")  # an operator's mistake
+        connection.close()
+        key = next(k for k in range(100) if range_index(key_partition("s", "t", (k,)), 2) == 1)
+        change = RowChange("s", "t", Op.INSERT, None, {"id": key})
+        txn = Transaction(SCN(1, 1, 1, 4), 1, None, 0, (change,))
+        with pytest.raises(SinkRejectedError, match="no queue took a message"):
+            sink.publish(list(transaction_messages(txn, lambda *_: ("id",), 2)))
+    finally:
+        sink.close()
+
+
+def test_a_wrong_password_is_refused_without_showing_it(rabbitmq: Broker) -> None:
+    url = rabbitmq.url.replace("guest:guest@", "guest:not-the-password@")
+    with pytest.raises(SinkRejectedError) as refused:
+        RabbitMQSink(url, "t4", "t4", 1)
+    assert "not-the-password" not in str(refused.value)
+    assert "user or password" in str(refused.value)
