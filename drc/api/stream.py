@@ -11,7 +11,8 @@ long-poll slot held for the whole stream (429/503), the epoch (409), an SCN olde
 buffer (410), DRC-applied transactions without their rows (409). Later the stream reads after
 the last ``next`` it sent, woken by the same commit signal as long polls
 (:class:`drc.api.commits.CommitSignal`), and sends a batch frame as soon as a scan finds
-matching transactions, or a heartbeat when none went out for ``wait_ms``.
+matching transactions, or a heartbeat when none went out for ``wait_ms``, also while a scan
+lasts longer than that (a large transaction: the reader's read timeout must not give it up).
 
 It ends with an END frame when the server stops, when its replicator group's term or this
 member's role changes (a deposed leader's stream stops: the subscriber reconnects, and asks
@@ -46,6 +47,7 @@ from drc.api.events import READ_FAILURES, pull_failure, request_query
 from drc.api.pull import STOP_CHECK_S, Pull, render_records
 from drc.api.pullquery import PullQuery
 from drc.core.errors import DrcError
+from drc.core.scn import SCN
 
 router = APIRouter(dependencies=[Depends(require_token)])
 HEARTBEAT_MS = 1000
@@ -144,7 +146,7 @@ class StreamLoop:
                     due = last_sent + self.heartbeat_s - self._clock()
                     with metrics.waiting():
                         await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
-                scanned = await self.scan()
+                scanned = await self._scan_beating(send, batch.next, batch.newest)
             except READ_FAILURES as exc:
                 query = dataclasses.replace(self.query, after=self.next)
                 failure = pull_failure(self.deps, query, exc)
@@ -153,6 +155,34 @@ class StreamLoop:
             except DrcError as exc:  # the buffer closed under the stream
                 await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
                 return
+
+    async def _scan_beating(self, send: SendBytes, next_scn: SCN, newest: SCN | None) -> Scanned:
+        """:meth:`scan`, with a heartbeat every ``heartbeat_s`` while it lasts. Reading a large
+        transaction takes seconds (a million rows: about 2 s), and a reader gives a silent
+        stream up after a few heartbeat periods (drc.client.http): it would ask again for the
+        same transaction, and again, never getting it."""
+        scanned: list[Scanned] = []
+        failed: list[Exception] = []
+        done = anyio.Event()
+
+        async def scan() -> None:
+            try:
+                scanned.append(await self.scan())
+            except Exception as exc:  # raised below, in the stream's own task
+                failed.append(exc)
+            finally:
+                done.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(scan)
+            while not done.is_set():
+                with anyio.move_on_after(self.heartbeat_s):
+                    await done.wait()
+                if not done.is_set():
+                    await send(streamwire.heartbeat_frame(next_scn, newest))
+        if failed:
+            raise failed[0]
+        return scanned[0]
 
     def _ending(self) -> bytes | None:
         if self.deps.stop.is_set():

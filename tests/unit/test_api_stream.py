@@ -183,6 +183,38 @@ def test_batches_as_they_commit_and_heartbeats_past_filtered_out_ones(
     assert nexts == sorted(nexts)
 
 
+def test_a_scan_outlasting_the_heartbeat_period_sends_heartbeats_meanwhile(
+    buffer: EventBuffer,
+) -> None:
+    """Reading a large transaction takes seconds; silence that long makes a reader give the
+    stream up (its read timeout) and ask for the same transaction again, for ever."""
+    store(buffer, txn(1, ins("orders", 1)))
+    loop = make_loop(buffer, wait_ms="100")
+    send = Recorder()
+    quick = loop.scan
+
+    async def slow() -> Any:
+        await asyncio.sleep(0.6)  # six heartbeat periods
+        return await quick()
+
+    async def main() -> None:
+        first = await loop.scan()
+        loop.scan = slow  # type: ignore[method-assign]
+        store(buffer, txn(2, ins("orders", 2)))
+        try:
+            async with asyncio.timeout(1.0):
+                await loop.run(first, send)
+        except TimeoutError:
+            pass
+
+    asyncio.run(main())
+    shown = [f.transactions[0].scn if f.transactions else None for f in send.frames]
+    assert scn(1) in shown and scn(2) in shown
+    between = shown[shown.index(scn(1)) + 1 : shown.index(scn(2))]
+    assert len(between) >= 2 and set(between) == {None}, shown
+    assert all(f.next == scn(1) for f in send.frames[1 : 1 + len(between)])
+
+
 def test_a_slow_client_holds_the_stream_to_one_frame(buffer: EventBuffer) -> None:
     store(buffer, *(txn(n, ins("orders", n)) for n in range(1, 201)))
     loop = make_loop(buffer, max_events="10")
