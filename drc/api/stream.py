@@ -27,6 +27,7 @@ transaction) and the socket's buffers, however far behind it is.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -62,16 +63,24 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     held = ExitStack()
     held.enter_context(deps.long_polls.slot(request.state.caller))  # 429 / 503
     compress = wire.accepts_compression(request.headers.get(wire.HEADER_COMPRESSION))
+    scanning: asyncio.Task[Scanned] | None = None
     try:
         stream = StreamLoop(deps, request.app.state.commits, query, compress=compress)
-        first = await stream.scan()
+        # The pull's statuses come before the first byte, but a first scan that reads a large
+        # transaction would keep the reader waiting past its read timeout (drc.client.http):
+        # one longer than a heartbeat period goes on in the 200's body, with heartbeats.
+        scanning = asyncio.ensure_future(stream.scan())
+        await asyncio.wait({scanning}, timeout=stream.heartbeat_s)
+        first: Scanned | asyncio.Task[Scanned] = scanning.result() if scanning.done() else scanning
     except READ_FAILURES as exc:
         held.close()
         return pull_failure(deps, query, exc).response()
     except BaseException:
+        if scanning is not None:
+            scanning.cancel()
         held.close()
         raise
-    headers = {wire.HEADER_EPOCH: first.state.epoch}
+    headers = {wire.HEADER_EPOCH: stream.buffer.epoch}
     if stream.term is not None:
         headers[wire.HEADER_TERM] = str(stream.term)
     if compress:
@@ -117,9 +126,18 @@ class StreamLoop:
             return Scanned(state, render_records(state.batch()))
         return await anyio.to_thread.run_sync(_scan, state, limiter=self.deps.long_poll_limiter)
 
-    async def run(self, scanned: Scanned, send: SendBytes) -> None:
-        """Send frames from ``scanned`` (the first scan) on, until the stream must end."""
+    async def run(self, first: Scanned | asyncio.Task[Scanned], send: SendBytes) -> None:
+        """Send frames from ``first`` (the first scan, or the task still making it) on, until
+        the stream must end."""
         metrics = self.deps.metrics
+        try:
+            scanned = first if isinstance(first, Scanned) else await self._beating(send, first)
+        except READ_FAILURES as exc:
+            await send(_end(pull_failure(self.deps, self.query, exc)))
+            return
+        except DrcError as exc:  # the buffer closed under the first scan
+            await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
+            return
         last_sent = self._clock()
         while True:
             ending = self._ending()
@@ -146,7 +164,7 @@ class StreamLoop:
                     due = last_sent + self.heartbeat_s - self._clock()
                     with metrics.waiting():
                         await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
-                scanned = await self._scan_beating(send, batch.next, batch.newest)
+                scanned = await self._beating(send, self.scan(), batch.newest)
             except READ_FAILURES as exc:
                 query = dataclasses.replace(self.query, after=self.next)
                 failure = pull_failure(self.deps, query, exc)
@@ -156,18 +174,21 @@ class StreamLoop:
                 await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
                 return
 
-    async def _scan_beating(self, send: SendBytes, next_scn: SCN, newest: SCN | None) -> Scanned:
-        """:meth:`scan`, with a heartbeat every ``heartbeat_s`` while it lasts. Reading a large
-        transaction takes seconds (a million rows: about 2 s), and a reader gives a silent
-        stream up after a few heartbeat periods (drc.client.http): it would ask again for the
-        same transaction, and again, never getting it."""
+    async def _beating(
+        self, send: SendBytes, scanning: Awaitable[Scanned], newest: SCN | None = None
+    ) -> Scanned:
+        """The scan ``scanning`` makes, with a heartbeat every ``heartbeat_s`` while it lasts.
+        Reading a large transaction takes seconds (a million rows: about 2 s), and a reader
+        gives a silent stream up after a few heartbeat periods (drc.client.http): it would ask
+        again for the same transaction, and again, never getting it."""
         scanned: list[Scanned] = []
         failed: list[Exception] = []
         done = anyio.Event()
+        next_scn = self.next
 
         async def scan() -> None:
             try:
-                scanned.append(await self.scan())
+                scanned.append(await scanning)
             except Exception as exc:  # raised below, in the stream's own task
                 failed.append(exc)
             finally:
@@ -236,7 +257,11 @@ class StreamResponse(StreamingResponse):
     long-poll slot in ``held`` is given back when it ends."""
 
     def __init__(
-        self, loop: StreamLoop, first: Scanned, held: ExitStack, headers: dict[str, str]
+        self,
+        loop: StreamLoop,
+        first: Scanned | asyncio.Task[Scanned],
+        held: ExitStack,
+        headers: dict[str, str],
     ) -> None:
         super().__init__(_empty(), headers=headers, media_type=streamwire.MEDIA_STREAM)
         self._loop = loop

@@ -296,3 +296,41 @@ def test_a_position_the_buffer_no_longer_holds_ends_with_the_pulls_410(
     asyncio.run(main())
     end = send.frames[-1].end
     assert end is not None and end["status"] == 410 and end["error"] == wire.ERROR_SCN_TOO_OLD
+
+
+def test_a_first_scan_still_running_is_sent_after_heartbeats_and_its_failure_as_an_end(
+    buffer: EventBuffer,
+) -> None:
+    """get_stream answers 200 when the first scan outlasts a heartbeat period (a large
+    transaction would keep the reader waiting for the headers past its read timeout): the loop
+    then beats until that scan is done, and ends with the pull's status if it failed."""
+    store(buffer, txn(1, ins("orders", 1)))
+    loop = make_loop(buffer, wait_ms="100")
+    send = Recorder()
+
+    async def slow(failure: Exception | None = None) -> Any:
+        await asyncio.sleep(0.5)
+        if failure is not None:
+            raise failure
+        return await loop.scan()
+
+    async def main(failure: Exception | None = None) -> None:
+        try:
+            async with asyncio.timeout(1.0):
+                await loop.run(asyncio.ensure_future(slow(failure)), send)
+        except TimeoutError:
+            pass
+
+    asyncio.run(main())
+    shown = [f.transactions[0].scn if f.transactions else None for f in send.frames]
+    first = shown.index(scn(1))
+    assert first >= 2 and set(shown[:first]) == {None}, shown
+    assert all(f.next == loop.query.after for f in send.frames[:first]), "none passed yet"
+
+    from drc.core.errors import ScnTooOldError
+
+    send = Recorder()
+    asyncio.run(main(ScnTooOldError("gone", scn(1))))
+    end = send.frames[-1].end
+    assert end is not None and end["status"] == 410 and end["error"] == wire.ERROR_SCN_TOO_OLD
+    assert len(send.frames) >= 3, "heartbeats before the end"
