@@ -69,9 +69,14 @@ async def get_stream(request: Request, deps: Deps) -> Response:
         # The pull's statuses come before the first byte, but a first scan that reads a large
         # transaction would keep the reader waiting past its read timeout (drc.client.http):
         # one longer than a heartbeat period goes on in the 200's body, with heartbeats.
-        scanning = asyncio.ensure_future(stream.scan())
-        await asyncio.wait({scanning}, timeout=stream.heartbeat_s)
-        first: Scanned | asyncio.Task[Scanned] = scanning.result() if scanning.done() else scanning
+        state, inline = stream._scan_inline()
+        first: Scanned | asyncio.Task[Scanned]
+        if inline is not None:
+            first = inline
+        else:
+            scanning = asyncio.ensure_future(stream._scan_in_thread(state))
+            await asyncio.wait({scanning}, timeout=stream.heartbeat_s)
+            first = scanning.result() if scanning.done() else scanning
     except READ_FAILURES as exc:
         held.close()
         return pull_failure(deps, query, exc).response()
@@ -119,11 +124,19 @@ class StreamLoop:
     async def scan(self) -> Scanned:
         """Read what follows ``next`` and render it; raises the pull's read failures. A scan
         that is more than a few records reads and renders in a worker thread, as pulls do."""
+        state, scanned = self._scan_inline()
+        return scanned if scanned is not None else await self._scan_in_thread(state)
+
+    def _scan_inline(self) -> tuple[Pull, Scanned | None]:
+        """The scan, if a few records made it (no await: on the event loop)."""
         query = dataclasses.replace(self.query, after=self.next, epoch=self._epoch)
         state = Pull(self.buffer, query)
         self._epoch = None
         if state.scan_inline():
-            return Scanned(state, render_records(state.batch()))
+            return state, Scanned(state, render_records(state.batch()))
+        return state, None
+
+    async def _scan_in_thread(self, state: Pull) -> Scanned:
         return await anyio.to_thread.run_sync(_scan, state, limiter=self.deps.long_poll_limiter)
 
     async def run(self, first: Scanned | asyncio.Task[Scanned], send: SendBytes) -> None:
@@ -164,7 +177,10 @@ class StreamLoop:
                     due = last_sent + self.heartbeat_s - self._clock()
                     with metrics.waiting():
                         await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
-                scanned = await self._beating(send, self.scan(), batch.newest)
+                state, ready = self._scan_inline()
+                if ready is None:  # a long read (a large transaction?): heartbeats meanwhile
+                    ready = await self._beating(send, self._scan_in_thread(state), batch.newest)
+                scanned = ready
             except READ_FAILURES as exc:
                 query = dataclasses.replace(self.query, after=self.next)
                 failure = pull_failure(self.deps, query, exc)

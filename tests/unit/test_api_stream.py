@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from drc.api import streamwire, wire
+from drc.api import stream, streamwire, wire
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 from drc.api.pullquery import ServerLimits, parse_pull_query
@@ -184,23 +184,24 @@ def test_batches_as_they_commit_and_heartbeats_past_filtered_out_ones(
 
 
 def test_a_scan_outlasting_the_heartbeat_period_sends_heartbeats_meanwhile(
-    buffer: EventBuffer,
+    buffer: EventBuffer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Reading a large transaction takes seconds; silence that long makes a reader give the
     stream up (its read timeout) and ask for the same transaction again, for ever."""
     store(buffer, txn(1, ins("orders", 1)))
     loop = make_loop(buffer, wait_ms="100")
     send = Recorder()
-    quick = loop.scan
+    quick = stream._scan
 
-    async def slow() -> Any:
-        await asyncio.sleep(0.6)  # six heartbeat periods
-        return await quick()
+    def slow(state: Any) -> Any:
+        time.sleep(0.6)  # six heartbeat periods
+        return quick(state)
 
     async def main() -> None:
         first = await loop.scan()
-        loop.scan = slow  # type: ignore[method-assign]
-        store(buffer, txn(2, ins("orders", 2)))
+        monkeypatch.setattr(stream, "_scan", slow)
+        # more than a scan on the event loop reads (drc.api.pull.INLINE_RECORDS): a thread's
+        store(buffer, *(txn(n, ins("orders", n)) for n in range(2, 100)))
         try:
             async with asyncio.timeout(1.0):
                 await loop.run(first, send)
