@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -75,6 +76,8 @@ class ReplicatorService:
     trigger_guard: LocalTriggerGuard | None = None  # guards triggers created here
     desk: ChannelDesk | None = None  # channel control (set by the node when it runs channels)
     group: GroupMemberRunner | None = None  # with [group]: follows or leads (and captures)
+    # this host's clock, for lag (drc.core.heartbeat); tests set one that runs off (clock skew)
+    wall_clock: Callable[[], float] = time.time
 
     def run_capture(self, stop: threading.Event) -> None:
         """Capture (or, in a group, follow or lead) until ``stop``; a fatal error is kept (the
@@ -267,18 +270,24 @@ def catchup_finisher(config: DrcConfig) -> Callable[[ChannelConfig], FinishRun]:
     return finisher
 
 
-def build_heartbeat(config: DrcConfig) -> HeartbeatWriter | None:
-    """This datacenter's heartbeat writer (drc.replicator.heartbeat), None when turned off."""
+def build_heartbeat(
+    config: DrcConfig, wall_clock: Callable[[], float] = time.time
+) -> HeartbeatWriter | None:
+    """This datacenter's heartbeat writer (drc.replicator.heartbeat), None when turned off;
+    ``wall_clock`` stamps the beats."""
     interval = config.replicator.heartbeat_interval_s
     if not interval:
         return None
     servers = _source_servers(config)
     if servers is not None:
         return HeartbeatWriter(
-            config.datacenter.name, writable_connector(servers), interval, writable_only=True
-        )
+            config.datacenter.name, writable_connector(servers), interval, writable_only=True,
+            wall_clock=wall_clock,
+        )  # fmt: skip
     settings = target_settings(config.target_or_source())
-    return HeartbeatWriter(config.datacenter.name, connector(settings), interval)
+    return HeartbeatWriter(
+        config.datacenter.name, connector(settings), interval, wall_clock=wall_clock
+    )
 
 
 def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
@@ -304,6 +313,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         failures=lambda: [] if service.failures is None else service.failures(),
         heartbeat=lambda: None if service.heartbeat is None else service.heartbeat(),
         drc_applied=config.replicator.drc_applied,
+        wall_clock=service.wall_clock,
     )
     return _server(config, deps, api.port)
 

@@ -134,7 +134,13 @@ class Selection:
             return False
         match = self.tables.matches
         rows = self.rows
-        for _drc, tables, ddl in peeks:
+        last = len(peeks) - 1
+        for index, (_drc, tables, ddl) in enumerate(peeks):
+            if not tables and not ddl and 0 < index == last:
+                # The empty last fragment of a large transaction (capture flushed its rows at
+                # the fragment limit before the commit): sent anyway once the others are, as
+                # narrowing would, so it must not cost a decode of every row before it.
+                continue
             if ddl or not tables or not all(match(db, table) for db, table in tables):
                 return None
             if rows is not None and any(rows.get(db, table) for db, table in tables):

@@ -11,7 +11,8 @@ long-poll slot held for the whole stream (429/503), the epoch (409), an SCN olde
 buffer (410), DRC-applied transactions without their rows (409). Later the stream reads after
 the last ``next`` it sent, woken by the same commit signal as long polls
 (:class:`drc.api.commits.CommitSignal`), and sends a batch frame as soon as a scan finds
-matching transactions, or a heartbeat when none went out for ``wait_ms``.
+matching transactions, or a heartbeat when none went out for ``wait_ms``, also while a scan
+lasts longer than that (a large transaction: the reader's read timeout must not give it up).
 
 It ends with an END frame when the server stops, when its replicator group's term or this
 member's role changes (a deposed leader's stream stops: the subscriber reconnects, and asks
@@ -26,6 +27,7 @@ transaction) and the socket's buffers, however far behind it is.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +48,7 @@ from drc.api.events import READ_FAILURES, pull_failure, request_query
 from drc.api.pull import STOP_CHECK_S, Pull, render_records
 from drc.api.pullquery import PullQuery
 from drc.core.errors import DrcError
+from drc.core.scn import SCN
 
 router = APIRouter(dependencies=[Depends(require_token)])
 HEARTBEAT_MS = 1000
@@ -60,16 +63,29 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     held = ExitStack()
     held.enter_context(deps.long_polls.slot(request.state.caller))  # 429 / 503
     compress = wire.accepts_compression(request.headers.get(wire.HEADER_COMPRESSION))
+    scanning: asyncio.Task[Scanned] | None = None
     try:
         stream = StreamLoop(deps, request.app.state.commits, query, compress=compress)
-        first = await stream.scan()
+        # The pull's statuses come before the first byte, but a first scan that reads a large
+        # transaction would keep the reader waiting past its read timeout (drc.client.http):
+        # one longer than a heartbeat period goes on in the 200's body, with heartbeats.
+        state, inline = stream._scan_inline()
+        first: Scanned | asyncio.Task[Scanned]
+        if inline is not None:
+            first = inline
+        else:
+            scanning = asyncio.ensure_future(stream._scan_in_thread(state))
+            await asyncio.wait({scanning}, timeout=stream.heartbeat_s)
+            first = scanning.result() if scanning.done() else scanning
     except READ_FAILURES as exc:
         held.close()
         return pull_failure(deps, query, exc).response()
     except BaseException:
+        if scanning is not None:
+            scanning.cancel()
         held.close()
         raise
-    headers = {wire.HEADER_EPOCH: first.state.epoch}
+    headers = {wire.HEADER_EPOCH: stream.buffer.epoch}
     if stream.term is not None:
         headers[wire.HEADER_TERM] = str(stream.term)
     if compress:
@@ -108,16 +124,33 @@ class StreamLoop:
     async def scan(self) -> Scanned:
         """Read what follows ``next`` and render it; raises the pull's read failures. A scan
         that is more than a few records reads and renders in a worker thread, as pulls do."""
+        state, scanned = self._scan_inline()
+        return scanned if scanned is not None else await self._scan_in_thread(state)
+
+    def _scan_inline(self) -> tuple[Pull, Scanned | None]:
+        """The scan, if a few records made it (no await: on the event loop)."""
         query = dataclasses.replace(self.query, after=self.next, epoch=self._epoch)
         state = Pull(self.buffer, query)
         self._epoch = None
         if state.scan_inline():
-            return Scanned(state, render_records(state.batch()))
+            return state, Scanned(state, render_records(state.batch()))
+        return state, None
+
+    async def _scan_in_thread(self, state: Pull) -> Scanned:
         return await anyio.to_thread.run_sync(_scan, state, limiter=self.deps.long_poll_limiter)
 
-    async def run(self, scanned: Scanned, send: SendBytes) -> None:
-        """Send frames from ``scanned`` (the first scan) on, until the stream must end."""
+    async def run(self, first: Scanned | asyncio.Task[Scanned], send: SendBytes) -> None:
+        """Send frames from ``first`` (the first scan, or the task still making it) on, until
+        the stream must end."""
         metrics = self.deps.metrics
+        try:
+            scanned = first if isinstance(first, Scanned) else await self._beating(send, first)
+        except READ_FAILURES as exc:
+            await send(_end(pull_failure(self.deps, self.query, exc)))
+            return
+        except DrcError as exc:  # the buffer closed under the first scan
+            await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
+            return
         last_sent = self._clock()
         while True:
             ending = self._ending()
@@ -144,7 +177,10 @@ class StreamLoop:
                     due = last_sent + self.heartbeat_s - self._clock()
                     with metrics.waiting():
                         await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
-                scanned = await self.scan()
+                state, ready = self._scan_inline()
+                if ready is None:  # a long read (a large transaction?): heartbeats meanwhile
+                    ready = await self._beating(send, self._scan_in_thread(state), batch.newest)
+                scanned = ready
             except READ_FAILURES as exc:
                 query = dataclasses.replace(self.query, after=self.next)
                 failure = pull_failure(self.deps, query, exc)
@@ -153,6 +189,37 @@ class StreamLoop:
             except DrcError as exc:  # the buffer closed under the stream
                 await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
                 return
+
+    async def _beating(
+        self, send: SendBytes, scanning: Awaitable[Scanned], newest: SCN | None = None
+    ) -> Scanned:
+        """The scan ``scanning`` makes, with a heartbeat every ``heartbeat_s`` while it lasts.
+        Reading a large transaction takes seconds (a million rows: about 2 s), and a reader
+        gives a silent stream up after a few heartbeat periods (drc.client.http): it would ask
+        again for the same transaction, and again, never getting it."""
+        scanned: list[Scanned] = []
+        failed: list[Exception] = []
+        done = anyio.Event()
+        next_scn = self.next
+
+        async def scan() -> None:
+            try:
+                scanned.append(await scanning)
+            except Exception as exc:  # raised below, in the stream's own task
+                failed.append(exc)
+            finally:
+                done.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(scan)
+            while not done.is_set():
+                with anyio.move_on_after(self.heartbeat_s):
+                    await done.wait()
+                if not done.is_set():
+                    await send(streamwire.heartbeat_frame(next_scn, newest))
+        if failed:
+            raise failed[0]
+        return scanned[0]
 
     def _ending(self) -> bytes | None:
         if self.deps.stop.is_set():
@@ -206,7 +273,11 @@ class StreamResponse(StreamingResponse):
     long-poll slot in ``held`` is given back when it ends."""
 
     def __init__(
-        self, loop: StreamLoop, first: Scanned, held: ExitStack, headers: dict[str, str]
+        self,
+        loop: StreamLoop,
+        first: Scanned | asyncio.Task[Scanned],
+        held: ExitStack,
+        headers: dict[str, str],
     ) -> None:
         super().__init__(_empty(), headers=headers, media_type=streamwire.MEDIA_STREAM)
         self._loop = loop
