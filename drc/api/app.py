@@ -39,6 +39,7 @@ from drc.api import (
     control,
     errors,
     events,
+    groups,
     health,
     history,
     schema,
@@ -69,7 +70,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     if deps.buffer is not None:
         app.state.commits = CommitSignal(deps.buffer, deps.stop)
         app.state.segment_sums = Checksums()
-        for module in (events, stream, schema, history, segments):
+        for module in (events, stream, schema, history, segments, groups):
             app.include_router(module.router)
     app.state.applied = waits.AppliedSignal()
     for module in (status, health, ui, control, waits):
