@@ -20,6 +20,7 @@ from typing import Any
 
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps, ChannelDesk
+from drc.api.group_service import GroupService, GroupStore, MemoryGroupStore
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.pullquery import ServerLimits
 from drc.api.server import ApiServer, ApiServerError
@@ -39,6 +40,7 @@ from drc.replicator.assembler import FragmentLimits
 from drc.replicator.backfill import BinlogBackfill
 from drc.replicator.fencing import FencedMetaStore, GroupBuffer
 from drc.replicator.group import GroupSettings
+from drc.replicator.group_store import ZkGroupStore
 from drc.replicator.heartbeat import (
     HeartbeatWriter,
     NoWritableServer,
@@ -78,6 +80,7 @@ class ReplicatorService:
     group: GroupMemberRunner | None = None  # with [group]: follows or leads (and captures)
     # this host's clock, for lag (drc.core.heartbeat); tests set one that runs off (clock skew)
     wall_clock: Callable[[], float] = time.time
+    groups: GroupService | None = None  # consumer groups, served by the API
 
     def run_capture(self, stop: threading.Event) -> None:
         """Capture (or, in a group, follow or lead) until ``stop``; a fatal error is kept (the
@@ -92,15 +95,23 @@ class ReplicatorService:
             raise
 
     def start_api(self) -> ApiServer:
-        """Serve the pull API on the configured address in this process; returns the server."""
+        """Serve the pull API on the configured address in this process, and rebalance its
+        consumer groups while it leads; returns the server."""
         if self.config is None:
             raise RuntimeError("start_api needs the service built from a config")
-        self.api = build_api(self.config, self).start()
+        api, groups, stop = build_api(self.config, self)
+        self.groups = groups
+        self.api = api.start()
+        threading.Thread(
+            target=groups.run_rebalancer, args=(stop,), name="drc-group-rebalancer", daemon=True
+        ).start()
         return self.api
 
     def close(self) -> None:
         if self.api is not None:  # first: no request may read a closed buffer
             self.api.stop()
+        if self.groups is not None:
+            self.groups.close()
         if self.trigger_guard is not None:
             self.trigger_guard.close()
         self.buffer.close()
@@ -290,9 +301,28 @@ def build_heartbeat(
     )
 
 
-def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
-    """The API server for ``service`` (not started); tokens are read from config here, once."""
+def build_groups(config: DrcConfig, service: ReplicatorService) -> GroupService:
+    """Consumer groups: kept in ZooKeeper in a replicator group (every member serves them, a
+    failover keeps them), in memory for a lone replicator; rebalanced by the leader."""
+    group = config.group
+    store: GroupStore = (
+        MemoryGroupStore()
+        if group is None
+        else ZkGroupStore(
+            group.zookeeper, group.group_path(config.datacenter.name), group.session_timeout_s
+        )
+    )
+    member = service.group
+    return GroupService(store, lambda: member is None or member.role == "leader")
+
+
+def build_api(
+    config: DrcConfig, service: ReplicatorService
+) -> tuple[ApiServer, GroupService, threading.Event]:
+    """The API server for ``service`` (not started), its consumer groups and the event that
+    stops both; tokens are read from config here, once."""
     api = config.api
+    groups = build_groups(config, service)
     deps = ApiDeps(
         buffer=service.buffer,
         metastore=service.metastore,
@@ -314,8 +344,9 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         heartbeat=lambda: None if service.heartbeat is None else service.heartbeat(),
         drc_applied=config.replicator.drc_applied,
         wall_clock=service.wall_clock,
+        groups=groups,
     )
-    return _server(config, deps, api.port)
+    return _server(config, deps, api.port), groups, deps.stop
 
 
 def build_apply_api(

@@ -39,6 +39,8 @@ class GroupStore(Protocol):
 
     def delete(self, name: str) -> bool: ...
 
+    def close(self) -> None: ...
+
 
 class MemoryGroupStore:
     """A GroupStore in this process (a replicator without [group]; unit tests)."""
@@ -74,6 +76,9 @@ class MemoryGroupStore:
         with self._lock:
             return self._data.pop(name, None) is not None
 
+    def close(self) -> None:
+        pass
+
 
 class GroupService:
     """Read and change groups; every change is a compare-and-set retried on a race."""
@@ -90,6 +95,9 @@ class GroupService:
 
     def names(self) -> list[str]:
         return self.store.names()
+
+    def close(self) -> None:
+        self.store.close()
 
     def get(self, name: str) -> GroupState:
         found = self.store.read(name)

@@ -46,9 +46,9 @@ from drc.core.range_filter import KeyColumns, RangeFilter
 from drc.core.scn import SCN
 
 router = APIRouter(dependencies=[Depends(require_token)])
-PATH = "/v1/groups"
-HEADER_WAITING = "X-DRC-Waiting"
-ERROR_STALE = "stale_assignment"
+PATH = wire.PATH_GROUPS
+HEADER_WAITING = wire.HEADER_WAITING
+ERROR_STALE = wire.ERROR_STALE_ASSIGNMENT
 BARRIER_RETRY_S = 0.1
 _PULL_PARAMS = ("member", "version", "after", "max_events", "max_bytes", "wait_ms", "epoch")
 
