@@ -12,6 +12,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/segments[?after=S][&to=S]             the buffer's segments: SCN range, size, sha256
     GET /v1/segments/{name}                       one segment's bytes, with Range (resumable)
     GET /v1/history?after=S&upto=U                schema history entries (group followers)
+    /v1/groups[/...]                              consumer groups: create, join, heartbeat,
+                                                  range pulls, commits (drc.api.groups)
     GET /metrics                                  Prometheus text format
     GET /v1/wait?gtid=G[&timeout_ms=T][&channel=C]  200 once this process's channels applied
                                                   source GTID G, 408 after T (drc.api.waits)
