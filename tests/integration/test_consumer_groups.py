@@ -38,6 +38,7 @@ from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.capture import Capture, capturing, read_all
 from tests.support.servers import connect, fresh_database, master_position
+from tests.support.two_way import started_group
 
 pytestmark = pytest.mark.integration
 
@@ -275,3 +276,77 @@ def test_four_members_share_64_ranges_through_a_kill_and_a_failover(
             f"key {old} -> {new} at {scn}: the new key was seen before the old key's changes"
         )
     assert all(SCN.parse(r["checkpoint"]) > begin for r in checkpoints)
+
+
+def _inserts(server: ServerInfo, stop: threading.Event) -> list[int]:
+    done: list[int] = []
+    conn = connect(server, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            while not stop.is_set():
+                n = len(done) + 1
+                cur.execute("INSERT INTO grp_db.t VALUES (%s, %s)", (n, f"v{n}"))
+                done.append(n)
+                time.sleep(0.01)
+    finally:
+        conn.close()
+    return done
+
+
+def test_a_replicator_leader_failover_keeps_the_group_and_its_checkpoints(
+    sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path
+) -> None:
+    """Three ``drc run`` members in ZooKeeper; the consumers read through the two followers;
+    kill -9 of the leader, then one consumer dies: only a leader rebalances, so its ranges
+    move only if the new leader took the group over; no change is lost."""
+    seen: set[int] = set()
+    lock = threading.Lock()
+
+    def handle(batch: RangeBatch) -> None:
+        with lock:
+            seen.update(int((c.after or {})["id"]) for t in batch.transactions for c in t.changes)
+
+    with started_group(sandbox, dc1, tmp_path, "cg", 2.0) as group:
+        leader = group.wait_leader(60)
+        group.wait_started(leader)
+        group.wait_roles(["follower", "follower", "leader"], 60)
+        followers = [m for m in group.members if m is not leader]
+        body = {"name": "g", "tables": "grp_db.t", "ranges": 8, "heartbeat_timeout_s": 3.0}
+        created = httpx.post(f"{followers[0].url}/v1/groups", json=body, timeout=30)
+        assert created.status_code == 201, created.text
+        stop, stop_writes = threading.Event(), threading.Event()
+        members = [GroupConsumer(f.url, "g", handle, commit_interval_s=0.5) for f in followers]
+        threads = [threading.Thread(target=m.run, args=(stop,)) for m in members]
+        for thread in threads:
+            thread.start()
+        written: list[int] = []
+        writer = threading.Thread(target=lambda: written.extend(_inserts(dc1, stop_writes)))
+        writer.start()
+        try:
+            _until("both members hold ranges", lambda: all(m.assignment() for m in members))
+            time.sleep(2)
+            before = httpx.get(f"{followers[0].url}/v1/groups/g", timeout=30).json()
+            leader.kill()
+            group.wait_leader(60, exclude=leader)
+            members[1].abandon()
+            _until("the new leader moved the dead consumer's ranges", lambda: all(
+                r["owner"] == members[0].member
+                for r in httpx.get(f"{followers[0].url}/v1/groups/g", timeout=30).json()["ranges"]
+            ))  # fmt: skip
+            time.sleep(1)
+        finally:
+            stop_writes.set()
+            writer.join()
+        try:
+            _until("every insert was consumed", lambda: seen >= set(written), 180)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(30)
+        after = httpx.get(f"{followers[1].url}/v1/groups/g", timeout=30).json()
+    assert len(written) > 100
+    assert seen == set(written)
+    assert members[0].joins == 1, "the failover dropped no member"
+    old = {r["range"]: SCN.parse(r["checkpoint"]) for r in before["ranges"]}
+    assert all(SCN.parse(r["checkpoint"]) >= old[r["range"]] for r in after["ranges"])
+    assert any(SCN.parse(r["checkpoint"]) > old[r["range"]] for r in after["ranges"])
