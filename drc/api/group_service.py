@@ -10,10 +10,11 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
-from drc.core.consumer_groups import GroupSpec, GroupState, GroupStateError
+from drc.core.consumer_groups import GroupSpec, GroupState, GroupStateError, valid_name
 
 log = logging.getLogger(__name__)
 CAS_TRIES = 50
@@ -80,6 +81,12 @@ class MemoryGroupStore:
         pass
 
 
+def _known_name(name: str) -> str:
+    if not valid_name(name):
+        raise GroupStateError(404, f"no consumer group {name[:80]!r}: create it first")
+    return name
+
+
 class GroupService:
     """Read and change groups; every change is a compare-and-set retried on a race."""
 
@@ -100,7 +107,7 @@ class GroupService:
         self.store.close()
 
     def get(self, name: str) -> GroupState:
-        found = self.store.read(name)
+        found = self.store.read(_known_name(name))
         if found is None:
             raise GroupStateError(404, f"no consumer group {name!r}: create it first")
         return GroupState.from_json(found[0])
@@ -116,12 +123,12 @@ class GroupService:
         self.store.create(spec.name, GroupState.new(spec).to_json())
 
     def delete(self, name: str) -> None:
-        if not self.store.delete(name):
+        if not self.store.delete(_known_name(name)):
             raise GroupStateError(404, f"no consumer group {name!r}")
 
     def update(self, name: str, change: Callable[[GroupState], GroupState]) -> GroupState:
         for _ in range(CAS_TRIES):
-            found = self.store.read(name)
+            found = self.store.read(_known_name(name))
             if found is None:
                 raise GroupStateError(404, f"no consumer group {name!r}: create it first")
             state = GroupState.from_json(found[0])
@@ -148,6 +155,27 @@ class GroupService:
                 self.update(name, lambda s: s.rebalance(self._clock()))
             except GroupStateError:
                 pass  # deleted meanwhile
+
+    def summary(self) -> list[dict[str, Any]]:
+        """What /v1/status shows of each group: members, ranges by state, the oldest
+        checkpoint (how far its slowest range is behind)."""
+        out = []
+        for name in self.names():
+            try:
+                state = self.get(name)
+            except GroupStateError:
+                continue  # deleted meanwhile
+            states = Counter(r.state for r in state.ranges)
+            oldest = min(state.position(r.index) for r in state.ranges)
+            out.append(
+                {
+                    "name": name,
+                    "members": len(state.members),
+                    "ranges": dict(sorted(states.items())),
+                    "oldest_checkpoint": str(oldest),
+                }
+            )
+        return out
 
     def run_rebalancer(self, stop: threading.Event, every_s: float = REBALANCE_EVERY_S) -> None:
         """Rebalance every group while this process leads, until ``stop``."""

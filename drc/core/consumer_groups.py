@@ -62,7 +62,7 @@ class GroupSpec:
     skip_drc: bool = False
 
     def __post_init__(self) -> None:
-        if not self.name or len(self.name) > 64 or not _NAME_OK(self.name):
+        if not valid_name(self.name):
             raise GroupStateError(
                 400, f"a group name is 1-64 letters, digits, '_' or '-', got {self.name!r}"
             )
@@ -79,8 +79,9 @@ class GroupSpec:
             raise GroupStateError(400, "heartbeat_timeout_s must be > 0")
 
 
-def _NAME_OK(name: str) -> bool:  # noqa: N802 - reads as a predicate constant
-    return all(c.isascii() and (c.isalnum() or c in "_-") for c in name)
+def valid_name(name: str) -> bool:
+    """1-64 ASCII letters, digits, '_' or '-': a ZooKeeper node name and a URL segment."""
+    return 0 < len(name) <= 64 and all(c.isascii() and (c.isalnum() or c in "_-") for c in name)
 
 
 @dataclass(frozen=True, slots=True)

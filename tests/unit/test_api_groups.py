@@ -98,6 +98,9 @@ def test_members_share_ranges_and_each_change_goes_to_its_range(client: TestClie
     shown = client.get("/v1/groups/g", headers=AUTH).json()
     assert len(shown["members"]) == 2
     assert client.get("/v1/groups", headers=AUTH).json()["groups"][0]["members"] == 2
+    status = client.get("/v1/status", headers=AUTH).json()["consumer_groups"]
+    ranges = {"closing": 2, "open": 2}  # the second member gets two once they are released
+    assert status == [{"name": "g", "members": 2, "ranges": ranges, "oldest_checkpoint": "0:0:0:0"}]
 
 
 def test_a_stale_version_is_refused(client: TestClient) -> None:
@@ -145,5 +148,6 @@ def test_admin_reset_and_delete(client: TestClient) -> None:
     assert {r["checkpoint"] for r in reset["ranges"]} == {str(scn(2))}
     assert client.delete("/v1/groups/g", headers=ADMIN).status_code == 200
     assert client.get("/v1/groups/g", headers=AUTH).status_code == 404
+    assert client.get("/v1/groups/..", headers=AUTH).status_code == 404
     bad = client.post("/v1/groups", json={"name": "h", "tables": "a..b"}, headers=ADMIN)
     assert bad.status_code == 400
