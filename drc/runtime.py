@@ -32,7 +32,10 @@ from drc.catchup.driver import Where, finish_interrupted
 from drc.client.peers import Peer, PeerStatus
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
+from drc.config_replicator import ConsumerGroupConfig
+from drc.core.consumer_groups import GroupSpec
 from drc.core.errors import ConfigError, RetriableError
+from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.mysql.driver import TargetSettings
@@ -313,7 +316,23 @@ def build_groups(config: DrcConfig, service: ReplicatorService) -> GroupService:
         )
     )
     member = service.group
-    return GroupService(store, lambda: member is None or member.role == "leader")
+
+    def configured(group: ConsumerGroupConfig) -> Callable[[], GroupSpec]:
+        def spec() -> GroupSpec:
+            newest = service.buffer.last_scn
+            start = group.after or str(newest if newest is not None else SCN.zero())
+            return GroupSpec(
+                group.name, ",".join(group.tables), group.rows or None, group.partitioning,
+                group.ranges, group.heartbeat_timeout_s, start, group.skip_drc,
+            )  # fmt: skip
+
+        return spec
+
+    return GroupService(
+        store,
+        lambda: member is None or member.role == "leader",
+        configured=[configured(g) for g in config.consumer_groups],
+    )
 
 
 def build_api(

@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from drc.core.consumer_groups import GroupSpec, GroupState, GroupStateError, valid_name
@@ -95,10 +95,15 @@ class GroupService:
         store: GroupStore,
         leads: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
+        configured: Sequence[Callable[[], GroupSpec]] = (),
     ) -> None:
+        """``configured``: the groups of the config file ([[consumer_groups]]), each made when
+        the leader first creates it (its start SCN may be the buffer's newest then)."""
         self.store = store
         self.leads = leads
         self._clock = clock
+        self._configured = configured
+        self._ensured = not configured
 
     def names(self) -> list[str]:
         return self.store.names()
@@ -150,6 +155,10 @@ class GroupService:
         return self.update(name, lambda s: s.heartbeat(member, now, released))
 
     def rebalance_all(self) -> None:
+        if not self._ensured:
+            for make in self._configured:
+                self.ensure(make())
+            self._ensured = True
         for name in self.store.names():
             try:
                 self.update(name, lambda s: s.rebalance(self._clock()))

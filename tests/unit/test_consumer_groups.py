@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from drc.api.group_service import GroupService, MemoryGroupStore
+from drc.config import DrcConfig, config_problems
 from drc.core.consumer_groups import (
     CLOSED,
     CLOSING,
@@ -15,6 +19,7 @@ from drc.core.consumer_groups import (
     GroupStateError,
 )
 from drc.core.scn import SCN
+from tests.support.config import BASE
 
 TIMEOUT = 10.0
 
@@ -151,3 +156,29 @@ def test_rebalance_invariants(count: int, events: list[tuple[str, float]]) -> No
         counts = owned(state).values()
         assert sum(counts) == count, "every range is owned"
         assert max(counts) - min(counts) <= 1, "balanced within one"
+
+
+# ------------------------------------------------------------------------------ from config
+
+
+def test_config_groups_are_checked_and_created_once_by_the_leader() -> None:
+    good = BASE + '[[consumer_groups]]\nname = "orders"\ntables = ["shop.orders"]\nranges = 4\n'
+    config = DrcConfig.model_validate(tomllib.loads(good))
+    assert config.consumer_groups[0].ranges == 4
+    again = good + '[[consumer_groups]]\nname = "orders"\n'
+    assert any("unique" in p for p in config_problems(again))
+    bad = BASE + '[[consumer_groups]]\nname = "x"\nrows = {"shop.t" = "a ==="}\n'
+    assert any("consumer group x" in p for p in config_problems(bad))
+
+    made: list[str] = []
+
+    def spec() -> GroupSpec:
+        made.append("orders")
+        return GroupSpec("orders", "shop.orders", ranges=4)
+
+    leading = [False]
+    groups = GroupService(MemoryGroupStore(), lambda: leading[0], configured=[spec])
+    leading[0] = True
+    groups.rebalance_all()
+    groups.rebalance_all()
+    assert groups.names() == ["orders"] and made == ["orders"]
