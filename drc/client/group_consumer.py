@@ -8,7 +8,8 @@ hand each batch to a callback, commit checkpoints, leave.
 
 ``handle(batch)`` gets a :class:`RangeBatch` (the range, its transactions, whole, in SCN
 order) and returns once it has processed them; its position then moves past them and is
-committed every ``commit_interval_s`` (and when the range is taken away or the consumer stops).
+committed every ``commit_interval_s`` (and when the range is taken away or the consumer stops;
+a range another of this member's ranges waits for at a per-key barrier is committed at once).
 
 Delivery is at least once: after a crash (or a range that moved before its owner committed)
 the next owner reads again from the last committed checkpoint, so a change after it may arrive
@@ -197,19 +198,23 @@ class GroupConsumer:
             if self._rejoin.is_set():
                 self._join()
                 self._rejoin.clear()
-            busy = waiting = False
+            busy, awaited = False, set()
             for index, held in sorted(self.snapshot().items()):
                 if stop.is_set() or not self._beating.is_set():
                     return
                 if held.closing:
                     self._release(index, held)
                     continue
-                got, blocked = self._pull(index, held)
+                got, waits_for = self._pull(index, held)
                 busy |= got
-                waiting |= blocked
-            if waiting or time.monotonic() - last_commit >= self._commit_every:
-                self._commit_all()  # a barrier waits for other ranges' checkpoints
+                awaited |= waits_for
+            if time.monotonic() - last_commit >= self._commit_every:
+                self._commit_all()
                 last_commit = time.monotonic()
+            elif awaited:  # a range of ours waits at a barrier for these: commit them now
+                held_now = self.snapshot()
+                for index in sorted(awaited & set(held_now)):
+                    self._commit(index, held_now[index])
             if not busy:
                 stop.wait(IDLE_S)
 
@@ -217,7 +222,9 @@ class GroupConsumer:
         with self._lock:
             return dict(self._held)
 
-    def _pull(self, index: int, held: _Held) -> tuple[bool, bool]:
+    def _pull(self, index: int, held: _Held) -> tuple[bool, set[int]]:
+        """Pull one range and hand its batch over: whether it had any, and the ranges its
+        pull waits for at a per-key barrier (drc.core.range_filter)."""
         params = {
             "member": str(self.member),
             "version": str(held.version),
@@ -231,17 +238,18 @@ class GroupConsumer:
                                  self._token)  # fmt: skip
         except http.Transient as exc:
             log.warning("pull of range %d: %s", index, exc)
-            return False, False
+            return False, set()
         except ApiRequestError as exc:
             self._refused(index, exc)
-            return False, False
+            return False, set()
         page = http.events_page(response, self._url)
         if page.transactions:
             self._handler(RangeBatch(index, held.version, tuple(assemble(page.transactions)),
                                      page.next))  # fmt: skip
         if page.next > held.position:
             held.position = page.next
-        return bool(page.transactions), wire.HEADER_WAITING in response.headers
+        waiting = response.headers.get(wire.HEADER_WAITING, "")
+        return bool(page.transactions), {int(i) for i in waiting.split(",") if i.isdigit()}
 
     def _refused(self, index: int, exc: ApiRequestError) -> None:
         if exc.status == 410:
