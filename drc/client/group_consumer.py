@@ -173,6 +173,8 @@ class GroupConsumer:
                                     {"released": released})  # fmt: skip
             except http.Transient as exc:
                 log.warning("heartbeat of group %s: %s", self._group, exc)
+                with self._lock:
+                    self._released.extend(released)  # said with the next one
                 continue
             except ApiRequestError as exc:
                 if exc.status == 410:
@@ -240,7 +242,7 @@ class GroupConsumer:
             log.warning("pull of range %d: %s", index, exc)
             return False, set()
         except ApiRequestError as exc:
-            self._refused(index, exc)
+            self._refused(index, held, exc)
             return False, set()
         page = http.events_page(response, self._url)
         if page.transactions:
@@ -251,12 +253,13 @@ class GroupConsumer:
         waiting = response.headers.get(wire.HEADER_WAITING, "")
         return bool(page.transactions), {int(i) for i in waiting.split(",") if i.isdigit()}
 
-    def _refused(self, index: int, exc: ApiRequestError) -> None:
+    def _refused(self, index: int, held: _Held, exc: ApiRequestError) -> None:
         if exc.status == 410:
             self._rejoin.set()
         elif exc.status == 409:  # the range moved on: the heartbeat brings what we hold
             with self._lock:
-                self._held.pop(index, None)
+                if self._held.get(index) is held:  # not a newer assignment of it
+                    del self._held[index]
         else:
             raise exc
 
@@ -270,7 +273,7 @@ class GroupConsumer:
             log.warning("commit of range %d: %s", index, exc)
             return
         except ApiRequestError as exc:
-            self._refused(index, exc)
+            self._refused(index, held, exc)
             return
         held.committed = held.position
 
