@@ -36,12 +36,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from drc.api import wire
 from drc.api.deps import ApiDeps, Deps, admin_caller, require_token
 from drc.api.errors import ApiError
-from drc.api.events import READ_FAILURES, _wants_records, pull_failure
+from drc.api.events import READ_FAILURES, pull_failure, wants_records
 from drc.api.group_service import GroupService
+from drc.api.metrics import Family
 from drc.api.pull import Batch, batch_headers, pull, render_json, render_records
 from drc.api.pullquery import BadQuery, PullQuery, ServerLimits, parse_pull_query, single_values
-from drc.core.consumer_groups import BY_KEY, GroupSpec, GroupState, GroupStateError
-from drc.core.errors import MalformedScnError, shown
+from drc.core.consumer_groups import (
+    BY_KEY,
+    CLOSED,
+    CLOSING,
+    OPEN,
+    GroupSpec,
+    GroupState,
+    GroupStateError,
+)
+from drc.core.errors import MalformedScnError, RetriableError, shown
 from drc.core.range_filter import KeyColumns, RangeFilter
 from drc.core.scn import SCN
 
@@ -228,7 +237,7 @@ def commit(name: str, index: int, body: CommitBody, deps: Deps) -> dict[str, Any
 def range_events(request: Request, name: str, index: int, deps: Deps) -> Response:
     if deps.buffer is None:
         raise ApiError(404, "this process holds no buffer")
-    records = _wants_records(request.headers.get("accept"))
+    records = wants_records(request.headers.get("accept"))
     try:
         values = single_values(request.query_params.multi_items(), _PULL_PARAMS)
     except BadQuery as exc:
@@ -312,6 +321,32 @@ def _response(batch: Batch, records: bool, waiting: str | None) -> Response:
         headers[HEADER_WAITING] = waiting
     media = wire.MEDIA_RECORDS if records else wire.MEDIA_JSON
     return Response(body, media_type=media, headers=headers)
+
+
+def group_families(deps: ApiDeps) -> list[Family]:
+    """/metrics of the consumer groups: members, ranges by state, and the oldest checkpoint's
+    binlog position (how far the slowest range is behind the buffer's own position)."""
+    if deps.groups is None:
+        return []
+    try:
+        groups = deps.groups.summary()
+    except RetriableError:
+        return []  # ZooKeeper does not answer: /v1/status says so
+    members = Family("drc_consumer_group_members", "gauge", "Live members of a consumer group")
+    ranges = Family("drc_consumer_group_ranges", "gauge", "Ranges of a consumer group by state")
+    index = Family("drc_consumer_group_oldest_log_index", "gauge",
+                   "Binlog file of the group's oldest range checkpoint")  # fmt: skip
+    pos = Family("drc_consumer_group_oldest_log_pos", "gauge",
+                 "Binlog position of the group's oldest range checkpoint")  # fmt: skip
+    for group in groups:
+        name = str(group["name"])
+        members.add(group["members"], group=name)
+        for state in (OPEN, CLOSING, CLOSED):
+            ranges.add(group["ranges"].get(state, 0), group=name, state=state)
+        oldest = SCN.parse(group["oldest_checkpoint"])
+        index.add(oldest.log_index, group=name)
+        pos.add(oldest.log_pos, group=name)
+    return [members, ranges, index, pos] if groups else []
 
 
 def _scn(text: str, name: str) -> SCN:

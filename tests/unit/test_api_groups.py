@@ -99,6 +99,9 @@ def test_members_share_ranges_and_each_change_goes_to_its_range(client: TestClie
     assert len(shown["members"]) == 2
     assert client.get("/v1/groups", headers=AUTH).json()["groups"][0]["members"] == 2
     status = client.get("/v1/status", headers=AUTH).json()["consumer_groups"]
+    metrics = client.get("/metrics", headers=AUTH).text
+    assert 'drc_consumer_group_members{group="g"} 2' in metrics
+    assert 'drc_consumer_group_ranges{group="g",state="closing"} 2' in metrics
     ranges = {"closing": 2, "open": 2}  # the second member gets two once they are released
     assert status == [{"name": "g", "members": 2, "ranges": ranges, "oldest_checkpoint": "0:0:0:0"}]
 
