@@ -188,10 +188,17 @@ class GroupService:
 
     def run_rebalancer(self, stop: threading.Event, every_s: float = REBALANCE_EVERY_S) -> None:
         """Rebalance every group while this process leads, until ``stop``."""
+        failing = False
         while not stop.wait(every_s):
             if not self.leads():
                 continue
             try:
                 self.rebalance_all()
-            except Exception:  # the store is unreachable: the next round tries again
-                log.warning("consumer group rebalance failed; retrying", exc_info=True)
+            except Exception as exc:  # the store is unreachable: the next round tries again
+                if not failing:  # once per outage, not every round
+                    log.warning("consumer group rebalance failed (%s); retrying", exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("consumer group rebalance works again")
+                failing = False
