@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from drc.core.consumer_groups import GroupSpec, GroupState, GroupStateError, valid_name
+from drc.core.errors import RetriableError
 
 log = logging.getLogger(__name__)
 CAS_TRIES = 50
@@ -40,7 +41,15 @@ class GroupStore(Protocol):
 
     def delete(self, name: str) -> bool: ...
 
+    def connected(self) -> bool:
+        """Whether a request would be answered now (status pages must not wait to connect)."""
+        ...
+
     def close(self) -> None: ...
+
+
+class GroupsNotConnected(RetriableError):
+    """The store of consumer groups is not connected (yet)."""
 
 
 class MemoryGroupStore:
@@ -76,6 +85,9 @@ class MemoryGroupStore:
     def delete(self, name: str) -> bool:
         with self._lock:
             return self._data.pop(name, None) is not None
+
+    def connected(self) -> bool:
+        return True
 
     def close(self) -> None:
         pass
@@ -167,7 +179,10 @@ class GroupService:
 
     def summary(self) -> list[dict[str, Any]]:
         """What /v1/status shows of each group: members, ranges by state, the oldest
-        checkpoint (how far its slowest range is behind)."""
+        checkpoint (how far its slowest range is behind). GroupsNotConnected while the store
+        is not connected: a status page never waits for ZooKeeper."""
+        if not self.store.connected():
+            raise GroupsNotConnected("the consumer groups' store (ZooKeeper) is not connected")
         out = []
         for name in self.names():
             try:
@@ -190,10 +205,11 @@ class GroupService:
         """Rebalance every group while this process leads, until ``stop``."""
         failing = False
         while not stop.wait(every_s):
-            if not self.leads():
-                continue
             try:
-                self.rebalance_all()
+                if self.leads():
+                    self.rebalance_all()
+                elif not self.store.connected():
+                    self.store.names()  # connect here, not in a request
             except Exception as exc:  # the store is unreachable: the next round tries again
                 if not failing:  # once per outage, not every round
                     log.warning("consumer group rebalance failed (%s); retrying", exc)

@@ -100,6 +100,9 @@ class ZkGroupStore:
                 "retry shortly"
             ) from exc
 
+    def connected(self) -> bool:
+        return self._started and bool(self._client.connected)
+
     def close(self) -> None:
         with self._lock:
             if self._started:
