@@ -250,7 +250,7 @@ class Replicator:
         settings, info = reachable[plan.candidate]
         if last is None:
             log_file, log_pos = self._initial_position(info)
-            check_not_purged(info, log_file, "the configured start")
+            check_not_purged(info, log_file, log_pos, "the configured start")
             position = _parse_position(binlog_gtid_pos(settings, log_file, log_pos))
             self._persist_start(info, log_file, log_pos, position)
             return SessionStart(settings, info, 1, log_file, log_pos, None, position)
@@ -270,7 +270,7 @@ class Replicator:
                 settings, info, plan.change_id, None, None, plan.gtid, plan.position
             )
         log_file = info.file_name(last.log_index)
-        check_not_purged(info, log_file, f"SCN {last}")
+        check_not_purged(info, log_file, last.log_pos, f"SCN {last}")
         known = plan.position
         if known is None:  # a buffer from before positions were kept: its server knows
             known = _parse_position(binlog_gtid_pos(settings, log_file, last.log_pos))
