@@ -194,7 +194,7 @@ def check_not_purged(info: SourceInfo, log_file: str, log_pos: int, after: str) 
             f"{after}, is no longer on the source (its oldest binlog is {oldest}); DRC will "
             "not skip ahead, and retrying cannot help. Restore that binlog file to the source, "
             "or start this replicator again from a new position: move its buffer_dir aside, "
-            "start it with [replicator] start_from = \"current\", then copy the tables again "
+            'start it with [replicator] start_from = "current", then copy the tables again '
             "to every datacenter that applies this one with `drc snapshot --channel NAME` "
             "(docs/operations.md, Binlog purged)"
         )
