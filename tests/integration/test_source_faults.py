@@ -72,9 +72,7 @@ def test_a_purged_binlog_stops_drc_run_naming_the_position_and_the_way_out(
     node = Node(load_config(config), "replicator")
     node.start(stop)
     try:
-        execute(
-            dc1, f"CREATE DATABASE {SCHEMA}", f"CREATE TABLE {SCHEMA}.t (id INT PRIMARY KEY)"
-        )
+        execute(dc1, f"CREATE DATABASE {SCHEMA}", f"CREATE TABLE {SCHEMA}.t (id INT PRIMARY KEY)")
         execute(dc1, *(f"INSERT INTO {SCHEMA}.t VALUES ({i})" for i in range(20)))
         _captured_up_to(node, dc1)
         assert node.service is not None
