@@ -288,8 +288,8 @@ class Replicator:
         scn = SCN(1, info.server_id, split_binlog_name(log_file)[1], log_pos)
         gtid, gtid_position = gtids.record_fields(position, None)
         start = Transaction(scn, info.server_id, gtid, 0, (), gtid_position=gtid_position)
-        self._buffer.append(scn, encode_transaction(start), 0)
-        self._buffer.commit()
+        self._room.call(lambda: self._buffer.append(scn, encode_transaction(start), 0))
+        self._room.call(self._buffer.commit)
 
     def _initial_position(self, info: SourceInfo) -> tuple[str, int]:
         start = self._options.start_from
