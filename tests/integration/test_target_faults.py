@@ -124,7 +124,7 @@ def test_a_target_restarted_mid_stream_is_waited_for(
             dc2_refused=pair.writers["dc2"].refused,
             **{f"{dc}_txns": w.transactions for dc, w in pair.writers.items()},
         )
-        print(status["error"])
+        print(f"[target faults] restarted: the channel waited with: {status['error']}")
 
 
 @pytest.mark.slow
@@ -213,4 +213,4 @@ def test_a_table_dropped_on_the_target_stops_the_channel_until_restored_and_resu
             dc2_refused=pair.writers["dc2"].refused,
             **{f"{dc}_txns": w.transactions for dc, w in pair.writers.items()},
         )
-        print(error)
+        print(f"[target faults] table dropped: the channel stopped with: {error}")
