@@ -165,6 +165,10 @@ class ApplyChannel:
                 except Restart:
                     continue
                 except FatalError as exc:
+                    # Roll back what the failed attempt left open: held, its row locks and
+                    # metadata locks would block the operator's fix (CREATE TABLE waits on
+                    # them for lock_wait_timeout, a year by default) and every local writer.
+                    self.target.recover(exc)
                     self.status.failed(exc)
                     if not self.actions.hold_on_error:
                         raise

@@ -81,6 +81,9 @@ class CatchupHandover:
         self._seen: object = None  # ... and as the last check found it
         self._checked = -LEASE_CHECK_S  # clock of the last idle look (taken_meanwhile)
         self._steady = False  # the lease was last seen free, unchanged (send_ahead)
+        # The last attempt lost its connection (drc.apply.retrier): its COMMIT may have
+        # landed unseen, so the next one reads the checkpoint first, as after a catch-up.
+        self.unsure = False
         self._finish_after = 0.0  # clock before which a failed finish is not tried again
         self._finish_failure = ""  # why the last try failed, shown while the channel waits
         self._logged: tuple[str, float] = ("", 0.0)  # a wait is logged every WAIT_LOG_EVERY_S
@@ -100,7 +103,7 @@ class CatchupHandover:
     @property
     def steady(self) -> bool:
         """Whether the next attempt may send the lease read ahead of its writes."""
-        return self._steady and not self.owner
+        return self._steady and not self.owner and not self.unsure
 
     def send_ahead(self) -> Callable[[], None]:
         """Send the lease read first in the transaction, without waiting for it; returns the
@@ -119,8 +122,8 @@ class CatchupHandover:
         """Read the lease and run first in the transaction (shared lock): raise while a live
         catch-up holds the channel, or while an interrupted one's run is unfinished (the
         target holds part of its range beyond ``applied``, the checkpoint). True when a
-        catch-up or snapshot ran since the checkpoint was read: the channel reads it again,
-        then calls :meth:`caught_up`."""
+        catch-up or snapshot ran since the checkpoint was read, or the last attempt lost its
+        connection (:attr:`unsure`): the channel reads it again, then calls :meth:`caught_up`."""
         owner, held, taken, run = self._state()
         if self.owner and not (held and owner == self.owner):
             raise lease.LeaseLostError(
@@ -134,18 +137,20 @@ class CatchupHandover:
             raise CatchupUnfinishedError(self._unfinished_message(self.unfinished, applied))
         self._steady = not held and run is None
         self._seen = taken
-        return taken != self._taken
+        return taken != self._taken or self.unsure
 
     def caught_up(self) -> SCN | None:
-        """The checkpoint the catch-up or snapshot the last :meth:`check` found wrote (None:
-        no row), read in the channel's transaction; the channel goes on from there."""
+        """The checkpoint the catch-up or snapshot the last :meth:`check` found wrote, or the
+        one a COMMIT whose reply was lost wrote (None: no row), read in the channel's
+        transaction; the channel goes on from there."""
         found = self.target.query(checkpoint.select(self.name), "reading the checkpoint")
         self._taken = self._seen
+        unsure, self.unsure = self.unsure, False
         if not found:
             return None
         moved = checkpoint.parse(self.name, found[0]).scn
-        log.info("channel %s: a catch-up applied up to %s; streaming from there", self.name,
-                 moved)  # fmt: skip
+        why = "the checkpoint after a lost connection is" if unsure else "a catch-up applied up to"
+        log.info("channel %s: %s %s; streaming from there", self.name, why, moved)
         return moved
 
     # ------------------------------------------------------------------ between transactions

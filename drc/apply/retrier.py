@@ -18,7 +18,7 @@ from drc.apply.handover import CatchupHandover
 from drc.apply.retry import RetryPolicy, call_with_retries
 from drc.apply.status import ChannelStatus
 from drc.apply.target import Target
-from drc.core.target_errors import CatchupUnfinishedError
+from drc.core.target_errors import CatchupUnfinishedError, TargetUnavailableError
 from drc.mysql.errors import Kind
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,8 @@ class Retrier:
 
     def _recover(self, stopping: Callable[[], bool], exc: BaseException) -> None:
         self.target.recover(exc)  # rolled back: the lease row's shared lock is gone too
+        if isinstance(exc, TargetUnavailableError):  # a COMMIT may have landed unseen
+            self.handover.unsure = True
         if isinstance(exc, CatchupUnfinishedError):
             self.handover.finish_interrupted(stopping, self.status.progress.target_waiting)
 

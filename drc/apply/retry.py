@@ -7,6 +7,7 @@
     down 2002/2003/2006/2013/2055, 1053, 1927,  roll back (or drop the connection), wait, retry
     too many connections 1040                   without limit, logging every wait
     read-only 1290, 1836                        likewise: a demoted or frozen target waits
+    table full 1114, disk full 1021             likewise: waits until space is freed
     anything else                               fatal: the channel stops (checkpoint unmoved)
 
 Which code is which kind is drc.mysql.errors' (``classify``). The sleep and stop check are
@@ -24,6 +25,7 @@ from drc.core.retry import Backoff, GaveUp, Policy, Retrying, Stopped, retry
 from drc.core.target_errors import (
     LockConflictError,
     RetriesExhaustedError,
+    TargetFullError,
     TargetReadOnlyError,
     TargetUnavailableError,
 )
@@ -108,4 +110,6 @@ def call_with_retries(
 def _kind(error: BaseException) -> Kind:
     if isinstance(error, LockConflictError):
         return Kind.LOCK_CONFLICT
+    if isinstance(error, TargetFullError):
+        return Kind.FULL
     return Kind.READ_ONLY if isinstance(error, TargetReadOnlyError) else Kind.UNAVAILABLE

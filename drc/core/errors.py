@@ -5,6 +5,7 @@
     |   +-- BufferLockedError         another writer holds the EventBuffer directory
     |   +-- SourceUnavailableError    the source database is unreachable or dropped the stream
     |   +-- MetaStoreUnavailableError the metastore file stayed locked past its busy timeout
+    |   +-- BufferFullError           the EventBuffer's filesystem is full: wait for space
     +-- FatalError                    retrying will not help; an operator must act
         +-- MalformedScnError         an SCN's text or bytes are not an SCN
         +-- CorruptRecordError        encoded bytes fail their length, CRC or structure checks
@@ -137,6 +138,12 @@ class ScnTooOldError(FatalError):
 
 class BufferLockedError(RetriableError):
     """Another writer holds an EventBuffer directory's lock; retry once it has stopped."""
+
+
+class BufferFullError(RetriableError):
+    """The EventBuffer's filesystem has no room for what was appended: nothing is lost (it
+    stays pending in the writer, which stays usable) and the same call succeeds once space is
+    freed. Capture waits for it (drc.replicator.room)."""
 
 
 class BufferStateError(FatalError):

@@ -9,6 +9,8 @@ raise or catch these, so they sit in the core below every one of them.
     |   |                           whole target transaction, at most ChannelConfig.retries times
     |   +-- TargetUnavailableError  the target is down or dropped the connection (2003/2006/2013..)
     |       +-- TargetReadOnlyError the target refuses writes (read_only, 1290/1836)
+    |       +-- TargetFullError     the target has no room: a table or its disk is full
+    |                               (1114/1021); wait until space is freed
     |       +-- CatchupRunningError a bulk catch-up holds the channel (drc.apply.lease)
     |       +-- CatchupUnfinishedError  an interrupted catch-up run applied part of its range
     |                               beyond the checkpoint: wait for `drc catchup` to finish it
@@ -60,6 +62,11 @@ class CatchupUnfinishedError(TargetUnavailableError):
 
 class TargetReadOnlyError(TargetUnavailableError):
     """The target is read-only (e.g. a demoted primary during a switchover); wait for writes."""
+
+
+class TargetFullError(TargetUnavailableError):
+    """The target refuses writes for lack of space (a full disk, a table at its size limit):
+    nothing is wrong with the change, so wait until an operator frees space."""
 
 
 class ApplyError(FatalError):

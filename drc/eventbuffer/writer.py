@@ -10,6 +10,7 @@ State is touched by one thread at a time (EventBuffer holds its write lock aroun
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from drc.core.errors import BufferStateError, OutOfOrderAppendError
+from drc.core.errors import BufferFullError, BufferStateError, OutOfOrderAppendError
 from drc.core.scn import SCN
 from drc.eventbuffer.format import (
     FLAG_MORE,
@@ -46,6 +47,7 @@ FLUSH_BYTES = 1 << 20
 MIN_SEGMENT_BYTES = 2 * HEADER_SIZE
 FSYNC_POLICIES = ("batch", "always", "never")
 _sync_data = getattr(os, "fdatasync", os.fsync)
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 T = TypeVar("T")
 
 
@@ -76,12 +78,18 @@ class ActiveFile:
         self.unsynced = False
 
     def write(self) -> None:
+        """Write what is pending; on an error what did not reach the file stays pending, so
+        the same call can be made again (after a full disk got room)."""
         data, self.pending = self.pending, bytearray()
         done = 0
-        while done < len(data):
-            done += os.pwrite(self.fd, data[done:] if done else data, self.pos + done)
-        self.pos += done
-        self.unsynced = self.unsynced or bool(done)
+        try:
+            while done < len(data):
+                done += os.pwrite(self.fd, data[done:] if done else data, self.pos + done)
+        finally:
+            if done < len(data):
+                self.pending = bytearray(data[done:]) + self.pending
+            self.pos += done
+            self.unsynced = self.unsynced or bool(done)
 
     def sync(self) -> None:
         if self.unsynced:
@@ -190,11 +198,13 @@ class Writer:
         self.last_scn, self.last_more = scn_bytes, more
         if not more:
             self.complete = Mark(seg.seq, seg.end, scn, self.records)
-        if self.options.fsync == "always":
-            self.file.write()
-            self.file.sync()
-        elif len(self.file.pending) >= FLUSH_BYTES:
-            self.file.write()
+        if self.options.fsync == "always" or len(self.file.pending) >= FLUSH_BYTES:
+            try:
+                self._flush()
+            except BufferFullError:
+                return  # the record is appended, its bytes pending: commit says the disk is full
+            if self.options.fsync == "always":
+                self.file.sync()
 
     @_fail_stop
     def commit(self, check: Callable[[], None] | None = None) -> Mark:
@@ -203,8 +213,9 @@ class Writer:
         ``check`` runs after the write, before the end moves: if it raises, every byte
         written since the last commit is cut from the files again (:meth:`discard`), so a
         writer whose right to write ran out while it wrote (a leader paused mid-commit)
-        leaves the files as they were. The writer must then be reopened."""
-        self.file.write()
+        leaves the files as they were. The writer must then be reopened. On a full
+        filesystem BufferFullError: nothing changed but what reached the file, call again."""
+        self._flush()
         if self.sync:
             self.file.sync()
         if check is not None:
@@ -215,6 +226,20 @@ class Writer:
                 raise
         self.committed = self.complete
         return self.committed
+
+    def _flush(self) -> None:
+        """Write what is pending; a full filesystem raises BufferFullError, the bytes kept
+        pending and the writer usable (not an OSError: :func:`_fail_stop` lets it through)."""
+        try:
+            self.file.write()
+        except OSError as exc:
+            if exc.errno not in _NO_ROOM:
+                raise
+            raise BufferFullError(
+                f"EventBuffer {self.directory}: no space left on its filesystem "
+                f"({len(self.file.pending)} bytes wait to be written); free space there (or "
+                "lower [replicator.buffer] retain_gb and restart): capture continues by itself"
+            ) from exc
 
     def discard(self) -> None:
         """Cut the segment files back to the last commit: segments begun since are deleted,
@@ -231,7 +256,7 @@ class Writer:
     def _rotate(self) -> Segment:
         """Seal the active segment (written and synced) and start the next one."""
         old = self.segments[-1]
-        self.file.write()
+        self._flush()  # BufferFullError here leaves the append undone: it can be made again
         if self.sync:
             self.file.sync()
         self.file.close()

@@ -10,6 +10,7 @@ raise or catch them); the reading of a driver error is here, once (:func:`transl
     socket closed or reset (OSError, EOF)       TargetUnavailableError
     1213 deadlock, 1205 lock wait timeout       LockConflictError (retry the transaction whole)
     1290, 1836 read-only                        TargetReadOnlyError (wait)
+    1114 table full, 1021 disk full             TargetFullError (wait)
     2002/2003/2006/2013/2055, 1053, 1927, 1040  TargetUnavailableError (wait, reconnect)
     anything else                               ApplyError (fatal), the code kept
 
@@ -24,6 +25,7 @@ from enum import Enum
 from drc.core.target_errors import (
     ApplyError,
     LockConflictError,
+    TargetFullError,
     TargetReadOnlyError,
     TargetUnavailableError,
 )
@@ -38,6 +40,7 @@ class Kind(Enum):
     LOCK_CONFLICT = "lock conflict"
     UNAVAILABLE = "unavailable"
     READ_ONLY = "read-only"
+    FULL = "full"
     FATAL = "fatal"
 
 
@@ -45,6 +48,7 @@ DUPLICATE_KEY = 1062
 LOCK_CONFLICT_CODES = frozenset({1213, 1205})
 UNAVAILABLE_CODES = frozenset({0, 1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055})
 READ_ONLY_CODES = frozenset({1290, 1836})
+FULL_CODES = frozenset({1114, 1021})  # ER_RECORD_FILE_FULL, ER_DISK_FULL
 
 
 def classify(code: int | None) -> Kind:
@@ -53,6 +57,8 @@ def classify(code: int | None) -> Kind:
         return Kind.LOCK_CONFLICT
     if code in READ_ONLY_CODES:
         return Kind.READ_ONLY
+    if code in FULL_CODES:
+        return Kind.FULL
     if code in UNAVAILABLE_CODES:
         return Kind.UNAVAILABLE
     return Kind.FATAL
@@ -71,6 +77,11 @@ def translate(exc: BaseException, what: str) -> BaseException:
         return LockConflictError(f"target aborted {what}: ({code}) {text}", code or 0)
     if kind is Kind.READ_ONLY:
         return TargetReadOnlyError(f"target is read-only, refused {what}: ({code}) {text}")
+    if kind is Kind.FULL:
+        return TargetFullError(
+            f"target is full, refused {what}: ({code}) {text}; waiting until space is freed "
+            "on the target (its disk, or the table's size limit)"
+        )
     if kind is Kind.UNAVAILABLE:
         return TargetUnavailableError(f"target unavailable while {what}: ({code}) {text}")
     return ApplyError(f"target rejected {what}: ({code}) {text}", code)

@@ -72,6 +72,8 @@ class Copier:
         Raises drc.client.http.Transient or ProtocolError (try again or elsewhere),
         FencedError (a deposed server), FatalError (the member no longer holds what follows
         this buffer)."""
+        if self._buffer.uncommitted:  # records a full disk kept from their commit: first
+            self._buffer.commit()  # (BufferFullError while it is still full)
         after = self._buffer.resume_scn or SCN.ZERO
         try:
             page = self._pages.page(url, after, wait_ms, cancelled)

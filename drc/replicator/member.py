@@ -30,7 +30,7 @@ from typing import Any
 from drc.api import pullquery
 from drc.client import http
 from drc.client.errors import ProtocolError
-from drc.core.errors import FencedError, RetriableError, SourceDivergedError
+from drc.core.errors import BufferFullError, FencedError, RetriableError, SourceDivergedError
 from drc.core.scn import SCN
 from drc.core.term import check_append
 from drc.eventbuffer.reader import Record
@@ -184,7 +184,7 @@ class GroupMemberRunner:
             except (http.Transient, ProtocolError) as exc:
                 log.debug("copy from leader %s: %s", leader.url, exc)
                 stop.wait(RETRY_S)
-            except FencedError as exc:
+            except (FencedError, BufferFullError) as exc:
                 log.warning("not copying from %s: %s", leader.url, exc)
                 stop.wait(RETRY_S)
 

@@ -47,6 +47,7 @@ from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import Committed, FragmentLimits, TransactionAssembler
 from drc.replicator.failover import Candidate, choose
+from drc.replicator.room import RoomWait
 from drc.replicator.source import (
     BinlogStream,
     SourceInfo,
@@ -98,6 +99,7 @@ class CaptureStats:
     source_position: tuple[int, int] | None = None
     source_time_ms: int | None = None  # source time of the newest change stored (heartbeats too)
     last_error: str | None = None
+    disk_full_waits: int = 0  # retries of a buffer write its full filesystem refused
     source_server: str | None = None  # host:port of the server read now
     change_id: int | None = None
     source_switches: int = 0  # sessions started on another server than the last SCN's
@@ -141,6 +143,7 @@ class Replicator:
         self._sleep = sleep
         self._known_schemas: dict[tuple[str, str], TableSchema] = {}
         self.stats = CaptureStats()
+        self._room = RoomWait(self.stats)
 
     @property
     def options(self) -> CaptureOptions:
@@ -154,6 +157,7 @@ class Replicator:
         """Capture until ``stop`` is set; retriable failures reconnect with backoff (a session
         that ends without one starts the backoff over)."""
         policy = Policy(Backoff(self._options.retry_initial_s, self._options.retry_max_s))
+        self._room.watch(stop)
 
         def reconnecting(retrying: Retrying) -> None:
             self.stats.reconnects += 1
@@ -250,7 +254,7 @@ class Replicator:
         settings, info = reachable[plan.candidate]
         if last is None:
             log_file, log_pos = self._initial_position(info)
-            check_not_purged(info, log_file, "the configured start")
+            check_not_purged(info, log_file, log_pos, "the configured start")
             position = _parse_position(binlog_gtid_pos(settings, log_file, log_pos))
             self._persist_start(info, log_file, log_pos, position)
             return SessionStart(settings, info, 1, log_file, log_pos, None, position)
@@ -270,7 +274,7 @@ class Replicator:
                 settings, info, plan.change_id, None, None, plan.gtid, plan.position
             )
         log_file = info.file_name(last.log_index)
-        check_not_purged(info, log_file, f"SCN {last}")
+        check_not_purged(info, log_file, last.log_pos, f"SCN {last}")
         known = plan.position
         if known is None:  # a buffer from before positions were kept: its server knows
             known = _parse_position(binlog_gtid_pos(settings, log_file, last.log_pos))
@@ -284,8 +288,8 @@ class Replicator:
         scn = SCN(1, info.server_id, split_binlog_name(log_file)[1], log_pos)
         gtid, gtid_position = gtids.record_fields(position, None)
         start = Transaction(scn, info.server_id, gtid, 0, (), gtid_position=gtid_position)
-        self._buffer.append(scn, encode_transaction(start), 0)
-        self._buffer.commit()
+        self._room.call(lambda: self._buffer.append(scn, encode_transaction(start), 0))
+        self._room.call(self._buffer.commit)
 
     def _initial_position(self, info: SourceInfo) -> tuple[str, int]:
         start = self._options.start_from
@@ -358,9 +362,9 @@ class Replicator:
                 self._local_ddl(change)
 
     def _write(self, fragment: Transaction, batch: _Batch) -> None:
-        payload = encode_transaction(fragment)
-        self._buffer.append(
-            fragment.scn, payload, fragment.timestamp * 1000, more=not fragment.last_fragment
+        payload, more = encode_transaction(fragment), not fragment.last_fragment
+        self._room.call(
+            lambda: self._buffer.append(fragment.scn, payload, fragment.timestamp * 1000, more)
         )
         batch.bytes += len(payload)
         source_ms = source_time_ms(fragment)
@@ -386,18 +390,12 @@ class Replicator:
             # Everything since the last stored transaction was filtered out: store a marker so
             # the restart position (the buffer's last SCN) and its GTID position keep up.
             newest = batch.newest
-            marker = Transaction(
-                newest.scn,
-                newest.scn.server_id,
-                newest.gtid,
-                0,
-                (),
-                gtid_position=newest.gtid_position,
-            )
+            scn, position = newest.scn, newest.gtid_position
+            marker = Transaction(scn, scn.server_id, newest.gtid, 0, (), gtid_position=position)
             self._write(marker, batch)
             batch.stored = newest.scn
         if batch.transactions or batch.stored is not None:
-            self._buffer.commit()
+            self._room.call(self._buffer.commit)
             self.stats.commits += 1
         batch.reset()
 

@@ -184,13 +184,19 @@ def binlog_gtid_pos(settings: SourceSettings, log_file: str, log_pos: int) -> st
     return found or ""
 
 
-def check_not_purged(info: SourceInfo, log_file: str, after: str) -> None:
+def check_not_purged(info: SourceInfo, log_file: str, log_pos: int, after: str) -> None:
+    """Refuse to resume at ``log_file``:``log_pos`` when the source no longer holds that file:
+    reading on from its oldest binlog would silently skip every change in between."""
     if log_file not in info.binlogs:
         oldest = info.binlogs[0] if info.binlogs else "none"
         raise BinlogPurgedError(
-            f"binlog {log_file} needed to resume after {after} is no longer on the source "
-            f"(oldest is {oldest}); DRC will not skip ahead. Rebuild this replicator's buffer "
-            "from a fresh start position and reload the targets (catch-up), or restore the binlog"
+            f"binlog {log_file} (position {log_file}:{log_pos}), needed to resume after "
+            f"{after}, is no longer on the source (its oldest binlog is {oldest}); DRC will "
+            "not skip ahead, and retrying cannot help. Restore that binlog file to the source, "
+            "or start this replicator again from a new position: move its buffer_dir aside, "
+            'start it with [replicator] start_from = "current", then copy the tables again '
+            "to every datacenter that applies this one with `drc snapshot --channel NAME` "
+            "(docs/operations.md, Binlog purged)"
         )
 
 

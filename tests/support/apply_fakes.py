@@ -76,6 +76,7 @@ class FakeTarget:
     connects: int = 0
     rollbacks: int = 0
     down: bool = False
+    lost_after_commit: int = 0  # checkpoint COMMITs that land, then lose their reply
     journal: dict[tuple[str, str, int], str] = field(default_factory=dict)  # -> state
     # The channel's catch-up lease and run (drc.apply.catchup_journal.channel_state); None: no row.
     catchup: Callable[[], tuple[Any, ...] | None] = lambda: None
@@ -207,9 +208,14 @@ class FakeConnection:
             if values is not None:
                 channel, scn_text, epoch, origin, pending = values
                 self.target.checkpoints[channel] = (scn_text, origin, epoch, pending)
+        wrote = any(checkpoint_values(statement) for statement in self.pending)
         if self.pending:
             self.target.committed.append(self.pending)
         self.pending, self.savepoints = [], {}
+        if wrote and self.target.lost_after_commit:  # died once a checkpoint was durable
+            self.target.lost_after_commit -= 1
+            self.closed = True
+            raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
 
     def rollback(self) -> None:
         self.in_sync()

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pymysql
+
 from drc.config import load_config
 from drc.node import Node
 from drc.sandbox.demo import write_configs
@@ -41,6 +43,11 @@ class Writer:
     stop: threading.Event = field(default_factory=threading.Event)
     transactions: int = 0
     error: BaseException | None = None
+    # With ``tolerant``, a transaction the server refuses or loses (read-only, full, down,
+    # restarted) is given up and the writer connects again, as an application would; whether
+    # a lost COMMIT committed is unknown, so ids only move on. ``refused`` counts them.
+    tolerant: bool = False
+    refused: int = 0
 
     def __post_init__(self) -> None:
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -53,31 +60,70 @@ class Writer:
 
     def _write(self) -> None:
         rng = random.Random(self.parity)
-        conn = connect(self.server, autocommit=False, database=SCHEMA)
         ids: list[int] = []
         next_id = self.parity
-        with conn.cursor() as cur:
-            while not self.stop.is_set():
-                roll = rng.random()
-                if roll < 0.45 or len(ids) < 5:
-                    cur.execute(
-                        "INSERT INTO t (id, v, n) VALUES (%s, %s, 0)",
-                        (next_id, f"{self.server.datacenter}-{next_id}"),
-                    )
-                    ids.append(next_id)
-                    next_id += 2
-                elif roll < 0.75:
-                    cur.execute("UPDATE t SET n = n + 1 WHERE id = %s", (rng.choice(ids),))
-                elif roll < 0.9:
-                    cur.execute("DELETE FROM t WHERE id = %s", (ids.pop(rng.randrange(len(ids))),))
-                else:
-                    key = rng.choice(ids)
-                    cur.execute("UPDATE t SET v = %s WHERE id = %s", (f"multi {next_id}", key))
-                    cur.execute("UPDATE t SET n = n + 10 WHERE id = %s", (key,))
+        conn = self._connect()
+        while not self.stop.is_set():
+            roll = rng.random()
+            inserting = roll < 0.45 or len(ids) < 5
+            try:
+                with conn.cursor() as cur:
+                    inserted = _one_transaction(cur, rng, roll, ids, next_id, self.server)
                 conn.commit()
+            except (pymysql.MySQLError, OSError) as exc:
+                if not self.tolerant:
+                    raise
+                self.refused += 1
+                conn = self._reconnect(conn, exc)
+                inserted = None
+            else:
                 self.transactions += 1
-                time.sleep(WRITE_PAUSE_S)
+            if inserted is not None:
+                ids.append(inserted)
+            if inserting:
+                next_id += 2
+            time.sleep(WRITE_PAUSE_S)
         conn.close()
+
+    def _connect(self) -> pymysql.connections.Connection:
+        return connect(self.server, autocommit=False, database=SCHEMA)
+
+    def _reconnect(
+        self, conn: pymysql.connections.Connection, exc: BaseException
+    ) -> pymysql.connections.Connection:
+        del exc  # any refusal: roll back what is open, or connect again once the server is back
+        try:
+            conn.rollback()
+            return conn
+        except (pymysql.MySQLError, OSError):
+            pass  # the connection is gone with the server
+        while not self.stop.is_set():
+            try:
+                return self._connect()
+            except (pymysql.MySQLError, OSError):
+                time.sleep(0.2)
+        return conn
+
+
+def _one_transaction(
+    cur: Any, rng: random.Random, roll: float, ids: list[int], next_id: int, server: ServerInfo
+) -> int | None:
+    """One of the writer's transactions (not committed); the id it inserted, if any."""
+    if roll < 0.45 or len(ids) < 5:
+        cur.execute(
+            "INSERT INTO t (id, v, n) VALUES (%s, %s, 0)",
+            (next_id, f"{server.datacenter}-{next_id}"),
+        )
+        return next_id
+    if roll < 0.75:
+        cur.execute("UPDATE t SET n = n + 1 WHERE id = %s", (rng.choice(ids),))
+    elif roll < 0.9:
+        cur.execute("DELETE FROM t WHERE id = %s", (ids.pop(rng.randrange(len(ids))),))
+    else:
+        key = rng.choice(ids)
+        cur.execute("UPDATE t SET v = %s WHERE id = %s", (f"multi {next_id}", key))
+        cur.execute("UPDATE t SET n = n + 10 WHERE id = %s", (key,))
+    return None
 
 
 @dataclass
@@ -92,9 +138,13 @@ class Pair:
     def each_link(self) -> list[FaultyLink]:
         return list(self.links.values())
 
-    def write(self) -> None:
-        """Start both writers and wait until each side holds a row the other wrote."""
-        self.writers = {dc: Writer(s, 1 if dc == "dc1" else 2) for dc, s in self.servers.items()}
+    def write(self, tolerant: bool = False) -> None:
+        """Start both writers and wait until each side holds a row the other wrote
+        (``tolerant``: writers that outlive refused writes, Writer.tolerant)."""
+        self.writers = {
+            dc: Writer(s, 1 if dc == "dc1" else 2, tolerant=tolerant)
+            for dc, s in self.servers.items()
+        }
         for writer in self.writers.values():
             writer.thread.start()
 
@@ -143,10 +193,14 @@ class Pair:
 
 @contextmanager
 def linked_pair(
-    sandbox: SandboxDescription, tmp: Path, transport: str = "stream"
+    sandbox: SandboxDescription,
+    tmp: Path,
+    transport: str = "stream",
+    extra: dict[str, str] | None = None,
 ) -> Iterator[Pair]:
     """Both nodes started on a fresh ``SCHEMA``.t, each channel behind its link (reading
-    through ``transport``); stopped (and the links closed) when the block ends."""
+    through ``transport``; ``extra[dc]``: TOML appended to dc's config); stopped (and the
+    links closed) when the block ends."""
     servers = {dc: sandbox.server(dc) for dc in ("dc1", "dc2")}
     drop_everywhere(SCHEMA, *servers.values())
     configs = write_configs(sandbox, tmp, schema=SCHEMA, transport=transport)
@@ -156,7 +210,8 @@ def linked_pair(
         found = _REMOTE.search(text)
         assert found is not None, text
         links[dc] = FaultyLink("127.0.0.1", int(found.group(1)))
-        path.write_text(_REMOTE.sub(f'remote = ["{links[dc].url}"]', text))
+        text = _REMOTE.sub(f'remote = ["{links[dc].url}"]', text)
+        path.write_text(text + (extra or {}).get(dc, ""))
     stop = threading.Event()
     nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
     pair = Pair(nodes, links, servers)

@@ -443,6 +443,41 @@ def test_idempotent_fixes_are_counted() -> None:
     assert [s.split()[0] for s in fake.writes()] == ["UPDATE", "INSERT", "DELETE"]
 
 
+def test_a_commit_that_landed_before_its_connection_was_lost_is_not_applied_again() -> None:
+    """The target died right after a COMMIT was durable (kill -9 of MariaDB): the channel
+    cannot know it landed until it reads its checkpoint again, which it does before trying
+    again; applying the group twice would double a counter column or a keyless row."""
+    fake = target()
+    fake.lost_after_commit = 1
+    group = batch(1, txn(10, ins("t", id=1)), txn(20, dele("t", id=5)))
+    channel = Harness(fake, [group, batch(2, txn(30, ins("t", id=3)))]).run()
+    assert [w.split(" ")[0] for w in fake.writes()] == ["INSERT", "DELETE", "INSERT"]
+    assert [m[1] for m in fake.marks()][-1] == "1:11:1:30"
+    assert channel.stats.waits == 1
+
+
+def test_a_stopped_channel_holds_no_target_transaction_open_while_it_waits() -> None:
+    """Waiting for an operator's fix, the failed attempt is rolled back: its locks (the rows,
+    the missing table's name) would block that very fix (CREATE TABLE) and local writers."""
+    fake = target()
+    gone = pymysql.err.ProgrammingError(1146, "Table 'db.t' doesn't exist")
+    for _ in range(2):  # the group, then its one transaction written alone
+        fake.fail_once(lambda sql: sql.startswith("INSERT INTO `db`.`t`"), gone)
+    harness = Harness(fake, [batch(1, txn(10, ins("t", id=1)))], hold_on_error=True)
+    thread = threading.Thread(target=harness.run, daemon=True)
+    thread.start()
+    for _ in range(500):
+        if harness.channel.control.stoppage is not None:
+            break
+        time.sleep(0.01)
+    try:
+        assert harness.channel.control.stoppage is not None
+        assert fake.rollbacks >= 1 and fake.committed == []
+    finally:
+        harness.stop.set()
+        thread.join(5)
+
+
 def test_after_a_skip_the_status_keeps_the_stop_only_as_last_stop() -> None:
     fake = target()
     batches = [batch(1, txn(10, ins("t", id=1)), txn(20, ins("n", a=1)))]

@@ -9,10 +9,11 @@ from drc.apply.retry import RetryPolicy, Stopped, call_with_retries
 from drc.core.target_errors import (
     LockConflictError,
     RetriesExhaustedError,
+    TargetFullError,
     TargetReadOnlyError,
     TargetUnavailableError,
 )
-from drc.mysql.errors import Kind, classify
+from drc.mysql.errors import Kind, classify, translate
 from tests.support.apply_fakes import ins, scn, txn
 from tests.support.fakes import Script
 
@@ -21,7 +22,8 @@ from tests.support.fakes import Script
     ("code", "kind"),
     [(1213, Kind.LOCK_CONFLICT), (1205, Kind.LOCK_CONFLICT), (2003, Kind.UNAVAILABLE),
      (2006, Kind.UNAVAILABLE), (2013, Kind.UNAVAILABLE), (0, Kind.UNAVAILABLE),
-     (1290, Kind.READ_ONLY), (1836, Kind.READ_ONLY), (1146, Kind.FATAL), (None, Kind.FATAL)],
+     (1290, Kind.READ_ONLY), (1836, Kind.READ_ONLY), (1114, Kind.FULL), (1021, Kind.FULL),
+     (1146, Kind.FATAL), (None, Kind.FATAL)],
 )  # fmt: skip
 def test_error_codes_are_classified(code: int | None, kind: Kind) -> None:
     assert classify(code) is kind
@@ -68,6 +70,19 @@ def test_unavailable_and_read_only_targets_are_waited_for_without_limit() -> Non
     result, slept, _, notes = run(Script(*errors), RetryPolicy(retries=0))
     assert result == "done" and len(slept) == 35 and max(slept) == RetryPolicy().wait_max_s <= 2
     assert notes.count(Kind.READ_ONLY) == 5
+
+
+def test_a_full_target_is_waited_for_without_limit() -> None:
+    full = translate(pymysql_like(1114, "The table 't' is full"), "applying SCN 1:1:1:4")
+    assert isinstance(full, TargetFullError) and "space is freed" in str(full)
+    assert isinstance(translate(pymysql_like(1021, "Disk full"), "committing"), TargetFullError)
+    result, slept, _, notes = run(Script(*[full] * 40), RetryPolicy(retries=0))
+    assert result == "done" and len(slept) == 40 and notes == [Kind.FULL] * 40
+
+
+def pymysql_like(code: int, text: str) -> Exception:
+    """An error shaped as the driver raises them: (code, message)."""
+    return Exception(code, text)
 
 
 def test_a_stop_request_ends_the_wait() -> None:

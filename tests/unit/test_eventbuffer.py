@@ -510,18 +510,19 @@ def test_a_commit_whose_check_fails_after_the_write_leaves_the_files_as_they_wer
 def test_a_failed_write_stops_the_writer_until_it_is_reopened(
     bufdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An OSError mid-write (a full disk) may leave the writer's state half-applied: every
-    later write is refused, and a reopen keeps every committed record (and maybe more)."""
+    """An OSError mid-write (an I/O error; a full disk only waits: test_eventbuffer_full.py)
+    may leave the writer's state half-applied: every later write is refused, and a reopen
+    keeps every committed record (and maybe more)."""
     items = workload(30, fragments=False)
     with EventBuffer.open(bufdir, segment_bytes=SEG) as buf:
         fill(buf, items[:20])
         buf.append_many(items[20:])
 
-        def full(*_args: object) -> int:
-            raise OSError(28, "No space left on device")
+        def broken(*_args: object) -> int:
+            raise OSError(5, "Input/output error")
 
-        monkeypatch.setattr("drc.eventbuffer.writer.os.pwrite", full)
-        with pytest.raises(BufferStateError, match="No space left"):
+        monkeypatch.setattr("drc.eventbuffer.writer.os.pwrite", broken)
+        with pytest.raises(BufferStateError, match="Input/output error"):
             buf.commit()
         monkeypatch.undo()
         with pytest.raises(BufferStateError, match="stopped after a write failed"):

@@ -47,3 +47,25 @@ def test_a_page_from_a_leader_that_changed_meanwhile_is_dropped_without_asking_i
         copier.copy_once("http://old-leader", 500, 1, cancelled=lambda: bool(moved))
     assert buffer.last_scn is None, "nothing copied from the page"
     buffer.close()
+
+
+def test_records_a_full_disk_kept_from_their_commit_are_committed_before_copying_more(
+    tmp_path: Path,
+) -> None:
+    """A commit refused for a full disk leaves its records appended: the next copy commits
+    them first, so it asks for what follows them (asking again from the committed end would
+    append them twice, out of order)."""
+    buffer = GroupBuffer(lambda: EventBuffer.open(tmp_path / "buf", fsync="never"))
+    buffer.append(SCN(1, 1, 1, 100), b"kept", 1_000)  # appended; its commit found no room
+    asked: list[SCN] = []
+
+    class Pages:
+        def page(self, url: str, after: SCN, wait_ms: int, cancelled: Any) -> RawPage:
+            asked.append(after)
+            return RawPage((), 1, after)
+
+    copier = Copier(buffer, metastore=None, client=NoRequests(), token=None)
+    copier._pages = Pages()  # type: ignore[assignment]  # noqa: SLF001
+    copier.copy_once("http://leader", 500)
+    assert asked == [SCN(1, 1, 1, 100)] and buffer.last_scn == SCN(1, 1, 1, 100)
+    buffer.close()
