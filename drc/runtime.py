@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from drc.api.app import create_app
+from drc.api.budget import ReaderBudget
 from drc.api.deps import ApiDeps, ChannelDesk
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.pullquery import ServerLimits
@@ -292,6 +293,7 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         limits=_limits(config),
         tokens=_tokens(config),
         long_polls=_long_polls(config),
+        budget=_budget(config),
         capture_stats=lambda: service.replicator.stats,
         capture_failure=lambda: service.failure,
         protection=lambda: None if service.protection is None else service.protection(),
@@ -349,6 +351,11 @@ def _limits(config: DrcConfig) -> ServerLimits:
 def _long_polls(config: DrcConfig) -> LongPollGate:
     api = config.api
     return LongPollGate(LongPollLimits(api.max_long_polls, api.max_long_polls_per_token))
+
+
+def _budget(config: DrcConfig) -> ReaderBudget:
+    api = config.api
+    return ReaderBudget(max(1, int(api.reader_memory_mb * (1 << 20))), api.max_long_polls)
 
 
 def _tokens(config: DrcConfig) -> tuple[str, ...]:

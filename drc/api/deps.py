@@ -19,6 +19,7 @@ from typing import Annotated, Any, Protocol
 import anyio
 from fastapi import Depends, Request
 
+from drc.api.budget import ReaderBudget
 from drc.api.errors import ApiError
 from drc.api.longpolls import LongPollGate
 from drc.api.metrics import ApiMetrics
@@ -103,6 +104,7 @@ class ApiDeps:
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time
     long_polls: LongPollGate = field(default_factory=LongPollGate)
+    budget: ReaderBudget = field(default_factory=ReaderBudget)  # [api] reader_memory_mb
     limiter: anyio.CapacityLimiter = field(
         default_factory=lambda: anyio.CapacityLimiter(PULL_THREADS)
     )

@@ -18,10 +18,15 @@ member's role changes (a deposed leader's stream stops: the subscriber reconnect
 the group again), or when a read fails (the subscriber reconnects and gets the pull's status
 for it); and at once when the client hangs up.
 
-Back-pressure: the next frame is read from the buffer only once the previous one is handed to
-the server's transport, and uvicorn's ``send`` waits while the connection's write buffer is
-above its high-water mark, so a slow client holds one frame (at most ``max_bytes``, or one
-transaction) and the socket's buffers, however far behind it is.
+Back-pressure and memory (:mod:`drc.api.budget`): a frame's records are written in pieces of
+:data:`drc.api.budget.CHUNK_BYTES`, and uvicorn's ``send`` waits while the connection's write
+buffer is above its high-water mark (64 KiB) before each; the next page is read from the buffer
+only once the last piece has drained from that buffer into the socket (an empty ``send``), and
+only when the reader budget has room (else the stream waits, sending heartbeats). A page is at
+most the budget's share of one stream (:meth:`ReaderBudget.stream_page_bytes`, and the client's
+``max_bytes``) or one transaction. So a client that stopped reading holds one page, charged to
+the budget until it is written, and about two pieces of transport buffer, however far behind
+it is.
 """
 
 from __future__ import annotations
@@ -39,19 +44,22 @@ from fastapi.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from drc.api import streamwire, wire
+from drc.api.budget import CHUNK_BYTES, PULL_ADMIT_S, Charge
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
-from drc.api.events import READ_FAILURES, pull_failure, request_query
+from drc.api.events import READ_FAILURES, memory_full, pull_failure, request_query
 from drc.api.pull import STOP_CHECK_S, Pull, render_records
-from drc.api.pullquery import PullQuery
+from drc.api.pullquery import Limits, PullQuery
 from drc.core.errors import DrcError
+from drc.core.scn import SCN
 
 router = APIRouter(dependencies=[Depends(require_token)])
 HEARTBEAT_MS = 1000
 MIN_HEARTBEAT_MS = 50
 
 SendBytes = Callable[[bytes], Awaitable[None]]
+Writable = Callable[[], Awaitable[None]]
 
 
 @router.get(streamwire.PATH_STREAM)
@@ -60,7 +68,10 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     held = ExitStack()
     held.enter_context(deps.long_polls.slot(request.state.caller))  # 429 / 503
     try:
+        if not await deps.budget.admit(PULL_ADMIT_S):
+            raise memory_full(deps)
         stream = StreamLoop(deps, request.app.state.commits, query)
+        held.callback(stream.charge.close)
         first = await stream.scan()
     except READ_FAILURES as exc:
         held.close()
@@ -68,7 +79,7 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     except BaseException:
         held.close()
         raise
-    headers = {wire.HEADER_EPOCH: first.state.epoch}
+    headers = {wire.HEADER_EPOCH: stream.buffer.epoch}
     if stream.term is not None:
         headers[wire.HEADER_TERM] = str(stream.term)
     return StreamResponse(stream, first, held, headers)
@@ -91,10 +102,13 @@ class StreamLoop:
     ) -> None:
         self.deps = deps
         self.commits = commits
-        self.query = query
+        page = deps.budget.stream_page_bytes(query.limits.max_bytes)
+        self.query = dataclasses.replace(query, limits=Limits(query.limits.max_events, page))
         self.heartbeat_s = heartbeat_s(query, deps.limits.max_wait_ms)
         self.next = query.after
+        self.newest: SCN | None = None
         self.buffer = deps.pull_buffer()
+        self.charge = Charge(deps.budget)  # the page read and not yet written
         self._clock = clock
         self._epoch = query.epoch  # checked by the first scan only: the buffer stays the same
         self._group = _group_key(deps)
@@ -102,39 +116,52 @@ class StreamLoop:
 
     async def scan(self) -> Scanned:
         """Read what follows ``next`` and render it; raises the pull's read failures. A scan
-        that is more than a few records reads and renders in a worker thread, as pulls do."""
+        that is more than a few records reads and renders in a worker thread, as pulls do.
+        The page is charged to the reader budget until :meth:`run` has written it."""
         query = dataclasses.replace(self.query, after=self.next, epoch=self._epoch)
         state = Pull(self.buffer, query)
         self._epoch = None
         if state.scan_inline():
-            return Scanned(state, render_records(state.batch()))
-        return await anyio.to_thread.run_sync(_scan, state, limiter=self.deps.long_poll_limiter)
+            scanned = Scanned.of(state)
+        else:
+            limiter = self.deps.long_poll_limiter
+            scanned = await anyio.to_thread.run_sync(_scan, state, limiter=limiter)
+        self.charge.add(len(scanned.records))
+        return scanned
 
-    async def run(self, scanned: Scanned, send: SendBytes) -> None:
-        """Send frames from ``scanned`` (the first scan) on, until the stream must end."""
+    async def run(self, first: Scanned, send: SendBytes, writable: Writable) -> None:
+        """Send frames from ``first`` (the first scan) on, until the stream must end;
+        ``writable`` returns once what was sent has left the transport's buffer."""
         metrics = self.deps.metrics
+        budget = self.deps.budget
         last_sent = self._clock()
+        scanned: Scanned | None = first
+        del first  # held by ``scanned`` alone, so dropped once sent
+        more = False
         while True:
             ending = self._ending()
             if ending is not None:
                 await send(ending)
                 return
-            state, batch = scanned.state, scanned.state.batch()
-            if batch.items:
-                records = scanned.records
-                frame = streamwire.batch_frame(batch.next, batch.newest, len(batch.items), records)
-                await send(frame)
-                metrics.served(len(batch.items), len(records))
+            if scanned is not None:
+                if scanned.count:
+                    await self._send_batch(scanned, send)
+                    last_sent = self._clock()
+                self.next, self.newest, more = scanned.next, scanned.newest, scanned.more
+                scanned = None
+            if self._clock() - last_sent >= self.heartbeat_s:
+                await send(streamwire.heartbeat_frame(self.next, self.newest))
                 last_sent = self._clock()
-            elif self._clock() - last_sent >= self.heartbeat_s:
-                await send(streamwire.heartbeat_frame(batch.next, batch.newest))
-                last_sent = self._clock()
-            self.next = batch.next
             try:
-                if not state.more:
+                if not more:
                     due = last_sent + self.heartbeat_s - self._clock()
                     with metrics.waiting():
                         await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
+                await writable()  # read ahead no further than what the client took
+                due = last_sent + self.heartbeat_s - self._clock()
+                if not await budget.admit(max(min(due, STOP_CHECK_S), 0)):
+                    more = True  # read as soon as there is room; a heartbeat when due
+                    continue
                 scanned = await self.scan()
             except READ_FAILURES as exc:
                 query = dataclasses.replace(self.query, after=self.next)
@@ -144,6 +171,16 @@ class StreamLoop:
             except DrcError as exc:  # the buffer closed under the stream
                 await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
                 return
+
+    async def _send_batch(self, scanned: Scanned, send: SendBytes) -> None:
+        """One batch frame, its records in pieces (each waits for the transport to drain)."""
+        records = scanned.records
+        head = streamwire.batch_head(scanned.next, scanned.newest, scanned.count, len(records))
+        await send(head + records[:CHUNK_BYTES])
+        for start in range(CHUNK_BYTES, len(records), CHUNK_BYTES):
+            await send(records[start : start + CHUNK_BYTES])
+        self.charge.sent(len(records))
+        self.deps.metrics.served(scanned.count, len(records))
 
     def _ending(self) -> bytes | None:
         if self.deps.stop.is_set():
@@ -166,13 +203,24 @@ class StreamLoop:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Scanned:
-    state: Pull
-    records: bytes  # the batch's records, rendered
+    """One page read and rendered: what its frame says and its records (the read's
+    decoded state is dropped, so a waiting stream holds the rendered bytes alone)."""
+
+    next: SCN
+    newest: SCN | None
+    count: int
+    more: bool  # the scan stopped before the buffer's end: read on at once
+    records: bytes
+
+    @classmethod
+    def of(cls, state: Pull) -> Scanned:
+        batch = state.batch()
+        return cls(batch.next, batch.newest, len(batch.items), state.more, render_records(batch))
 
 
 def _scan(state: Pull) -> Scanned:
     state.scan()
-    return Scanned(state, render_records(state.batch()))
+    return Scanned.of(state)
 
 
 def _group_key(deps: ApiDeps) -> tuple[int, str] | None:
@@ -201,20 +249,28 @@ class StreamResponse(StreamingResponse):
     ) -> None:
         super().__init__(_empty(), headers=headers, media_type=streamwire.MEDIA_STREAM)
         self._loop = loop
-        self._first = first
+        self._first: Scanned | None = first
         self._held = held
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_bytes(data: bytes) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
+        async def writable() -> None:  # uvicorn's send waits for the transport to drain
+            await send({"type": "http.response.body", "body": b"", "more_body": True})
+
         with self._held:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(_cancel_on_disconnect, receive, tasks.cancel_scope)
-                await self._loop.run(self._first, send_bytes)
+                await self._loop.run(self._take_first(), send_bytes, writable)
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tasks.cancel_scope.cancel()
+
+    def _take_first(self) -> Scanned:
+        first, self._first = self._first, None
+        assert first is not None
+        return first
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -69,9 +69,14 @@ class Frame:
 
 
 def batch_frame(next_scn: SCN, newest: SCN | None, count: int, records: bytes) -> bytes:
+    return batch_head(next_scn, newest, count, len(records)) + records
+
+
+def batch_head(next_scn: SCN, newest: SCN | None, count: int, records_len: int) -> bytes:
+    """A batch frame up to its records, which follow it (sent in pieces by the server)."""
     meta = f"{next_scn} {_scn_text(newest)} {count}".encode("ascii")
-    body_len = _META.size + len(meta) + len(records)
-    return b"".join((_HEAD.pack(BATCH, body_len), _META.pack(len(meta)), meta, records))
+    body_len = _META.size + len(meta) + records_len
+    return b"".join((_HEAD.pack(BATCH, body_len), _META.pack(len(meta)), meta))
 
 
 def heartbeat_frame(next_scn: SCN, newest: SCN | None) -> bytes:
