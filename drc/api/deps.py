@@ -23,6 +23,7 @@ from drc.api.budget import ReaderBudget
 from drc.api.errors import ApiError
 from drc.api.longpolls import LongPollGate
 from drc.api.metrics import ApiMetrics
+from drc.api.pagecache import PageCache
 from drc.api.pull import BackToSource
 from drc.api.pullquery import ServerLimits
 
@@ -105,6 +106,7 @@ class ApiDeps:
     wall_clock: Callable[[], float] = time.time
     long_polls: LongPollGate = field(default_factory=LongPollGate)
     budget: ReaderBudget = field(default_factory=ReaderBudget)  # [api] reader_memory_mb
+    pages: PageCache[Any] = field(default_factory=PageCache)  # streams' pages, shared
     limiter: anyio.CapacityLimiter = field(
         default_factory=lambda: anyio.CapacityLimiter(PULL_THREADS)
     )

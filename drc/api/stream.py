@@ -38,6 +38,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
@@ -113,21 +114,29 @@ class StreamLoop:
         self._epoch = query.epoch  # checked by the first scan only: the buffer stays the same
         self._group = _group_key(deps)
         self.term = None if self._group is None else self._group[0]
+        self._shared = self.query.selection.rows is None  # else selections do not compare
 
     async def scan(self) -> Scanned:
         """Read what follows ``next`` and render it; raises the pull's read failures. A scan
-        that is more than a few records reads and renders in a worker thread, as pulls do.
+        that is more than a few records reads and renders in a worker thread, as pulls do;
+        streams asking for the same page share one read (:mod:`drc.api.pagecache`).
         The page is charged to the reader budget until :meth:`run` has written it."""
+        if self._epoch is not None or not self._shared:
+            scanned = await self._read()
+        else:
+            key = (self.next, self.buffer.last_scn, self.query.selection, self.query.limits)
+            scanned = await self.deps.pages.get(key, self._read)
+        self.charge.add(len(scanned.records))
+        return scanned
+
+    async def _read(self) -> Scanned:
         query = dataclasses.replace(self.query, after=self.next, epoch=self._epoch)
         state = Pull(self.buffer, query)
         self._epoch = None
         if state.scan_inline():
-            scanned = Scanned.of(state)
-        else:
-            limiter = self.deps.long_poll_limiter
-            scanned = await anyio.to_thread.run_sync(_scan, state, limiter=limiter)
-        self.charge.add(len(scanned.records))
-        return scanned
+            return Scanned.of(state)
+        limiter = self.deps.long_poll_limiter
+        return await anyio.to_thread.run_sync(_scan, state, limiter=limiter)
 
     async def run(self, first: Scanned, send: SendBytes, writable: Writable) -> None:
         """Send frames from ``first`` (the first scan) on, until the stream must end;
@@ -158,6 +167,10 @@ class StreamLoop:
                     with metrics.waiting():
                         await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
                 await writable()  # read ahead no further than what the client took
+                # uvicorn's send returns at once while the client keeps up, and a page shared
+                # with other streams is there at once: without this a stream with a backlog
+                # would write all of it before any other request got the event loop.
+                await anyio.lowlevel.checkpoint()
                 due = last_sent + self.heartbeat_s - self._clock()
                 if not await budget.admit(max(min(due, STOP_CHECK_S), 0)):
                     more = True  # read as soon as there is room; a heartbeat when due
@@ -178,6 +191,7 @@ class StreamLoop:
         head = streamwire.batch_head(scanned.next, scanned.newest, scanned.count, len(records))
         await send(head + records[:CHUNK_BYTES])
         for start in range(CHUNK_BYTES, len(records), CHUNK_BYTES):
+            await anyio.lowlevel.checkpoint()  # one piece per stream per turn of the loop
             await send(records[start : start + CHUNK_BYTES])
         self.charge.sent(len(records))
         self.deps.metrics.served(scanned.count, len(records))
@@ -211,6 +225,10 @@ class Scanned:
     count: int
     more: bool  # the scan stopped before the buffer's end: read on at once
     records: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.records)
 
     @classmethod
     def of(cls, state: Pull) -> Scanned:
