@@ -18,6 +18,9 @@ budget's share of one of ``max_long_polls`` streams): a stream whose client stop
 holds that page, and stalled streams up to ``max_long_polls`` together hold no more than the
 budget, so they never make other readers wait.
 
+A page that several streams share (:mod:`drc.api.pagecache`) is charged to each of them: the
+budget counts high there, never low.
+
 The counts live on the event loop; a lock keeps them safe to read from anywhere (metrics).
 """
 
