@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 # The Spark driver's class-data archive (drc.spark.cds): sessions start ~3 s faster with it.
 CDS := $(VENV)/spark-cds.jsa
 SANDBOX_DIR ?= .sandbox
-APT_PACKAGES := mariadb-server zookeeper default-jre-headless libmariadb-java sysbench openssl \
+APT_PACKAGES := mariadb-server zookeeper rabbitmq-server default-jre-headless libmariadb-java \
+  sysbench openssl \
   systemd prometheus chromium percona-toolkit gcc libc6-dev python3-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -22,6 +22,7 @@ BENCHMARKS = [  # in data-flow order
     "bench_hotpath.py",
     "bench_latency.py",
     "bench_group.py",
+    "bench_mq_sink.py",
 ]
 
 

@@ -64,6 +64,8 @@ class ChannelConfig(Section):
     # "stream": one long-lived GET /v1/stream per remote (pulls where a remote has none);
     # "pull": a GET /v1/events per batch, as before streams existed.
     transport: Literal["stream", "pull"] = "stream"
+    # "lz4": records compressed on the wire (drc.api.wire), for long, thin links.
+    compression: Literal["none", "lz4"] = "none"
     retries: int = Field(10, ge=0)
     # Schema objects whose CREATE/ALTER/DROP are applied; statements on the others are counted.
     objects: tuple[ObjectKind, ...] = ("view", "function", "procedure", "trigger", "event")

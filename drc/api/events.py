@@ -52,12 +52,13 @@ READ_FAILURES = (RowsOmitted, EpochMismatch, ScnTooOldError, RetriableError, Row
 async def get_events(request: Request, deps: Deps) -> Response:
     query = request_query(request, deps)
     records = _wants_records(request.headers.get("accept"))
+    compress = records and wire.accepts_compression(request.headers.get(wire.HEADER_COMPRESSION))
     commits: CommitSignal = request.app.state.commits
     caller: str = request.state.caller
     response = Response(status_code=GONE_STATUS)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(_cancel_on_disconnect, request, tasks.cancel_scope)
-        response = await _serve(deps, commits, caller, query, records)
+        response = await _serve(deps, commits, caller, query, records, compress)
         tasks.cancel_scope.cancel()
     return response
 
@@ -126,12 +127,17 @@ async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> N
 
 
 async def _serve(
-    deps: ApiDeps, commits: CommitSignal, caller: str, query: PullQuery, records: bool
+    deps: ApiDeps,
+    commits: CommitSignal,
+    caller: str,
+    query: PullQuery,
+    records: bool,
+    compress: bool,
 ) -> Response:
     # Errors are returned, not raised: the task group would wrap them in an ExceptionGroup.
     charge = Charge(deps.budget)
     try:
-        response = await _answer(deps, commits, caller, query, records, charge)
+        response = await _answer(deps, commits, caller, query, (records, compress), charge)
     except BaseException:
         charge.close()
         raise
@@ -145,9 +151,10 @@ async def _answer(
     commits: CommitSignal,
     caller: str,
     query: PullQuery,
-    records: bool,
+    form: tuple[bool, bool],  # records (else JSON), compressed
     charge: Charge,
 ) -> Response:
+    records, compress = form
     try:
         batch = await _collect(deps, commits, caller, query, charge)
     except ApiError as exc:
@@ -157,9 +164,11 @@ async def _answer(
         charge.close()
         return pull_failure(deps, query, exc).response()
     if not batch.items or sum(len(i.record()) for i in batch.items) <= INLINE_BYTES:
-        return _response(deps, batch, records)  # small: rendering beats a thread hand-off
+        return _response(deps, batch, records, compress)  # small: beats a thread hand-off
     limiter = deps.long_poll_limiter if query.waits else deps.limiter
-    return await anyio.to_thread.run_sync(_response, deps, batch, records, limiter=limiter)
+    return await anyio.to_thread.run_sync(
+        _response, deps, batch, records, compress, limiter=limiter
+    )
 
 
 def memory_full(deps: ApiDeps) -> ApiError:
@@ -283,11 +292,17 @@ async def _collect(
                 await commits.wait(state.builder.next, min(state.remaining_s, STOP_CHECK_S))
 
 
-def _response(deps: ApiDeps, batch: Batch, records: bool) -> Response:
+def _response(deps: ApiDeps, batch: Batch, records: bool, compress: bool) -> Response:
     body = render_records(batch) if records else render_json(batch)
     deps.metrics.served(len(batch.items), sum(len(item.record()) for item in batch.items))
     media = wire.MEDIA_RECORDS if records else wire.MEDIA_JSON
     headers = batch_headers(batch)
+    if compress:
+        packed = wire.compress_body(body)
+        deps.metrics.compressed(len(body), len(body) if packed is None else len(packed))
+        if packed is not None:
+            body = packed
+            headers[wire.HEADER_COMPRESSION] = wire.COMPRESSION_LZ4
     if deps.group is not None:
         headers[wire.HEADER_TERM] = str(deps.group()["term"])
     return Response(body, media_type=media, headers=headers)

@@ -26,6 +26,8 @@ class ApiMetrics:
         self._waiting = 0
         self._served_records = 0
         self._served_bytes = 0
+        self._compression_in = 0
+        self._compression_out = 0
 
     def request(self, method: str, route: str, status: int) -> None:
         with self._lock:
@@ -35,6 +37,17 @@ class ApiMetrics:
         with self._lock:
             self._served_records += records
             self._served_bytes += size
+
+    def compressed(self, records: int, sent: int) -> None:
+        """Record bytes of a body or frame a client asked to compress, and the bytes sent."""
+        with self._lock:
+            self._compression_in += records
+            self._compression_out += sent
+
+    @property
+    def compression(self) -> tuple[int, int]:
+        with self._lock:
+            return self._compression_in, self._compression_out
 
     @contextmanager
     def waiting(self) -> Iterator[None]:
@@ -88,6 +101,16 @@ def api_families(metrics: ApiMetrics) -> list[Family]:
             "counter",
             "Record bytes sent by /v1/events and /v1/stream",
         ).add(size),
+        Family(
+            "drc_api_compression_input_bytes_total",
+            "counter",
+            "Record bytes of answers whose client asked for compression (X-DRC-Compression)",
+        ).add(metrics.compression[0]),
+        Family(
+            "drc_api_compression_output_bytes_total",
+            "counter",
+            "Bytes sent for them: input / output is the compression ratio on the wire",
+        ).add(metrics.compression[1]),
     ]
 
 

@@ -68,10 +68,11 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     query = request_query(request, deps)
     held = ExitStack()
     held.enter_context(deps.long_polls.slot(request.state.caller))  # 429 / 503
+    compress = wire.accepts_compression(request.headers.get(wire.HEADER_COMPRESSION))
     try:
         if not await deps.budget.admit(PULL_ADMIT_S):
             raise memory_full(deps)
-        stream = StreamLoop(deps, request.app.state.commits, query)
+        stream = StreamLoop(deps, request.app.state.commits, query, compress=compress)
         held.callback(stream.charge.close)
         first = await stream.scan()
     except READ_FAILURES as exc:
@@ -83,6 +84,8 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     headers = {wire.HEADER_EPOCH: stream.buffer.epoch}
     if stream.term is not None:
         headers[wire.HEADER_TERM] = str(stream.term)
+    if compress:
+        headers[wire.HEADER_COMPRESSION] = wire.COMPRESSION_LZ4
     return StreamResponse(stream, first, held, headers)
 
 
@@ -100,8 +103,10 @@ class StreamLoop:
         commits: CommitSignal,
         query: PullQuery,
         clock: Callable[[], float] = time.monotonic,
+        compress: bool = False,
     ) -> None:
         self.deps = deps
+        self.compress = compress  # batch frames LZ4-compressed where that shrinks them
         self.commits = commits
         page = deps.budget.stream_page_bytes(query.limits.max_bytes)
         self.query = dataclasses.replace(query, limits=Limits(query.limits.max_events, page))
@@ -186,15 +191,21 @@ class StreamLoop:
                 return
 
     async def _send_batch(self, scanned: Scanned, send: SendBytes) -> None:
-        """One batch frame, its records in pieces (each waits for the transport to drain)."""
+        """One batch frame in pieces (each waits for the transport to drain)."""
         records = scanned.records
-        head = streamwire.batch_head(scanned.next, scanned.newest, scanned.count, len(records))
-        await send(head + records[:CHUNK_BYTES])
-        for start in range(CHUNK_BYTES, len(records), CHUNK_BYTES):
+        if self.compress:
+            frame = scanned.compressed()
+            self.deps.metrics.compressed(len(records), len(frame))
+        else:  # the head, then the records as they are: no copy of the page
+            head = streamwire.batch_head(scanned.next, scanned.newest, scanned.count, len(records))
+            frame, records = head + records[:CHUNK_BYTES], records[CHUNK_BYTES:]
+        await send(frame[:CHUNK_BYTES])
+        rest = (frame, CHUNK_BYTES) if self.compress else (records, 0)
+        for start in range(rest[1], len(rest[0]), CHUNK_BYTES):
             await anyio.lowlevel.checkpoint()  # one piece per stream per turn of the loop
-            await send(records[start : start + CHUNK_BYTES])
-        self.charge.sent(len(records))
-        self.deps.metrics.served(scanned.count, len(records))
+            await send(rest[0][start : start + CHUNK_BYTES])
+        self.charge.sent(scanned.size)
+        self.deps.metrics.served(scanned.count, scanned.size)
 
     def _ending(self) -> bytes | None:
         if self.deps.stop.is_set():
@@ -215,7 +226,7 @@ class StreamLoop:
         return None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Scanned:
     """One page read and rendered: what its frame says and its records (the read's
     decoded state is dropped, so a waiting stream holds the rendered bytes alone)."""
@@ -225,10 +236,20 @@ class Scanned:
     count: int
     more: bool  # the scan stopped before the buffer's end: read on at once
     records: bytes
+    _packed: bytes | None = None  # the compressed frame, once a stream asked for it
 
     @property
     def size(self) -> int:
         return len(self.records)
+
+    def compressed(self) -> bytes:
+        """The batch frame, LZ4-compressed where that shrinks it; built once for all the
+        streams sharing this page."""
+        if self._packed is None:
+            self._packed = streamwire.batch_frame(
+                self.next, self.newest, self.count, self.records, compress=True
+            )
+        return self._packed
 
     @classmethod
     def of(cls, state: Pull) -> Scanned:

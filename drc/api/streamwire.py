@@ -10,6 +10,9 @@ each ``kind (1 byte) | length (4 bytes, big-endian) | body (length bytes)``:
   records exactly as a records-form pull returns them (drc.core.codec records, whole
   transactions, in SCN order); ``next`` and ``newest`` mean what the pull's ``X-DRC-Next`` and
   ``X-DRC-Newest`` mean (``-``: the buffer is empty), ``count`` is the number of records.
+- :data:`COMPRESSED` ``Z``: a batch frame's body LZ4-compressed (drc.api.wire.compress_body),
+  sent only on a stream whose client asked for it (``X-DRC-Compression: lz4``, repeated on the
+  answer) and only when it shrinks the frame.
 - :data:`HEARTBEAT` ``H``: ``"next newest"``, sent when no batch went out for ``wait_ms``:
   ``next`` has moved past transactions the filter left out, ``newest`` is the replicator's last
   committed SCN (liveness and lag while nothing matches).
@@ -27,6 +30,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from drc.api import wire
 from drc.core.codec import decode_transaction
 from drc.core.errors import CorruptRecordError, MalformedScnError
 from drc.core.events import Transaction
@@ -36,6 +40,7 @@ PATH_STREAM = "/v1/stream"
 MEDIA_STREAM = "application/x-drc-stream"
 
 BATCH = b"B"
+COMPRESSED = b"Z"
 HEARTBEAT = b"H"
 END = b"E"
 _HEAD = struct.Struct(">cI")
@@ -68,12 +73,22 @@ class Frame:
     ends: tuple[int, ...] = ()  # where each record ends in ``records``
 
 
-def batch_frame(next_scn: SCN, newest: SCN | None, count: int, records: bytes) -> bytes:
-    return batch_head(next_scn, newest, count, len(records)) + records
+def batch_frame(
+    next_scn: SCN, newest: SCN | None, count: int, records: bytes, compress: bool = False
+) -> bytes:
+    """A batch frame; with ``compress``, a COMPRESSED one when that makes it smaller."""
+    meta = f"{next_scn} {_scn_text(newest)} {count}".encode("ascii")
+    body_len = _META.size + len(meta) + len(records)
+    if compress:
+        packed = wire.compress_body(b"".join((_META.pack(len(meta)), meta, records)))
+        if packed is not None:
+            return _HEAD.pack(COMPRESSED, len(packed)) + packed
+    return b"".join((_HEAD.pack(BATCH, body_len), _META.pack(len(meta)), meta, records))
 
 
 def batch_head(next_scn: SCN, newest: SCN | None, count: int, records_len: int) -> bytes:
-    """A batch frame up to its records, which follow it (sent in pieces by the server)."""
+    """An uncompressed batch frame up to its records, which follow it (the server sends them
+    in pieces)."""
     meta = f"{next_scn} {_scn_text(newest)} {count}".encode("ascii")
     body_len = _META.size + len(meta) + records_len
     return b"".join((_HEAD.pack(BATCH, body_len), _META.pack(len(meta)), meta))
@@ -131,6 +146,8 @@ class FrameParser:
 def parse_frame(kind: bytes, body: memoryview) -> Frame:
     """One frame's body; raises BrokenStream."""
     try:
+        if kind == COMPRESSED:
+            return parse_frame(BATCH, memoryview(wire.decompress_body(body)))
         if kind == BATCH:
             (meta_len,) = _META.unpack_from(body)
             start = _META.size + meta_len

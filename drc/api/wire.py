@@ -26,10 +26,21 @@ empty are dropped (so ``fragment`` numbers may skip) but the last one is always 
 With no ``tables`` and no ``skip_drc`` every stored record is sent as stored, including the
 replicator's empty progress markers (no changes, no DDL), so followers copy the buffer exactly.
 
+Compression (for long, thin links): a client that sends :data:`HEADER_COMPRESSION` ``lz4``
+may get a records body LZ4-compressed (:func:`compress_body`: the LZ4 block format with its
+uncompressed size as a u32 little-endian prefix), said by the same header on the answer; a
+body too small to gain is sent as it is, without the header. A server that does not know the
+header ignores it, so the client learns what it got from the answer alone. JSON is never
+compressed. Streams compress their batch frames the same way (drc.api.streamwire).
+
 Errors are JSON in both cases: ``{"error": code, "message": text, ...}`` with the codes below.
 """
 
 from __future__ import annotations
+
+import struct
+
+import lz4.block
 
 from drc.core.codec import decode_transaction
 from drc.core.events import Transaction
@@ -57,6 +68,16 @@ HEADER_COUNT = "X-DRC-Count"
 # The leadership term of the replicator group under which the serving member's buffer was
 # last written (drc.core.term); absent when the replicator runs without a group.
 HEADER_TERM = "X-DRC-Term"
+# Asked by a client, and said by a server on a body it compressed (see the module doc).
+HEADER_COMPRESSION = "X-DRC-Compression"
+COMPRESSION_LZ4 = "lz4"
+COMPRESSIONS = ("none", COMPRESSION_LZ4)
+# Smaller bodies are sent as they are: the gain would not pay for the work on both sides.
+MIN_COMPRESS_BYTES = 512
+# A compressed body that claims more than this is broken, not big (a batch is at most a few
+# tens of MB; this bounds what a damaged or hostile answer can make a client allocate).
+MAX_UNCOMPRESSED_BYTES = 1 << 30
+_SIZE = struct.Struct("<I")
 
 # GET /v1/segments takes an SCN range: after (drc.api.pullquery.PARAM_AFTER, as a pull) and to.
 PARAM_TO = "to"
@@ -95,3 +116,34 @@ def split_records(body: bytes | bytearray | memoryview) -> list[Transaction]:
         txn, offset = decode_transaction(body, offset)
         txns.append(txn)
     return txns
+
+
+def accepts_compression(header: str | None) -> bool:
+    """Whether a request's :data:`HEADER_COMPRESSION` asks for LZ4 (a comma-separated list)."""
+    if not header:
+        return False
+    return COMPRESSION_LZ4 in (part.strip().lower() for part in header.split(","))
+
+
+def compress_body(body: bytes) -> bytes | None:
+    """``body`` LZ4-compressed, or None when it is too small or would not shrink."""
+    if len(body) < MIN_COMPRESS_BYTES:
+        return None
+    packed: bytes = lz4.block.compress(body, store_size=True)
+    return packed if len(packed) < len(body) else None
+
+
+def decompress_body(data: bytes | memoryview) -> bytes:
+    """The body :func:`compress_body` packed; ValueError when it is not one."""
+    if len(data) < _SIZE.size:
+        raise ValueError(f"a compressed body of {len(data)} bytes has no size prefix")
+    (size,) = _SIZE.unpack_from(data)
+    if size > MAX_UNCOMPRESSED_BYTES:
+        raise ValueError(f"a compressed body claims {size} bytes, more than any batch")
+    try:
+        body: bytes = lz4.block.decompress(data)
+    except lz4.block.LZ4BlockError as exc:
+        raise ValueError(f"a damaged LZ4 body: {exc}") from exc
+    if len(body) != size:
+        raise ValueError(f"a compressed body gave {len(body)} bytes, its prefix says {size}")
+    return body

@@ -75,6 +75,7 @@ def default_subscriber(channel: ChannelConfig, after: SCN) -> SubscriberLike:
         wait_ms=channel.wait_ms,
         verify=channel.https_verify(),
         stream=channel.transport == "stream",
+        compression=channel.compression,
     )
 
 

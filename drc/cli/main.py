@@ -18,6 +18,7 @@ from drc.cli.replicator import replicator
 from drc.cli.run import run
 from drc.cli.sandbox import sandbox
 from drc.cli.schema import schema
+from drc.cli.sink import sink
 from drc.cli.snapshot import snapshot
 from drc.cli.tail import status, tail
 from drc.cli.verify import verify
@@ -40,6 +41,7 @@ cli.add_command(buffer)
 cli.add_command(replicator)
 cli.add_command(schema)
 cli.add_command(tail)
+cli.add_command(sink)
 cli.add_command(status)
 cli.add_command(run)
 cli.add_command(demo)

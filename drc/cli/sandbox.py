@@ -31,7 +31,7 @@ _dir = dir_option("Directory holding the sandbox's data, logs and sandbox.json."
 @click.group()
 def sandbox() -> None:
     """A local sandbox: one MariaDB per datacenter and one ZooKeeper (and with --spark a Spark
-    master and worker), on loopback ports."""
+    master and worker; `drc sandbox rabbitmq start` a RabbitMQ broker), on loopback ports."""
 
 
 @sandbox.command()
@@ -140,3 +140,33 @@ def zookeeper(directory: str, action: str) -> None:
     else:
         zk = box.zookeeper_start()
         click.echo(f"zookeeper running on {zk.connect} (pid {zk.pid})")
+
+
+@sandbox.command(name="rabbitmq")
+@_dir
+@click.argument("action", type=click.Choice(["start", "stop", "kill"]))
+def rabbitmq_command(directory: str, action: str) -> None:
+    """Start, stop or kill -9 a RabbitMQ broker for `drc sink` in DIR/rabbitmq (data kept;
+    `drc sandbox down` stops it too). Erlang takes 5-20 s to start on a small machine."""
+    from pathlib import Path
+
+    from drc.sandbox import rabbitmq
+
+    base = Path(directory) / "rabbitmq"
+    info = rabbitmq.load(base)
+    if action == "start":
+        if info is None or not rabbitmq.running(info):
+            info = rabbitmq.start(base, info)
+            rabbitmq.save(info)
+        click.echo(
+            f"rabbitmq running on amqp://127.0.0.1:{info.amqp_port}/%2F (pid {info.pid}; "
+            "RabbitMQ's default user guest, loopback only)"
+        )
+    elif info is None or not rabbitmq.running(info):
+        click.echo("rabbitmq is not running")
+    elif action == "stop":
+        rabbitmq.stop(info)
+        click.echo("rabbitmq stopped")
+    else:
+        rabbitmq.kill(info)
+        click.echo("rabbitmq killed (SIGKILL); `start` brings it back with its data")

@@ -149,6 +149,8 @@ class Subscriber:
     (``GET /v1/stream``, a heartbeat every ``wait_ms``) where it is served, instead of a pull
     per batch: the same batches, positions and acks (drc.client.stream); False, or a
     ``wait_ms`` of 0 or -1 (caught up means an empty batch at once), always pulls.
+    ``compression`` "lz4" asks servers to compress the records they send (drc.api.wire; a
+    server that does not answers plain): for long, thin links.
     """
 
     def __init__(
@@ -178,6 +180,7 @@ class Subscriber:
         cert: str | os.PathLike[str] | None = None,
         key: str | os.PathLike[str] | None = None,
         stream: bool = True,
+        compression: str = "none",
     ) -> None:
         self.urls = _check_args(urls, tables, max_events, max_bytes, wait_ms, on_rebuild)
         if drc_applied not in (pullquery.DRC_APPLIED_FULL, pullquery.DRC_APPLIED_MARKER):
@@ -189,7 +192,7 @@ class Subscriber:
         self._position = saved or after or SCN.zero()
         self._prefetch = prefetch
         self._clock = clock
-        self._client = http.make_client(token, transport, verify)
+        self._client = http.make_client(token, transport, verify, compression)
         self._fetcher = Fetcher(
             self.urls,
             self._client,

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from drc.core.errors import SandboxError
-from drc.sandbox import certs, group, mariadb, spark, zookeeper
+from drc.sandbox import certs, group, mariadb, rabbitmq, spark, zookeeper
 from drc.sandbox.group import MemberInfo
 from drc.sandbox.procs import free_port, pid_alive, stop_pid, tail
 from drc.sandbox.spark import SparkInfo
@@ -361,6 +361,10 @@ class Sandbox:
         if description.spark is not None:
             stopped.extend(spark.stop(description.spark))
         targets.append((description.zookeeper.pid, description.zookeeper.marker))
+        broker = rabbitmq.load(self.dir / "rabbitmq")  # `drc sandbox rabbitmq start`
+        if broker is not None and rabbitmq.running(broker):
+            rabbitmq.stop(broker)
+            stopped.append(broker.pid)
         for pid, marker in targets:
             if pid_alive(pid, marker):
                 stop_pid(pid, marker)

@@ -1,6 +1,7 @@
 """Real servers for integration tests, started by the project's own sandbox code.
 
-One sandbox (two MariaDB datacenters and one ZooKeeper) serves the whole session. A server that
+One sandbox (two MariaDB datacenters and one ZooKeeper) serves the whole session, and one
+RabbitMQ broker (``rabbitmq``, started only if a test asks for it). A server that
 cannot start fails the run: never a skip, in CI or anywhere else. When a test that used the
 sandbox fails, the tail of every server log is attached to its report.
 """
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from drc.core.errors import SandboxError
+from drc.sandbox import rabbitmq as rabbitmq_sandbox
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo, log_tails
+from tests.support.rabbitmq import Broker
 
 SANDBOX_FIXTURES = ("sandbox", "dc1", "dc2")
 
@@ -45,6 +48,22 @@ def dc1(sandbox: SandboxDescription) -> ServerInfo:
 @pytest.fixture(scope="session")
 def dc2(sandbox: SandboxDescription) -> ServerInfo:
     return sandbox.server("dc2")
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[Broker]:
+    """A RabbitMQ broker for the session, started on first use (Erlang takes 5-20 s to start)."""
+    directory = Path(tempfile.mkdtemp(prefix="drc-rmq-"))
+    try:
+        broker = Broker(rabbitmq_sandbox.start(directory / "rabbitmq"))
+    except SandboxError as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        pytest.fail(f"RabbitMQ did not start (run `make setup`): {exc}", pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -35,6 +35,7 @@ ADAPTER_HOMES = {
     "uvicorn": {"api/server.py"},
     "pyspark": {"spark"},
     "httpx": {"client"},
+    "pika": {"sink/rabbitmq.py"},
 }
 ADAPTER_LIBRARIES = set(ADAPTER_HOMES)
 
@@ -104,7 +105,7 @@ LAYERS = (
     ("eventbuffer", "metastore"),
     ("api",),
     ("client",),
-    ("sandbox", "bulk"),
+    ("sandbox", "bulk", "sink"),
     ("replicator", "apply"),
     ("catchup",),
     ("snapshot", "verify"),
