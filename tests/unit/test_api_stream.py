@@ -307,3 +307,27 @@ def test_a_stream_reads_one_page_of_the_budget_share_at_a_time(buffer: EventBuff
     assert loop.query.limits.max_bytes == 10 * one  # the client's, below the share
     big = make_loop(buffer, deps, max_bytes=str(1 << 20))
     assert big.query.limits.max_bytes == 64 << 10
+
+
+def test_streams_at_one_position_share_the_page_and_its_compressed_frame(
+    buffer: EventBuffer,
+) -> None:
+    store(buffer, *(txn(n, ins("orders", n)) for n in range(1, 40)))
+    deps = ApiDeps(buffer=buffer)
+    loops = [make_loop(buffer, deps) for _ in range(3)]
+    for loop in loops:
+        loop.compress = True
+    filtered = make_loop(buffer, deps, tables="shop.items")  # another selection: its own page
+    sends = [Recorder() for _ in loops]
+
+    async def main() -> None:
+        pages = [await loop.scan() for loop in loops]
+        assert pages[0] is pages[1] is pages[2] and deps.pages.reads == 1
+        assert (await filtered.scan()) is not pages[0] and deps.pages.reads == 2
+        for loop, page, send in zip(loops, pages, sends, strict=True):
+            await loop._send_batch(page, send)
+        assert pages[0].compressed() is pages[1].compressed()
+
+    asyncio.run(main())
+    assert [s.scns() for s in sends] == [[scn(n) for n in range(1, 40)]] * 3
+    assert deps.budget.snapshot()["held"] == 0
