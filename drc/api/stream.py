@@ -192,18 +192,16 @@ class StreamLoop:
 
     async def _send_batch(self, scanned: Scanned, send: SendBytes) -> None:
         """One batch frame in pieces (each waits for the transport to drain)."""
-        records = scanned.records
         if self.compress:
-            frame = scanned.compressed()
-            self.deps.metrics.compressed(len(records), len(frame))
+            data, head = scanned.compressed(), b""
+            self.deps.metrics.compressed(scanned.size, len(data))
         else:  # the head, then the records as they are: no copy of the page
-            head = streamwire.batch_head(scanned.next, scanned.newest, scanned.count, len(records))
-            frame, records = head + records[:CHUNK_BYTES], records[CHUNK_BYTES:]
-        await send(frame[:CHUNK_BYTES])
-        rest = (frame, CHUNK_BYTES) if self.compress else (records, 0)
-        for start in range(rest[1], len(rest[0]), CHUNK_BYTES):
+            data = scanned.records
+            head = streamwire.batch_head(scanned.next, scanned.newest, scanned.count, len(data))
+        await send(head + data[:CHUNK_BYTES])
+        for start in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
             await anyio.lowlevel.checkpoint()  # one piece per stream per turn of the loop
-            await send(rest[0][start : start + CHUNK_BYTES])
+            await send(data[start : start + CHUNK_BYTES])
         self.charge.sent(scanned.size)
         self.deps.metrics.served(scanned.count, scanned.size)
 

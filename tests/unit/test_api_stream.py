@@ -5,6 +5,7 @@ recording ``send``, and the subscriber's bounded frame queue."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any
@@ -12,13 +13,14 @@ from typing import Any
 import pytest
 
 from drc.api import streamwire, wire
-from drc.api.budget import ReaderBudget
+from drc.api.budget import CHUNK_BYTES, ReaderBudget
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 from drc.api.pullquery import ServerLimits, parse_pull_query
 from drc.api.stream import StreamLoop
 from drc.client.stream import Ended, FrameQueue, read_frames
 from drc.core.codec import encode_transaction
+from drc.core.events import Op, RowChange
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from tests.support.api import ins, scn, store, txn
@@ -309,14 +311,17 @@ def test_a_stream_reads_one_page_of_the_budget_share_at_a_time(buffer: EventBuff
     assert big.query.limits.max_bytes == 64 << 10
 
 
+@pytest.mark.parametrize("compress", [False, True])
 def test_streams_at_one_position_share_the_page_and_its_compressed_frame(
-    buffer: EventBuffer,
+    buffer: EventBuffer, compress: bool
 ) -> None:
-    store(buffer, *(txn(n, ins("orders", n)) for n in range(1, 40)))
+    big = os.urandom(2500).hex()  # a page of several pieces, even compressed
+    rows = (RowChange("shop", "orders", Op.INSERT, None, {"id": n, "note": big}) for n in range(40))
+    store(buffer, *(txn(n, row) for n, row in enumerate(rows, 1)))
     deps = ApiDeps(buffer=buffer)
     loops = [make_loop(buffer, deps) for _ in range(3)]
     for loop in loops:
-        loop.compress = True
+        loop.compress = compress
     filtered = make_loop(buffer, deps, tables="shop.items")  # another selection: its own page
     sends = [Recorder() for _ in loops]
 
@@ -324,10 +329,11 @@ def test_streams_at_one_position_share_the_page_and_its_compressed_frame(
         pages = [await loop.scan() for loop in loops]
         assert pages[0] is pages[1] is pages[2] and deps.pages.reads == 1
         assert (await filtered.scan()) is not pages[0] and deps.pages.reads == 2
+        assert pages[0].size > 2 * CHUNK_BYTES
         for loop, page, send in zip(loops, pages, sends, strict=True):
             await loop._send_batch(page, send)
         assert pages[0].compressed() is pages[1].compressed()
 
     asyncio.run(main())
-    assert [s.scns() for s in sends] == [[scn(n) for n in range(1, 40)]] * 3
+    assert [s.scns() for s in sends] == [[scn(n) for n in range(1, 41)]] * 3
     assert deps.budget.snapshot()["held"] == 0
