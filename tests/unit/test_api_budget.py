@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from drc.api import wire
+from drc.api import streamwire, wire
 from drc.api.app import create_app
 from drc.api.budget import MIN_STREAM_PAGE_BYTES, Charge, ReaderBudget
 from drc.api.deps import ApiDeps
@@ -120,3 +120,29 @@ def test_a_pull_without_room_is_shed_with_503_and_retry_after_and_charges_until_
         asyncio.run(scenario())
         assert budget.snapshot()["shed"] == 1 and budget.snapshot()["held"] == 0
         assert budget.snapshot()["peak"] >= 2 * len(encode_transaction(txn(1, ins("orders", 1))))
+
+
+def test_a_stream_that_cannot_read_its_first_page_is_shed_with_503(tmp_path: Path) -> None:
+    with EventBuffer.open(tmp_path / "buf") as buffer:
+        store(buffer, txn(1, ins("orders", 1)))
+        budget = ReaderBudget(limit_bytes=1000)
+        deps = ApiDeps(buffer=buffer, budget=budget)
+
+        async def scenario() -> None:
+            transport = httpx.ASGITransport(app=create_app(deps))
+            async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+                budget.charge(1000)
+                shed = await client.get(streamwire.PATH_STREAM, params={"after": "0:0:0:0"})
+                assert shed.status_code == 503 and shed.headers["Retry-After"] == "1"
+                assert shed.json()["error"] == wire.ERROR_READER_MEMORY_FULL
+                budget.release(1000)
+
+        asyncio.run(scenario())
+        assert budget.snapshot() == {
+            "held": 0,
+            "peak": 1000,
+            "limit": 1000,
+            "waiting": 0,
+            "shed": 1,
+        }
+        assert deps.long_polls.held == 0  # its slot given back
