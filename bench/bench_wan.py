@@ -261,7 +261,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="each system this many times")
     parser.add_argument("--systems", default="drc,native")
     parser.add_argument("--probes-per-second", type=float, default=20)
+    parser.add_argument("--quick", action="store_true", help="15 s of load")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds = 15
     workdir = Path(tempfile.mkdtemp(prefix="drc-wan-"))
     box = Sandbox(workdir / "sbx")
     try:

@@ -23,6 +23,8 @@ BENCHMARKS = [  # in data-flow order
     "bench_latency.py",
     "bench_group.py",
     "bench_mq_sink.py",
+    "bench_groups.py",
+    "bench_wan.py",
 ]
 
 

@@ -20,7 +20,7 @@ from pydantic_core import PydanticCustomError
 from drc.config_channels import ChannelConfig
 from drc.config_databases import SourceConfig, TargetConfig
 from drc.config_lines import line_of
-from drc.config_replicator import ApiConfig, GroupConfig, ReplicatorConfig
+from drc.config_replicator import ApiConfig, ConsumerGroupConfig, GroupConfig, ReplicatorConfig
 from drc.config_section import Section
 from drc.conflicts.settings import ConflictsConfig
 from drc.core.errors import ConfigError
@@ -46,6 +46,7 @@ class DrcConfig(Section):
     channels: tuple[ChannelConfig, ...] = ()
     conflicts: ConflictsConfig = ConflictsConfig()
     group: GroupConfig | None = None
+    consumer_groups: tuple[ConsumerGroupConfig, ...] = ()
 
     @model_validator(mode="after")
     def _unique_channels(self) -> DrcConfig:
@@ -65,6 +66,14 @@ class DrcConfig(Section):
                     [{"type": error, "loc": ("channels", index, "name"), "input": channel.name}],
                 )
             seen.add(channel.name)
+        return self
+
+    @model_validator(mode="after")
+    def _unique_consumer_groups(self) -> DrcConfig:
+        names = [g.name for g in self.consumer_groups]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"[[consumer_groups]] names must be unique, {repeated} repeat")
         return self
 
     @model_validator(mode="after")

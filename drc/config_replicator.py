@@ -1,5 +1,6 @@
 """The replicator's sections: what it captures ([replicator]), its buffer ([replicator.buffer]),
-the pull API it serves ([api]) and its replicator group ([group])."""
+the pull API it serves ([api]), its replicator group ([group]) and the consumer groups it
+serves from the start ([[consumer_groups]])."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 
 from drc.config_section import Section
-from drc.core.errors import ConfigError
+from drc.core.errors import ConfigError, MalformedScnError
 from drc.core.masking import Masker
+from drc.core.rowfilter import RowFilterError
+from drc.core.rowfilter import parse as parse_predicate
+from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter, TableFilterError
 
 
@@ -182,3 +186,31 @@ class GroupConfig(Section):
 
     def group_path(self, datacenter: str) -> str:
         return f"{self.path.rstrip('/')}/{datacenter}"
+
+
+class ConsumerGroupConfig(Section):
+    """A consumer group this datacenter's replicators serve from the start (docs/subscribers.md);
+    created by the leader unless it exists (an existing group keeps its state: change one with
+    ``drc groups delete`` and a restart)."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    tables: tuple[str, ...] = ()  # table filter patterns, as a pull's tables; (): every table
+    rows: dict[str, str] = Field(default_factory=dict)  # {"db.table": predicate}, as a pull's
+    partitioning: Literal["key", "table"] = "key"
+    ranges: int = Field(64, ge=1, le=65536)
+    heartbeat_timeout_s: float = Field(10.0, gt=0, le=3600)
+    skip_drc: bool = False
+    after: str | None = None  # SCN to start after; none: the newest when the group is created
+
+    @model_validator(mode="after")
+    def _filters_parse(self) -> ConsumerGroupConfig:
+        try:
+            TableFilter.build(list(self.tables) or ["*.*"])
+            for pattern, predicate in self.rows.items():
+                TableFilter.build([pattern])
+                parse_predicate(predicate)
+            if self.after is not None:
+                SCN.parse(self.after)
+        except (TableFilterError, RowFilterError, MalformedScnError) as exc:
+            raise ValueError(f"consumer group {self.name}: {exc}") from exc
+        return self

@@ -64,8 +64,14 @@ def _selection(config: Any) -> dict[str, Any]:
 
 class Node:
     def __init__(
-        self, config: DrcConfig, role: str = "all", config_path: str | None = None
+        self,
+        config: DrcConfig,
+        role: str = "all",
+        config_path: str | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        """``wall_clock``: this host's clock (heartbeats, lag); tests give one that runs
+        ahead or behind to play a datacenter whose clock is off (clock skew)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         self.config = config
@@ -80,6 +86,7 @@ class Node:
         self.verifier: PeriodicVerify | None = None  # [channels.verify] (drc.verify.schedule)
         self._components: list[_Component] = []
         self.reload_requested = threading.Event()  # set by SIGHUP (drc run)
+        self.wall_clock = wall_clock
 
     @property
     def api_url(self) -> str | None:
@@ -92,6 +99,7 @@ class Node:
     def start(self, stop: threading.Event) -> None:
         if self.role in ("all", "replicator"):
             self.service = build_replicator(self.config)
+            self.service.wall_clock = self.wall_clock
             try:
                 if self.service.group is None:  # a group's leader fixes the start when elected
                     self.service.replicator.prepare()
@@ -99,14 +107,15 @@ class Node:
                 log.warning("source not reachable yet: %s", exc)
             self.service.start_api()
             self._spawn("replicator", self.service.run_capture, stop)
-            self.heartbeat = build_heartbeat(self.config)
+            self.heartbeat = build_heartbeat(self.config, self.wall_clock)
             if self.heartbeat is not None:
                 self.service.heartbeat = self.heartbeat.stats.as_dict
                 self._spawn("heartbeat", self.heartbeat.run, stop)
         if self.role in ("all", "apply"):
             self.channels = build_channels(
-                self.config, finish=catchup_finisher(self.config), hold_on_error=True
-            )
+                self.config, finish=catchup_finisher(self.config), hold_on_error=True,
+                wall_clock=self.wall_clock,
+            )  # fmt: skip
             self.guard = build_guard(self.config, self.api_url)
             if self.guard is not None:
                 self._spawn("lww guard", self.guard.run, stop)

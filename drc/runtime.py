@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -20,6 +21,7 @@ from typing import Any
 from drc.api.app import create_app
 from drc.api.budget import ReaderBudget
 from drc.api.deps import ApiDeps, ChannelDesk
+from drc.api.group_service import GroupService, GroupStore, MemoryGroupStore
 from drc.api.longpolls import LongPollGate, LongPollLimits
 from drc.api.pullquery import ServerLimits
 from drc.api.server import ApiServer, ApiServerError
@@ -31,7 +33,10 @@ from drc.catchup.driver import Where, finish_interrupted
 from drc.client.peers import Peer, PeerStatus
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
+from drc.config_replicator import ConsumerGroupConfig
+from drc.core.consumer_groups import GroupSpec
 from drc.core.errors import ConfigError, RetriableError
+from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.mysql.driver import TargetSettings
@@ -39,6 +44,7 @@ from drc.replicator.assembler import FragmentLimits
 from drc.replicator.backfill import BinlogBackfill
 from drc.replicator.fencing import FencedMetaStore, GroupBuffer
 from drc.replicator.group import GroupSettings
+from drc.replicator.group_store import ZkGroupStore
 from drc.replicator.heartbeat import (
     HeartbeatWriter,
     NoWritableServer,
@@ -76,6 +82,9 @@ class ReplicatorService:
     trigger_guard: LocalTriggerGuard | None = None  # guards triggers created here
     desk: ChannelDesk | None = None  # channel control (set by the node when it runs channels)
     group: GroupMemberRunner | None = None  # with [group]: follows or leads (and captures)
+    # this host's clock, for lag (drc.core.heartbeat); tests set one that runs off (clock skew)
+    wall_clock: Callable[[], float] = time.time
+    groups: GroupService | None = None  # consumer groups, served by the API
 
     def run_capture(self, stop: threading.Event) -> None:
         """Capture (or, in a group, follow or lead) until ``stop``; a fatal error is kept (the
@@ -90,15 +99,23 @@ class ReplicatorService:
             raise
 
     def start_api(self) -> ApiServer:
-        """Serve the pull API on the configured address in this process; returns the server."""
+        """Serve the pull API on the configured address in this process, and rebalance its
+        consumer groups while it leads; returns the server."""
         if self.config is None:
             raise RuntimeError("start_api needs the service built from a config")
-        self.api = build_api(self.config, self).start()
+        api, groups, stop = build_api(self.config, self)
+        self.groups = groups
+        self.api = api.start()
+        threading.Thread(
+            target=groups.run_rebalancer, args=(stop,), name="drc-group-rebalancer", daemon=True
+        ).start()
         return self.api
 
     def close(self) -> None:
         if self.api is not None:  # first: no request may read a closed buffer
             self.api.stop()
+        if self.groups is not None:
+            self.groups.close()
         if self.trigger_guard is not None:
             self.trigger_guard.close()
         self.buffer.close()
@@ -268,23 +285,64 @@ def catchup_finisher(config: DrcConfig) -> Callable[[ChannelConfig], FinishRun]:
     return finisher
 
 
-def build_heartbeat(config: DrcConfig) -> HeartbeatWriter | None:
-    """This datacenter's heartbeat writer (drc.replicator.heartbeat), None when turned off."""
+def build_heartbeat(
+    config: DrcConfig, wall_clock: Callable[[], float] = time.time
+) -> HeartbeatWriter | None:
+    """This datacenter's heartbeat writer (drc.replicator.heartbeat), None when turned off;
+    ``wall_clock`` stamps the beats."""
     interval = config.replicator.heartbeat_interval_s
     if not interval:
         return None
     servers = _source_servers(config)
     if servers is not None:
         return HeartbeatWriter(
-            config.datacenter.name, writable_connector(servers), interval, writable_only=True
-        )
+            config.datacenter.name, writable_connector(servers), interval, writable_only=True,
+            wall_clock=wall_clock,
+        )  # fmt: skip
     settings = target_settings(config.target_or_source())
-    return HeartbeatWriter(config.datacenter.name, connector(settings), interval)
+    return HeartbeatWriter(
+        config.datacenter.name, connector(settings), interval, wall_clock=wall_clock
+    )
 
 
-def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
-    """The API server for ``service`` (not started); tokens are read from config here, once."""
+def build_groups(config: DrcConfig, service: ReplicatorService) -> GroupService:
+    """Consumer groups: kept in ZooKeeper in a replicator group (every member serves them, a
+    failover keeps them), in memory for a lone replicator; rebalanced by the leader."""
+    group = config.group
+    store: GroupStore = (
+        MemoryGroupStore()
+        if group is None
+        else ZkGroupStore(
+            group.zookeeper, group.group_path(config.datacenter.name), group.session_timeout_s
+        )
+    )
+    member = service.group
+
+    def configured(group: ConsumerGroupConfig) -> Callable[[], GroupSpec]:
+        def spec() -> GroupSpec:
+            newest = service.buffer.last_scn
+            start = group.after or str(newest if newest is not None else SCN.zero())
+            return GroupSpec(
+                group.name, ",".join(group.tables), group.rows or None, group.partitioning,
+                group.ranges, group.heartbeat_timeout_s, start, group.skip_drc,
+            )  # fmt: skip
+
+        return spec
+
+    return GroupService(
+        store,
+        lambda: member is None or member.role == "leader",
+        configured=[configured(g) for g in config.consumer_groups],
+    )
+
+
+def build_api(
+    config: DrcConfig, service: ReplicatorService
+) -> tuple[ApiServer, GroupService, threading.Event]:
+    """The API server for ``service`` (not started), its consumer groups and the event that
+    stops both; tokens are read from config here, once."""
     api = config.api
+    groups = build_groups(config, service)
     deps = ApiDeps(
         buffer=service.buffer,
         metastore=service.metastore,
@@ -306,8 +364,10 @@ def build_api(config: DrcConfig, service: ReplicatorService) -> ApiServer:
         failures=lambda: [] if service.failures is None else service.failures(),
         heartbeat=lambda: None if service.heartbeat is None else service.heartbeat(),
         drc_applied=config.replicator.drc_applied,
+        wall_clock=service.wall_clock,
+        groups=groups,
     )
-    return _server(config, deps, api.port)
+    return _server(config, deps, api.port), groups, deps.stop
 
 
 def build_apply_api(

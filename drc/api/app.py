@@ -12,6 +12,8 @@ Endpoints (all but /healthz need a bearer token when tokens are configured)::
     GET /v1/segments[?after=S][&to=S]             the buffer's segments: SCN range, size, sha256
     GET /v1/segments/{name}                       one segment's bytes, with Range (resumable)
     GET /v1/history?after=S&upto=U                schema history entries (group followers)
+    /v1/groups[/...]                              consumer groups: create, join, heartbeat,
+                                                  range pulls, commits (drc.api.groups)
     GET /metrics                                  Prometheus text format
     GET /v1/wait?gtid=G[&timeout_ms=T][&channel=C]  200 once this process's channels applied
                                                   source GTID G, 408 after T (drc.api.waits)
@@ -39,6 +41,7 @@ from drc.api import (
     control,
     errors,
     events,
+    groups,
     health,
     history,
     schema,
@@ -69,7 +72,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     if deps.buffer is not None:
         app.state.commits = CommitSignal(deps.buffer, deps.stop)
         app.state.segment_sums = Checksums()
-        for module in (events, stream, schema, history, segments):
+        for module in (events, stream, schema, history, segments, groups):
             app.include_router(module.router)
     app.state.applied = waits.AppliedSignal()
     for module in (status, health, ui, control, waits):

@@ -33,6 +33,7 @@ from drc.api.pullquery import Limits, Selection
 from drc.core.codec import decode_transaction, encode_transaction, peek_tables, rows_omitted
 from drc.core.errors import CorruptRecordError
 from drc.core.events import Transaction
+from drc.core.range_filter import Barrier
 from drc.core.scn import SCN
 from drc.eventbuffer.reader import Record
 
@@ -77,8 +78,11 @@ class Item:
         return self._txn
 
 
-def select(group: Sequence[Record], selection: Selection) -> list[Item]:
-    """The records to send for one stored transaction (its records, in order)."""
+def select(
+    group: Sequence[Record], selection: Selection, previous: SCN | None = None
+) -> list[Item]:
+    """The records to send for one stored transaction (its records, in order); ``previous``
+    is the SCN examined before it. Raises Barrier (a group range's, see Selection.ranges)."""
     if selection.refuses_markers:
         _refuse_markers(group)
     if selection.passes_everything:
@@ -94,7 +98,7 @@ def select(group: Sequence[Record], selection: Selection) -> list[Item]:
         return []
     kept: list[Item] = []
     for record, txn in zip(group, txns, strict=True):
-        narrowed = selection.narrow(txn)
+        narrowed = selection.narrow(txn, previous)
         # The last fragment closes the transaction for the subscriber: sent once any was.
         if (
             narrowed.changes
@@ -138,6 +142,7 @@ class BatchBuilder:
         # the next batch. Kept up to date rather than computed: the loop over transactions
         # reads it for each.
         self.full = False
+        self.barrier: Barrier | None = None  # a group range waits for other ranges here
 
     def add(self, records: Sequence[Record]) -> None:
         """Take whole transactions from ``records`` (which follow ``next``) until full."""
@@ -148,7 +153,12 @@ class BatchBuilder:
                 return
             if group[0].scn <= self.next:
                 raise ValueError(f"records at {group[0].scn} do not follow {self.next}")
-            items = select(group, self.selection)
+            try:
+                items = select(group, self.selection, self.next)
+            except Barrier as barrier:  # answered as it stands: nothing at or after it
+                self.barrier = barrier
+                self.full = True
+                return
             if items and not self._fits(items):
                 self.full = True
                 return

@@ -21,6 +21,7 @@ from fastapi import Depends, Request
 
 from drc.api.budget import ReaderBudget
 from drc.api.errors import ApiError
+from drc.api.group_service import GroupService
 from drc.api.longpolls import LongPollGate
 from drc.api.metrics import ApiMetrics
 from drc.api.pagecache import PageCache
@@ -101,6 +102,8 @@ class ApiDeps:
     drc_applied: str = "full"
     failures: Callable[[], list[tuple[str, BaseException]]] | None = None  # stopped components
     heartbeat: Callable[[], dict[str, Any] | None] | None = None  # drc.replicator.heartbeat
+    # Consumer groups (drc.api.group_service); None: /v1/groups answers 404.
+    groups: GroupService | None = None
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time

@@ -51,7 +51,7 @@ READ_FAILURES = (RowsOmitted, EpochMismatch, ScnTooOldError, RetriableError, Row
 @router.get(wire.PATH_EVENTS)
 async def get_events(request: Request, deps: Deps) -> Response:
     query = request_query(request, deps)
-    records = _wants_records(request.headers.get("accept"))
+    records = wants_records(request.headers.get("accept"))
     compress = records and wire.accepts_compression(request.headers.get(wire.HEADER_COMPRESSION))
     commits: CommitSignal = request.app.state.commits
     caller: str = request.state.caller
@@ -106,7 +106,7 @@ class FastPath:
         await response(scope, receive, send)
 
 
-def _wants_records(header: str | None) -> bool:
+def wants_records(header: str | None) -> bool:
     media = accept.choose(header, OFFERED)
     if media is None:
         raise ApiError(

@@ -24,6 +24,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from drc.api import wire
 from drc.api.deps import ApiDeps, Deps, caller, require_token
 from drc.api.errors import ApiError
+from drc.api.groups import group_families
 from drc.api.metrics import CONTENT_TYPE, Family, api_families, render
 from drc.api.status import CAPTURE_COUNTERS, buffer_status, capture_lag
 from drc.core.errors import DrcError
@@ -99,6 +100,7 @@ async def get_metrics(deps: Deps) -> Response:
 def metrics_text(deps: ApiDeps) -> str:
     families = buffer_families(deps) + capture_families(deps) + lww_families(deps)
     families += heartbeat_families(deps) + apply_families(deps) + verify_families(deps)
+    families += group_families(deps)
     held = Family("drc_api_long_polls", "gauge", "Pulls holding a long-poll slot now").add(
         deps.long_polls.held
     )

@@ -52,11 +52,27 @@ class PageCache(Generic[P]):
         self.hits = 0
         self.reads = 0
 
-    async def get(self, key: Hashable, read: Callable[[], Awaitable[P]]) -> P:
+    def ready(self, key: Hashable) -> P | None:
+        """The page, if it is kept."""
         page = self._pages.get(key)
         if page is not None:
             self._pages.move_to_end(key)
             self.hits += 1
+        return page
+
+    def reading(self, key: Hashable) -> bool:
+        """Whether a stream is reading the page now (:meth:`get` waits for that read)."""
+        return key in self._pending
+
+    def keep(self, key: Hashable, page: P) -> None:
+        """A page read outside :meth:`get` (on the event loop, at once)."""
+        self.reads += 1
+        if key not in self._pages:
+            self._keep(key, page)
+
+    async def get(self, key: Hashable, read: Callable[[], Awaitable[P]]) -> P:
+        page = self.ready(key)
+        if page is not None:
             return page
         pending = self._pending.get(key)
         if pending is not None:

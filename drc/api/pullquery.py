@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from drc.core.errors import MalformedScnError, shown
 from drc.core.events import RowChange, Transaction
+from drc.core.range_filter import RangeFilter
 from drc.core.rowfilter import PerTable, Predicate, RowFilterError, filtered, parse
 from drc.core.scn import SCN
 from drc.core.selection import selects_ddl
@@ -116,6 +117,9 @@ class Selection:
     skip_drc: bool = False
     markers: bool = False  # takes records stored without their rows (drc_applied=marker)
     rows: PerTable[Predicate] | None = field(default=None, compare=False)
+    # A consumer group's range (drc.api.groups): its row changes only, no DDL; raises
+    # drc.core.range_filter.Barrier before a key moved in from a range not yet past it.
+    ranges: RangeFilter | None = field(default=None, compare=False)
 
     @property
     def refuses_markers(self) -> bool:
@@ -124,7 +128,12 @@ class Selection:
     @property
     def passes_everything(self) -> bool:
         """Every stored record is sent as stored: no record's content is read."""
-        return self.tables.matches_everything and not self.skip_drc and self.rows is None
+        return (
+            self.tables.matches_everything
+            and not self.skip_drc
+            and self.rows is None
+            and self.ranges is None
+        )
 
     def whole(self, peeks: Sequence[Peek]) -> bool | None:
         """From the peeks of a transaction's records: False to drop it, True to send its records
@@ -132,9 +141,17 @@ class Selection:
         decoded rows tell (:meth:`drops`, :meth:`narrow`)."""
         if self.skip_drc and any(drc for drc, _tables, _ddl in peeks):
             return False
+        if self.ranges is not None:
+            return None
         match = self.tables.matches
         rows = self.rows
-        for _drc, tables, ddl in peeks:
+        last = len(peeks) - 1
+        for index, (_drc, tables, ddl) in enumerate(peeks):
+            if not tables and not ddl and 0 < index == last:
+                # The empty last fragment of a large transaction (capture flushed its rows at
+                # the fragment limit before the commit): sent anyway once the others are, as
+                # narrowing would, so it must not cost a decode of every row before it.
+                continue
             if ddl or not tables or not all(match(db, table) for db, table in tables):
                 return None
             if rows is not None and any(rows.get(db, table) for db, table in tables):
@@ -145,8 +162,15 @@ class Selection:
         """Whether a decoded transaction (its fragments) is left out whole."""
         return self.skip_drc and any(t.drc_originated for t in txns)
 
-    def narrow(self, txn: Transaction) -> Transaction:
-        """``txn`` with only the wanted row changes and DDL (``txn`` itself if all are)."""
+    def narrow(self, txn: Transaction, previous: SCN | None = None) -> Transaction:
+        """``txn`` with only the wanted row changes and DDL (``txn`` itself if all are);
+        ``previous`` is the SCN examined before it (a group range's barrier)."""
+        txn = self._narrow(txn)
+        if self.ranges is not None:
+            txn = self.ranges.narrow(txn, txn.scn if previous is None else previous)
+        return txn
+
+    def _narrow(self, txn: Transaction) -> Transaction:
         tables = self.tables
         if not tables.matches_everything:
             match = tables.matches

@@ -28,6 +28,8 @@ has ``verify``: its periodic verify (drc.verify.schedule: state, runs by result,
 run's times, error and per-table rows and differences, the next run's time).
 
 A ``drc run --role apply`` process has no buffer: ``buffer``, ``lag`` and ``capture`` are null.
+``consumer_groups`` (null where none are served): each group's ``name``, ``members``, its
+``ranges`` counted by state (open, closing, closed) and ``oldest_checkpoint``.
 ``hot_path``: whether the compiled decoder and codec run (drc.native: ``compiled``, the
 ``DRC_COMPILED`` ``setting``, and the ``reason``, e.g. a build that is stale after an upgrade).
 """
@@ -43,7 +45,7 @@ from drc import native
 from drc.api import wire
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
-from drc.core.errors import ScnTooOldError
+from drc.core.errors import RetriableError, ScnTooOldError
 from drc.core.heartbeat import lag_seconds
 from drc.eventbuffer.position import scn_before
 
@@ -96,7 +98,19 @@ def status(deps: ApiDeps) -> dict[str, Any]:
         "lww": deps.protection() if deps.protection is not None else None,
         "channels": deps.channels() if deps.channels is not None else [],
         "hot_path": hot_path(),
+        "consumer_groups": consumer_groups(deps),
     }
+
+
+def consumer_groups(deps: ApiDeps) -> list[dict[str, Any]] | dict[str, str] | None:
+    """Each consumer group (drc.api.group_service.GroupService.summary); null where none are
+    served, ``{"error"}`` when their store (ZooKeeper) does not answer."""
+    if deps.groups is None:
+        return None
+    try:
+        return deps.groups.summary()
+    except RetriableError as exc:
+        return {"error": str(exc)}
 
 
 def hot_path() -> dict[str, Any]:

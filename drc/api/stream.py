@@ -11,7 +11,8 @@ long-poll slot held for the whole stream (429/503), the epoch (409), an SCN olde
 buffer (410), DRC-applied transactions without their rows (409). Later the stream reads after
 the last ``next`` it sent, woken by the same commit signal as long polls
 (:class:`drc.api.commits.CommitSignal`), and sends a batch frame as soon as a scan finds
-matching transactions, or a heartbeat when none went out for ``wait_ms``.
+matching transactions, or a heartbeat when none went out for ``wait_ms``, also while a scan
+lasts longer than that (a large transaction: the reader's read timeout must not give it up).
 
 It ends with an END frame when the server stops, when its replicator group's term or this
 member's role changes (a deposed leader's stream stops: the subscriber reconnects, and asks
@@ -31,9 +32,10 @@ it is.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import ExitStack
 from typing import Any
 
@@ -69,16 +71,29 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     held = ExitStack()
     held.enter_context(deps.long_polls.slot(request.state.caller))  # 429 / 503
     compress = wire.accepts_compression(request.headers.get(wire.HEADER_COMPRESSION))
+    scanning: asyncio.Task[Scanned] | None = None
     try:
         if not await deps.budget.admit(PULL_ADMIT_S):
             raise memory_full(deps)
         stream = StreamLoop(deps, request.app.state.commits, query, compress=compress)
         held.callback(stream.charge.close)
-        first = await stream.scan()
+        # The pull's statuses come before the first byte, but a first scan that reads a large
+        # transaction would keep the reader waiting past its read timeout (drc.client.http):
+        # one longer than a heartbeat period goes on in the 200's body, with heartbeats.
+        ready = stream.begin_scan()
+        first: Scanned | asyncio.Task[Scanned]
+        if isinstance(ready, Scanned):
+            first = ready
+        else:
+            scanning = asyncio.ensure_future(ready)
+            await asyncio.wait({scanning}, timeout=stream.heartbeat_s)
+            first = scanning.result() if scanning.done() else scanning
     except READ_FAILURES as exc:
         held.close()
         return pull_failure(deps, query, exc).response()
     except BaseException:
+        if scanning is not None:
+            scanning.cancel()
         held.close()
         raise
     headers = {wire.HEADER_EPOCH: stream.buffer.epoch}
@@ -122,35 +137,76 @@ class StreamLoop:
         self._shared = self.query.selection.rows is None  # else selections do not compare
 
     async def scan(self) -> Scanned:
-        """Read what follows ``next`` and render it; raises the pull's read failures. A scan
-        that is more than a few records reads and renders in a worker thread, as pulls do;
-        streams asking for the same page share one read (:mod:`drc.api.pagecache`).
-        The page is charged to the reader budget until :meth:`run` has written it."""
-        if self._epoch is not None or not self._shared:
-            scanned = await self._read()
-        else:
+        """Read what follows ``next`` and render it; raises the pull's read failures."""
+        ready = self.begin_scan()
+        return ready if isinstance(ready, Scanned) else await ready
+
+    def begin_scan(self) -> Scanned | Coroutine[Any, Any, Scanned]:
+        """The page after ``next``, if it is there at once (a few records read on the event
+        loop, or a page another stream read: :mod:`drc.api.pagecache`), else the coroutine
+        that reads it (in a worker thread, as pulls do, or waiting for another stream's read).
+        Either way it is charged to the reader budget until :meth:`run` has written it."""
+        pages = self.deps.pages
+        key = None
+        if self._epoch is None and self._shared:
             key = (self.next, self.buffer.last_scn, self.query.selection, self.query.limits)
-            scanned = await self.deps.pages.get(key, self._read)
-        self.charge.add(len(scanned.records))
-        return scanned
+            page = pages.ready(key)
+            if page is not None:
+                return self._charged(page)
+            if pages.reading(key):
+                return self._charge_after(pages.get(key, self._read))
+        state, inline = self._scan_inline()
+        if inline is not None:
+            if key is not None:
+                pages.keep(key, inline)
+            return self._charged(inline)
+        reading = self._scan_in_thread(state)
+        return self._charge_after(reading if key is None else pages.get(key, lambda: reading))
+
+    def _charged(self, page: Scanned) -> Scanned:
+        self.charge.add(page.size)
+        return page
+
+    async def _charge_after(self, reading: Awaitable[Scanned]) -> Scanned:
+        return self._charged(await reading)
 
     async def _read(self) -> Scanned:
+        """The page read by this stream (when the one sharing it failed)."""
+        state, inline = self._scan_inline()
+        return inline if inline is not None else await self._scan_in_thread(state)
+
+    def _scan_inline(self) -> tuple[Pull, Scanned | None]:
+        """The scan, if a few records made it (no await: on the event loop)."""
         query = dataclasses.replace(self.query, after=self.next, epoch=self._epoch)
         state = Pull(self.buffer, query)
         self._epoch = None
         if state.scan_inline():
-            return Scanned.of(state)
-        limiter = self.deps.long_poll_limiter
-        return await anyio.to_thread.run_sync(_scan, state, limiter=limiter)
+            return state, Scanned.of(state)
+        return state, None
 
-    async def run(self, first: Scanned, send: SendBytes, writable: Writable) -> None:
-        """Send frames from ``first`` (the first scan) on, until the stream must end;
-        ``writable`` returns once what was sent has left the transport's buffer."""
+    async def _scan_in_thread(self, state: Pull) -> Scanned:
+        return await anyio.to_thread.run_sync(_scan, state, limiter=self.deps.long_poll_limiter)
+
+    async def run(
+        self, first: Scanned | asyncio.Task[Scanned], send: SendBytes, writable: Writable
+    ) -> None:
+        """Send frames from ``first`` (the first scan, or the task still making it) on, until
+        the stream must end; ``writable`` returns once what was sent has left the transport's
+        buffer."""
         metrics = self.deps.metrics
         budget = self.deps.budget
-        last_sent = self._clock()
-        scanned: Scanned | None = first
+        try:
+            scanned: Scanned | None = (
+                first if isinstance(first, Scanned) else await self._beating(send, first)
+            )
+        except READ_FAILURES as exc:
+            await send(_end(pull_failure(self.deps, self.query, exc)))
+            return
+        except DrcError as exc:  # the buffer closed under the first scan
+            await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
+            return
         del first  # held by ``scanned`` alone, so dropped once sent
+        last_sent = self._clock()
         more = False
         while True:
             ending = self._ending()
@@ -180,7 +236,10 @@ class StreamLoop:
                 if not await budget.admit(max(min(due, STOP_CHECK_S), 0)):
                     more = True  # read as soon as there is room; a heartbeat when due
                     continue
-                scanned = await self.scan()
+                ready = self.begin_scan()
+                if not isinstance(ready, Scanned):  # a long read (a large transaction?)
+                    ready = await self._beating(send, ready, self.newest)  # heartbeats meanwhile
+                scanned = ready
             except READ_FAILURES as exc:
                 query = dataclasses.replace(self.query, after=self.next)
                 failure = pull_failure(self.deps, query, exc)
@@ -204,6 +263,37 @@ class StreamLoop:
             await send(data[start : start + CHUNK_BYTES])
         self.charge.sent(scanned.size)
         self.deps.metrics.served(scanned.count, scanned.size)
+
+    async def _beating(
+        self, send: SendBytes, scanning: Awaitable[Scanned], newest: SCN | None = None
+    ) -> Scanned:
+        """The scan ``scanning`` makes, with a heartbeat every ``heartbeat_s`` while it lasts.
+        Reading a large transaction takes seconds (a million rows: about 2 s), and a reader
+        gives a silent stream up after a few heartbeat periods (drc.client.http): it would ask
+        again for the same transaction, and again, never getting it."""
+        scanned: list[Scanned] = []
+        failed: list[Exception] = []
+        done = anyio.Event()
+        next_scn = self.next
+
+        async def scan() -> None:
+            try:
+                scanned.append(await scanning)
+            except Exception as exc:  # raised below, in the stream's own task
+                failed.append(exc)
+            finally:
+                done.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(scan)
+            while not done.is_set():
+                with anyio.move_on_after(self.heartbeat_s):
+                    await done.wait()
+                if not done.is_set():
+                    await send(streamwire.heartbeat_frame(next_scn, newest))
+        if failed:
+            raise failed[0]
+        return scanned[0]
 
     def _ending(self) -> bytes | None:
         if self.deps.stop.is_set():
@@ -282,11 +372,15 @@ class StreamResponse(StreamingResponse):
     long-poll slot in ``held`` is given back when it ends."""
 
     def __init__(
-        self, loop: StreamLoop, first: Scanned, held: ExitStack, headers: dict[str, str]
+        self,
+        loop: StreamLoop,
+        first: Scanned | asyncio.Task[Scanned],
+        held: ExitStack,
+        headers: dict[str, str],
     ) -> None:
         super().__init__(_empty(), headers=headers, media_type=streamwire.MEDIA_STREAM)
         self._loop = loop
-        self._first: Scanned | None = first
+        self._first: Scanned | asyncio.Task[Scanned] | None = first
         self._held = held
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -304,7 +398,7 @@ class StreamResponse(StreamingResponse):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tasks.cancel_scope.cancel()
 
-    def _take_first(self) -> Scanned:
+    def _take_first(self) -> Scanned | asyncio.Task[Scanned]:
         first, self._first = self._first, None
         assert first is not None
         return first

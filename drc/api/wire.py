@@ -54,6 +54,7 @@ PATH_HISTORY = "/v1/history"  # ?after=S&upto=U: metastore entries, for group fo
 PATH_METRICS = "/metrics"
 PATH_HEALTH = "/healthz"
 PATH_PEERS = "/v1/peers"
+PATH_GROUPS = "/v1/groups"  # consumer groups (drc.api.groups)
 PATH_UI = "/ui"
 PATH_UI_SCRIPT = "/ui.js"  # the status page's script (its own file: no inline script runs)
 
@@ -78,6 +79,10 @@ MIN_COMPRESS_BYTES = 512
 # tens of MB; this bounds what a damaged or hostile answer can make a client allocate).
 MAX_UNCOMPRESSED_BYTES = 1 << 30
 _SIZE = struct.Struct("<I")
+# A group range's pull stopped by the per-key barrier (drc.core.range_filter): the ranges,
+# comma-separated, whose checkpoints it waits for.
+HEADER_WAITING = "X-DRC-Waiting"
+ERROR_STALE_ASSIGNMENT = "stale_assignment"  # 409: the range is not yours at that version
 
 # GET /v1/segments takes an SCN range: after (drc.api.pullquery.PARAM_AFTER, as a pull) and to.
 PARAM_TO = "to"

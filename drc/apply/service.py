@@ -264,11 +264,13 @@ def build_channels(
     *,
     finish: Callable[[ChannelConfig], FinishRun] | None = None,
     hold_on_error: bool = False,
+    wall_clock: Callable[[], float] = time.time,
 ) -> list[ApplyChannel]:
     """One ApplyChannel per ``[[channels]]`` entry (or only those named), writing into
     ``[target]``, or into the ``[source]`` database when there is no [target]. ``finish``:
     how a channel finishes its interrupted catch-up run (drc.runtime.finishing);
-    ``hold_on_error``: see :func:`build_parts` (channels an operator controls: drc run)."""
+    ``hold_on_error``: see :func:`build_parts` (channels an operator controls: drc run);
+    ``wall_clock``: this host's clock, for lag."""
     unknown = set(names) - {c.name for c in config.channels}
     if unknown:
         known = ", ".join(c.name for c in config.channels) or "none"
@@ -282,6 +284,7 @@ def build_channels(
             datacenter=config.datacenter.name,
             finish=None if finish is None else finish(channel),
             hold_on_error=hold_on_error,
+            wall_clock=wall_clock,
         )  # fmt: skip
         for channel in config.channels
         if not names or channel.name in names

@@ -14,6 +14,7 @@ from drc.cli.config import config
 from drc.cli.conflicts import conflicts
 from drc.cli.conflicts_resolve import resolve as _resolve  # noqa: F401  (registers it)
 from drc.cli.demo import demo
+from drc.cli.groups import groups
 from drc.cli.replicator import replicator
 from drc.cli.run import run
 from drc.cli.sandbox import sandbox
@@ -48,6 +49,7 @@ cli.add_command(demo)
 cli.add_command(conflicts)
 cli.add_command(config)
 cli.add_command(channel)
+cli.add_command(groups)
 cli.add_command(catchup)
 cli.add_command(snapshot)
 cli.add_command(verify)

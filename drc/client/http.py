@@ -150,6 +150,11 @@ def get_events(
     accept = wire.MEDIA_RECORDS if binary else wire.MEDIA_JSON
     target = url + wire.PATH_EVENTS
     response = send(client, target, params, accept, timeout, token)
+    return events_page(response, url)
+
+
+def events_page(response: httpx.Response, url: str) -> Page:
+    """The page an events answer (of /v1/events or a group range's pull) holds."""
     if response.headers.get("content-type", "").startswith(wire.MEDIA_RECORDS):
         return _records_page(response, url)
     return _json_page(_json(response, url), url)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -181,14 +182,21 @@ wait_ms = 100
 
 
 @contextmanager
-def running_nodes(configs: dict[str, Path]) -> Iterator[dict[str, Any]]:
+def running_nodes(
+    configs: dict[str, Path], clocks: dict[str, Callable[[], float]] | None = None
+) -> Iterator[dict[str, Any]]:
     """Each datacenter's ``drc run`` (drc.node.Node, role all) in this process, stopped and
-    closed on exit; yields the nodes by datacenter."""
+    closed on exit; yields the nodes by datacenter. ``clocks``: a datacenter's wall clock, when
+    not the real one (clock skew)."""
     from drc.config import load_config
     from drc.node import Node
 
     stop = threading.Event()
-    nodes = {dc: Node(load_config(path)) for dc, path in configs.items()}
+    clocks = clocks or {}
+    nodes = {
+        dc: Node(load_config(path), wall_clock=clocks.get(dc, time.time))
+        for dc, path in configs.items()
+    }
     try:
         for node in nodes.values():
             node.start(stop)

@@ -60,6 +60,28 @@ def test_a_transaction_kept_whole_is_not_decoded(monkeypatch: pytest.MonkeyPatch
     assert select(records(drc), Selection(ORDERS, skip_drc=True)) == []
 
 
+def test_a_large_transaction_ending_in_an_empty_fragment_is_not_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Capture flushes a large transaction's rows at the fragment limit, so its last fragment
+    may hold none; that alone must not make every pull decode all its rows (a million rows
+    took 20 s a scan, longer than a stream's read timeout: the channel never got them)."""
+    first = dataclasses.replace(txn(1, ins("orders", 1)), last_fragment=False)
+    second = dataclasses.replace(txn(1, ins("orders", 2)), fragment=1, last_fragment=False)
+    empty = dataclasses.replace(txn(1), fragment=2)
+    group = records(first, second, empty)
+    monkeypatch.setattr(batching, "decode_transaction", None)  # any decode would fail
+    items = select(group, Selection(ORDERS, skip_drc=True))
+    assert [item.record() for item in items] == [r.payload for r in group]
+    assert all(not item.changed for item in items)
+
+
+def test_an_empty_first_fragment_still_needs_its_rows_read() -> None:
+    empty = dataclasses.replace(txn(1), last_fragment=False)
+    other = dataclasses.replace(txn(1, ins("items", 2)), fragment=1)
+    assert select(records(empty, other), Selection(ORDERS)) == []
+
+
 def test_without_a_filter_records_pass_through_undecoded() -> None:
     garbage = Record(scn(1), b"not a codec record", 0, False, 0, 0)
     (item,) = select([garbage], Selection())

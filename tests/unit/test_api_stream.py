@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from drc.api import streamwire, wire
+from drc.api import stream, streamwire, wire
 from drc.api.budget import CHUNK_BYTES, ReaderBudget
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
@@ -191,6 +191,39 @@ def test_batches_as_they_commit_and_heartbeats_past_filtered_out_ones(
     assert nexts == sorted(nexts)
 
 
+def test_a_scan_outlasting_the_heartbeat_period_sends_heartbeats_meanwhile(
+    buffer: EventBuffer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a large transaction takes seconds; silence that long makes a reader give the
+    stream up (its read timeout) and ask for the same transaction again, for ever."""
+    store(buffer, txn(1, ins("orders", 1)))
+    loop = make_loop(buffer, wait_ms="100")
+    send = Recorder()
+    quick = stream._scan
+
+    def slow(state: Any) -> Any:
+        time.sleep(0.6)  # six heartbeat periods
+        return quick(state)
+
+    async def main() -> None:
+        first = await loop.scan()
+        monkeypatch.setattr(stream, "_scan", slow)
+        # more than a scan on the event loop reads (drc.api.pull.INLINE_RECORDS): a thread's
+        store(buffer, *(txn(n, ins("orders", n)) for n in range(2, 100)))
+        try:
+            async with asyncio.timeout(1.0):
+                await loop.run(first, send, send.writable)
+        except TimeoutError:
+            pass
+
+    asyncio.run(main())
+    shown = [f.transactions[0].scn if f.transactions else None for f in send.frames]
+    assert scn(1) in shown and scn(2) in shown
+    between = shown[shown.index(scn(1)) + 1 : shown.index(scn(2))]
+    assert len(between) >= 2 and set(between) == {None}, shown
+    assert all(f.next == scn(1) for f in send.frames[1 : 1 + len(between)])
+
+
 def test_a_slow_client_holds_the_stream_to_one_frame(buffer: EventBuffer) -> None:
     store(buffer, *(txn(n, ins("orders", n)) for n in range(1, 201)))
     loop = make_loop(buffer, max_events="10")
@@ -337,3 +370,41 @@ def test_streams_at_one_position_share_the_page_and_its_compressed_frame(
     asyncio.run(main())
     assert [s.scns() for s in sends] == [[scn(n) for n in range(1, 41)]] * 3
     assert deps.budget.snapshot()["held"] == 0
+
+
+def test_a_first_scan_still_running_is_sent_after_heartbeats_and_its_failure_as_an_end(
+    buffer: EventBuffer,
+) -> None:
+    """get_stream answers 200 when the first scan outlasts a heartbeat period (a large
+    transaction would keep the reader waiting for the headers past its read timeout): the loop
+    then beats until that scan is done, and ends with the pull's status if it failed."""
+    store(buffer, txn(1, ins("orders", 1)))
+    loop = make_loop(buffer, wait_ms="100")
+    send = Recorder()
+
+    async def slow(failure: Exception | None = None) -> Any:
+        await asyncio.sleep(0.5)
+        if failure is not None:
+            raise failure
+        return await loop.scan()
+
+    async def main(failure: Exception | None = None) -> None:
+        try:
+            async with asyncio.timeout(1.0):
+                await loop.run(asyncio.ensure_future(slow(failure)), send, send.writable)
+        except TimeoutError:
+            pass
+
+    asyncio.run(main())
+    shown = [f.transactions[0].scn if f.transactions else None for f in send.frames]
+    first = shown.index(scn(1))
+    assert first >= 2 and set(shown[:first]) == {None}, shown
+    assert all(f.next == loop.query.after for f in send.frames[:first]), "none passed yet"
+
+    from drc.core.errors import ScnTooOldError
+
+    send = Recorder()
+    asyncio.run(main(ScnTooOldError("gone", scn(1))))
+    end = send.frames[-1].end
+    assert end is not None and end["status"] == 410 and end["error"] == wire.ERROR_SCN_TOO_OLD
+    assert len(send.frames) >= 3, "heartbeats before the end"

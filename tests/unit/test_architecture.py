@@ -30,7 +30,7 @@ CORE_ALLOWED_THIRD_PARTY = {"msgpack"}
 ADAPTER_HOMES = {
     "pymysql": {"mysql", "replicator/source.py", "replicator/binlog", "sandbox"},
     "pymysqlreplication": {"replicator"},
-    "kazoo": {"replicator/group.py", "client/discovery.py"},
+    "kazoo": {"replicator/group.py", "replicator/group_store.py", "client/discovery.py"},
     "fastapi": {"api"},
     "uvicorn": {"api/server.py"},
     "pyspark": {"spark"},

@@ -4,12 +4,15 @@ them, and the heartbeat writer against a scripted connection. No servers."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pymysql
 import pytest
 
 from drc.apply.progress import ChannelProgress
+from drc.apply.service import build_channels
+from drc.config import load_config
 from drc.config_channels import ChannelConfig
 from drc.core.events import Op, RowChange, SchemaChange
 from drc.core.heartbeat import lag_seconds, source_time_ms
@@ -17,8 +20,10 @@ from drc.core.tablefilter import TableFilter
 from drc.core.target_errors import ApplyError
 from drc.replicator.heartbeat import BEAT, SETUP, HeartbeatWriter
 from drc.replicator.source_events import Begin, Commit, Rows
+from drc.runtime import build_heartbeat
 from tests.support.apply_fakes import Harness, batch, ins, target, txn
 from tests.support.assembler import assembler, rows_event, table_schema
+from tests.support.config import BASE, write_config
 
 WALL = 1_700_000_100.0  # the Harness's wall clock
 
@@ -213,3 +218,29 @@ def test_the_writer_stops_when_asked() -> None:
     stop.set()
     thread.join(5)
     assert not thread.is_alive()
+
+
+CHANNEL = """
+[[channels]]
+name = "from_dc2"
+origin = "dc2"
+remote = ["http://127.0.0.1:1"]
+"""
+
+
+def test_a_hosts_clock_given_to_the_composition_root_stamps_beats_and_dates_lag(
+    tmp_path: Path,
+) -> None:
+    """A datacenter whose clock runs off (drc.node.Node ``wall_clock``): its heartbeats carry
+    that clock, and its channels measure lag against it."""
+    config = load_config(write_config(tmp_path, BASE + CHANNEL))
+    writer = build_heartbeat(config, lambda: 12.5)
+    assert writer is not None
+    log: list[tuple[str, Any]] = []
+    writer._connect = lambda: FakeConnection(log)  # no server: the statements are the point
+    writer.beat()
+    assert log[-1][1] == ("dc1", 12_500)
+    [channel] = build_channels(config, wall_clock=lambda: 1000.0)
+    channel.progress.taken(990_000)
+    channel.progress.applied()
+    assert channel.report()["lag_seconds"] == 10.0

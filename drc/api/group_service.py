@@ -1,0 +1,220 @@
+"""Consumer groups as the API serves them: the state kept in a :class:`GroupStore` (ZooKeeper
+in a replicator group, drc.replicator.group_store; memory for a lone replicator or a test),
+changed by compare-and-set of the pure transitions of drc.core.consumer_groups, and the
+rebalancer, which runs only where :attr:`GroupService.leads` says (the replicator leader).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from drc.core.consumer_groups import GroupSpec, GroupState, GroupStateError, valid_name
+from drc.core.errors import RetriableError
+
+log = logging.getLogger(__name__)
+CAS_TRIES = 50
+REBALANCE_EVERY_S = 0.5
+
+
+class GroupStore(Protocol):
+    """Where group states are kept: one versioned blob per group name."""
+
+    def names(self) -> list[str]: ...
+
+    def read(self, name: str) -> tuple[bytes, int] | None:
+        """The group's data and its version (for :meth:`write`); None if there is none."""
+        ...
+
+    def create(self, name: str, data: bytes) -> bool:
+        """False if the group exists."""
+        ...
+
+    def write(self, name: str, data: bytes, version: int) -> bool:
+        """Replace the data if it is still at ``version``; False if it moved (or is gone)."""
+        ...
+
+    def delete(self, name: str) -> bool: ...
+
+    def connected(self) -> bool:
+        """Whether a request would be answered now (status pages must not wait to connect)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class GroupsNotConnected(RetriableError):
+    """The store of consumer groups is not connected (yet)."""
+
+
+class MemoryGroupStore:
+    """A GroupStore in this process (a replicator without [group]; unit tests)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[str, tuple[bytes, int]] = {}
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._data)
+
+    def read(self, name: str) -> tuple[bytes, int] | None:
+        with self._lock:
+            return self._data.get(name)
+
+    def create(self, name: str, data: bytes) -> bool:
+        with self._lock:
+            if name in self._data:
+                return False
+            self._data[name] = (data, 0)
+            return True
+
+    def write(self, name: str, data: bytes, version: int) -> bool:
+        with self._lock:
+            found = self._data.get(name)
+            if found is None or found[1] != version:
+                return False
+            self._data[name] = (data, version + 1)
+            return True
+
+    def delete(self, name: str) -> bool:
+        with self._lock:
+            return self._data.pop(name, None) is not None
+
+    def connected(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def _known_name(name: str) -> str:
+    if not valid_name(name):
+        raise GroupStateError(404, f"no consumer group {name[:80]!r}: create it first")
+    return name
+
+
+class GroupService:
+    """Read and change groups; every change is a compare-and-set retried on a race."""
+
+    def __init__(
+        self,
+        store: GroupStore,
+        leads: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.time,
+        configured: Sequence[Callable[[], GroupSpec]] = (),
+    ) -> None:
+        """``configured``: the groups of the config file ([[consumer_groups]]), each made when
+        the leader first creates it (its start SCN may be the buffer's newest then)."""
+        self.store = store
+        self.leads = leads
+        self._clock = clock
+        self._configured = configured
+        self._ensured = not configured
+
+    def names(self) -> list[str]:
+        return self.store.names()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def get(self, name: str) -> GroupState:
+        found = self.store.read(_known_name(name))
+        if found is None:
+            raise GroupStateError(404, f"no consumer group {name!r}: create it first")
+        return GroupState.from_json(found[0])
+
+    def create(self, spec: GroupSpec) -> GroupState:
+        state = GroupState.new(spec)
+        if not self.store.create(spec.name, state.to_json()):
+            raise GroupStateError(409, f"consumer group {spec.name!r} exists already")
+        return state
+
+    def ensure(self, spec: GroupSpec) -> None:
+        """Create the group unless it exists (a group from the config file)."""
+        self.store.create(spec.name, GroupState.new(spec).to_json())
+
+    def delete(self, name: str) -> None:
+        if not self.store.delete(_known_name(name)):
+            raise GroupStateError(404, f"no consumer group {name!r}")
+
+    def update(self, name: str, change: Callable[[GroupState], GroupState]) -> GroupState:
+        for _ in range(CAS_TRIES):
+            found = self.store.read(_known_name(name))
+            if found is None:
+                raise GroupStateError(404, f"no consumer group {name!r}: create it first")
+            state = GroupState.from_json(found[0])
+            changed = change(state)
+            if changed is state or self.store.write(name, changed.to_json(), found[1]):
+                return changed
+        raise GroupStateError(503, f"consumer group {name!r} is changing too fast: retry")
+
+    def join(self, name: str) -> tuple[str, GroupState]:
+        member = uuid.uuid4().hex[:16]
+        now = self._clock()
+        state = self.update(name, lambda s: s.join(member, now))
+        if self.leads():  # assign at once rather than at the next rebalance
+            state = self.update(name, lambda s: s.rebalance(self._clock()))
+        return member, state
+
+    def heartbeat(self, name: str, member: str, released: list[int]) -> GroupState:
+        now = self._clock()
+        return self.update(name, lambda s: s.heartbeat(member, now, released))
+
+    def rebalance_all(self) -> None:
+        if not self._ensured:
+            for make in self._configured:
+                self.ensure(make())
+            self._ensured = True
+        for name in self.store.names():
+            try:
+                self.update(name, lambda s: s.rebalance(self._clock()))
+            except GroupStateError:
+                pass  # deleted meanwhile
+
+    def summary(self) -> list[dict[str, Any]]:
+        """What /v1/status shows of each group: members, ranges by state, the oldest
+        checkpoint (how far its slowest range is behind). GroupsNotConnected while the store
+        is not connected: a status page never waits for ZooKeeper."""
+        if not self.store.connected():
+            raise GroupsNotConnected("the consumer groups' store (ZooKeeper) is not connected")
+        out = []
+        for name in self.names():
+            try:
+                state = self.get(name)
+            except GroupStateError:
+                continue  # deleted meanwhile
+            states = Counter(r.state for r in state.ranges)
+            oldest = min(state.position(r.index) for r in state.ranges)
+            out.append(
+                {
+                    "name": name,
+                    "members": len(state.members),
+                    "ranges": dict(sorted(states.items())),
+                    "oldest_checkpoint": str(oldest),
+                }
+            )
+        return out
+
+    def run_rebalancer(self, stop: threading.Event, every_s: float = REBALANCE_EVERY_S) -> None:
+        """Rebalance every group while this process leads, until ``stop``."""
+        failing = False
+        while not stop.wait(every_s):
+            try:
+                if self.leads():
+                    self.rebalance_all()
+                elif not self.store.connected():
+                    self.store.names()  # connect here, not in a request
+            except Exception as exc:  # the store is unreachable: the next round tries again
+                if not failing:  # once per outage, not every round
+                    log.warning("consumer group rebalance failed (%s); retrying", exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("consumer group rebalance works again")
+                failing = False
