@@ -107,6 +107,8 @@ class ApiConfig(Section):
     # Long polls waiting at once, in all (then 503) and per bearer token (then 429).
     max_long_polls: int = Field(1000, ge=1, le=100_000)
     max_long_polls_per_token: int = Field(200, ge=1, le=100_000)
+    # What pulls and streams may hold of records read but not yet sent, in all (drc.api.budget).
+    reader_memory_mb: float = Field(512, ge=1)
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from drc.api.app import create_app
+from drc.api.budget import ReaderBudget
 from drc.api.deps import ApiDeps, ChannelDesk
 from drc.api.group_service import GroupService, GroupStore, MemoryGroupStore
 from drc.api.longpolls import LongPollGate, LongPollLimits
@@ -350,6 +351,7 @@ def build_api(
         limits=_limits(config),
         tokens=_tokens(config),
         long_polls=_long_polls(config),
+        budget=_budget(config),
         capture_stats=lambda: service.replicator.stats,
         capture_failure=lambda: service.failure,
         protection=lambda: None if service.protection is None else service.protection(),
@@ -409,6 +411,11 @@ def _limits(config: DrcConfig) -> ServerLimits:
 def _long_polls(config: DrcConfig) -> LongPollGate:
     api = config.api
     return LongPollGate(LongPollLimits(api.max_long_polls, api.max_long_polls_per_token))
+
+
+def _budget(config: DrcConfig) -> ReaderBudget:
+    api = config.api
+    return ReaderBudget(max(1, int(api.reader_memory_mb * (1 << 20))), api.max_long_polls)
 
 
 def _tokens(config: DrcConfig) -> tuple[str, ...]:

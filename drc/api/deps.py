@@ -19,10 +19,12 @@ from typing import Annotated, Any, Protocol
 import anyio
 from fastapi import Depends, Request
 
+from drc.api.budget import ReaderBudget
 from drc.api.errors import ApiError
 from drc.api.group_service import GroupService
 from drc.api.longpolls import LongPollGate
 from drc.api.metrics import ApiMetrics
+from drc.api.pagecache import PageCache
 from drc.api.pull import BackToSource
 from drc.api.pullquery import ServerLimits
 
@@ -106,6 +108,8 @@ class ApiDeps:
     stop: threading.Event = field(default_factory=threading.Event)
     wall_clock: Callable[[], float] = time.time
     long_polls: LongPollGate = field(default_factory=LongPollGate)
+    budget: ReaderBudget = field(default_factory=ReaderBudget)  # [api] reader_memory_mb
+    pages: PageCache[Any] = field(default_factory=PageCache)  # streams' pages, shared
     limiter: anyio.CapacityLimiter = field(
         default_factory=lambda: anyio.CapacityLimiter(PULL_THREADS)
     )

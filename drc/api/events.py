@@ -5,6 +5,11 @@ on the event loop (:class:`drc.api.commits.CommitSignal`), so a waiting long pol
 thread. Pulls that do not wait read under their own thread limiter, never queueing behind long
 polls. A pull about to wait first takes a long-poll slot (:mod:`drc.api.longpolls`: 429/503
 when its token or the server holds too many). A client that hangs up cancels its pull.
+
+A pull reads only once the reader budget has room (:mod:`drc.api.budget`; after
+:data:`drc.api.budget.PULL_ADMIT_S` without room: 503 ``reader_memory_full`` with
+``Retry-After``); what it read is charged to the budget until its answer is written, in pieces
+that each wait for the connection's transport to drain.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from drc.api import accept, pullquery, wire
 from drc.api.batching import RowsOmitted
+from drc.api.budget import CHUNK_BYTES, PULL_ADMIT_S, RETRY_AFTER_S, Charge
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps, Deps, get_deps, require_token
 from drc.api.errors import ApiError
@@ -129,11 +135,33 @@ async def _serve(
     compress: bool,
 ) -> Response:
     # Errors are returned, not raised: the task group would wrap them in an ExceptionGroup.
+    charge = Charge(deps.budget)
     try:
-        batch = await _collect(deps, commits, caller, query)
+        response = await _answer(deps, commits, caller, query, (records, compress), charge)
+    except BaseException:
+        charge.close()
+        raise
+    if not charge.size:
+        return response
+    return ChargedResponse(response, charge)
+
+
+async def _answer(
+    deps: ApiDeps,
+    commits: CommitSignal,
+    caller: str,
+    query: PullQuery,
+    form: tuple[bool, bool],  # records (else JSON), compressed
+    charge: Charge,
+) -> Response:
+    records, compress = form
+    try:
+        batch = await _collect(deps, commits, caller, query, charge)
     except ApiError as exc:
+        charge.close()
         return exc.response()
     except READ_FAILURES as exc:
+        charge.close()
         return pull_failure(deps, query, exc).response()
     if not batch.items or sum(len(i.record()) for i in batch.items) <= INLINE_BYTES:
         return _response(deps, batch, records, compress)  # small: beats a thread hand-off
@@ -141,6 +169,43 @@ async def _serve(
     return await anyio.to_thread.run_sync(
         _response, deps, batch, records, compress, limiter=limiter
     )
+
+
+def memory_full(deps: ApiDeps) -> ApiError:
+    """The 503 for a reader the budget had no room for (counted as shed)."""
+    deps.budget.shed()
+    limit_mb = deps.budget.limit / (1 << 20)
+    return ApiError(
+        503,
+        f"the readers of this server hold all of its reader memory ({limit_mb:g} MB of records "
+        f"read and not yet sent, [api] reader_memory_mb): pull again after {RETRY_AFTER_S}s",
+        code=wire.ERROR_READER_MEMORY_FULL,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+        retry_after_s=RETRY_AFTER_S,
+    )
+
+
+class ChargedResponse(Response):
+    """A pull's answer whose records are charged to the reader budget until written: the body
+    goes out in pieces, each after the transport drained (uvicorn's flow control), so a
+    client that stops reading holds it here, counted, not in an unbounded transport buffer."""
+
+    def __init__(self, answer: Response, charge: Charge) -> None:
+        super().__init__(answer.body, status_code=answer.status_code)
+        self.raw_headers = answer.raw_headers
+        self._charge = charge
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            body = self.body
+            for offset in range(0, len(body), CHUNK_BYTES):
+                piece = body[offset : offset + CHUNK_BYTES]
+                more = offset + CHUNK_BYTES < len(body)
+                await send({"type": "http.response.body", "body": piece, "more_body": more})
+        finally:
+            self._charge.close()
 
 
 def pull_failure(deps: ApiDeps, query: PullQuery, exc: Exception) -> ApiError:
@@ -201,15 +266,21 @@ def rows_omitted_error(found: RowsOmitted | None) -> ApiError:
     )
 
 
-async def _collect(deps: ApiDeps, commits: CommitSignal, caller: str, query: PullQuery) -> Batch:
-    """Scan, and while the query allows, wait for commits and scan again."""
+async def _collect(
+    deps: ApiDeps, commits: CommitSignal, caller: str, query: PullQuery, charge: Charge
+) -> Batch:
+    """Scan, and while the query allows, wait for commits and scan again; what the batch
+    holds is charged to ``charge``."""
     limiter = deps.long_poll_limiter if query.waits else deps.limiter
     state = Pull(deps.pull_buffer(), query)
     with ExitStack() as held:
         slot = False
         while True:
+            if not await deps.budget.admit(PULL_ADMIT_S):
+                raise memory_full(deps)
             if not state.scan_inline():
                 await anyio.to_thread.run_sync(state.scan, limiter=limiter)
+            charge.add(state.builder.bytes - charge.size)
             if state.finished or deps.stop.is_set():
                 return state.batch()
             if not slot:

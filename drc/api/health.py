@@ -104,7 +104,33 @@ def metrics_text(deps: ApiDeps) -> str:
     held = Family("drc_api_long_polls", "gauge", "Pulls holding a long-poll slot now").add(
         deps.long_polls.held
     )
-    return render(families + api_families(deps.metrics) + [held])
+    return render(families + api_families(deps.metrics) + [held] + budget_families(deps))
+
+
+def budget_families(deps: ApiDeps) -> list[Family]:
+    """The reader memory budget (drc.api.budget)."""
+    now = deps.budget.snapshot()
+    return [
+        Family(
+            "drc_api_reader_bytes", "gauge", "Record bytes read for pulls and streams, not yet sent"
+        ).add(now["held"]),
+        Family("drc_api_reader_bytes_peak", "gauge", "Most reader bytes held at once so far").add(
+            now["peak"]
+        ),
+        Family(
+            "drc_api_reader_bytes_limit",
+            "gauge",
+            "The reader memory budget ([api] reader_memory_mb)",
+        ).add(now["limit"]),
+        Family(
+            "drc_api_readers_waiting", "gauge", "Pulls and streams waiting for reader memory now"
+        ).add(now["waiting"]),
+        Family(
+            "drc_api_readers_shed_total",
+            "counter",
+            "Pulls and streams refused 503 for reader memory",
+        ).add(now["shed"]),
+    ]
 
 
 APPLY_COUNTERS = ("transactions", "rows", "ddl", "ddl_skipped", "skipped", "conflicts", "retries")

@@ -19,10 +19,15 @@ member's role changes (a deposed leader's stream stops: the subscriber reconnect
 the group again), or when a read fails (the subscriber reconnects and gets the pull's status
 for it); and at once when the client hangs up.
 
-Back-pressure: the next frame is read from the buffer only once the previous one is handed to
-the server's transport, and uvicorn's ``send`` waits while the connection's write buffer is
-above its high-water mark, so a slow client holds one frame (at most ``max_bytes``, or one
-transaction) and the socket's buffers, however far behind it is.
+Back-pressure and memory (:mod:`drc.api.budget`): a frame's records are written in pieces of
+:data:`drc.api.budget.CHUNK_BYTES`, and uvicorn's ``send`` waits while the connection's write
+buffer is above its high-water mark (64 KiB) before each; the next page is read from the buffer
+only once the last piece has drained from that buffer into the socket (an empty ``send``), and
+only when the reader budget has room (else the stream waits, sending heartbeats). A page is at
+most the budget's share of one stream (:meth:`ReaderBudget.stream_page_bytes`, and the client's
+``max_bytes``) or one transaction. So a client that stopped reading holds one page, charged to
+the budget until it is written, and about two pieces of transport buffer, however far behind
+it is.
 """
 
 from __future__ import annotations
@@ -30,23 +35,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import ExitStack
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from drc.api import streamwire, wire
+from drc.api.budget import CHUNK_BYTES, PULL_ADMIT_S, Charge
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
-from drc.api.events import READ_FAILURES, pull_failure, request_query
+from drc.api.events import READ_FAILURES, memory_full, pull_failure, request_query
 from drc.api.pull import STOP_CHECK_S, Pull, render_records
-from drc.api.pullquery import PullQuery
+from drc.api.pullquery import Limits, PullQuery
 from drc.core.errors import DrcError
 from drc.core.scn import SCN
 
@@ -55,6 +62,7 @@ HEARTBEAT_MS = 1000
 MIN_HEARTBEAT_MS = 50
 
 SendBytes = Callable[[bytes], Awaitable[None]]
+Writable = Callable[[], Awaitable[None]]
 
 
 @router.get(streamwire.PATH_STREAM)
@@ -65,16 +73,19 @@ async def get_stream(request: Request, deps: Deps) -> Response:
     compress = wire.accepts_compression(request.headers.get(wire.HEADER_COMPRESSION))
     scanning: asyncio.Task[Scanned] | None = None
     try:
+        if not await deps.budget.admit(PULL_ADMIT_S):
+            raise memory_full(deps)
         stream = StreamLoop(deps, request.app.state.commits, query, compress=compress)
+        held.callback(stream.charge.close)
         # The pull's statuses come before the first byte, but a first scan that reads a large
         # transaction would keep the reader waiting past its read timeout (drc.client.http):
         # one longer than a heartbeat period goes on in the 200's body, with heartbeats.
-        state, inline = stream._scan_inline()
+        ready = stream.begin_scan()
         first: Scanned | asyncio.Task[Scanned]
-        if inline is not None:
-            first = inline
+        if isinstance(ready, Scanned):
+            first = ready
         else:
-            scanning = asyncio.ensure_future(stream._scan_in_thread(state))
+            scanning = asyncio.ensure_future(ready)
             await asyncio.wait({scanning}, timeout=stream.heartbeat_s)
             first = scanning.result() if scanning.done() else scanning
     except READ_FAILURES as exc:
@@ -112,20 +123,57 @@ class StreamLoop:
         self.deps = deps
         self.compress = compress  # batch frames LZ4-compressed where that shrinks them
         self.commits = commits
-        self.query = query
+        page = deps.budget.stream_page_bytes(query.limits.max_bytes)
+        self.query = dataclasses.replace(query, limits=Limits(query.limits.max_events, page))
         self.heartbeat_s = heartbeat_s(query, deps.limits.max_wait_ms)
         self.next = query.after
+        self.newest: SCN | None = None
         self.buffer = deps.pull_buffer()
+        self.charge = Charge(deps.budget)  # the page read and not yet written
         self._clock = clock
         self._epoch = query.epoch  # checked by the first scan only: the buffer stays the same
         self._group = _group_key(deps)
         self.term = None if self._group is None else self._group[0]
+        self._shared = self.query.selection.rows is None  # else selections do not compare
 
     async def scan(self) -> Scanned:
-        """Read what follows ``next`` and render it; raises the pull's read failures. A scan
-        that is more than a few records reads and renders in a worker thread, as pulls do."""
-        state, scanned = self._scan_inline()
-        return scanned if scanned is not None else await self._scan_in_thread(state)
+        """Read what follows ``next`` and render it; raises the pull's read failures."""
+        ready = self.begin_scan()
+        return ready if isinstance(ready, Scanned) else await ready
+
+    def begin_scan(self) -> Scanned | Coroutine[Any, Any, Scanned]:
+        """The page after ``next``, if it is there at once (a few records read on the event
+        loop, or a page another stream read: :mod:`drc.api.pagecache`), else the coroutine
+        that reads it (in a worker thread, as pulls do, or waiting for another stream's read).
+        Either way it is charged to the reader budget until :meth:`run` has written it."""
+        pages = self.deps.pages
+        key = None
+        if self._epoch is None and self._shared:
+            key = (self.next, self.buffer.last_scn, self.query.selection, self.query.limits)
+            page = pages.ready(key)
+            if page is not None:
+                return self._charged(page)
+            if pages.reading(key):
+                return self._charge_after(pages.get(key, self._read))
+        state, inline = self._scan_inline()
+        if inline is not None:
+            if key is not None:
+                pages.keep(key, inline)
+            return self._charged(inline)
+        reading = self._scan_in_thread(state)
+        return self._charge_after(reading if key is None else pages.get(key, lambda: reading))
+
+    def _charged(self, page: Scanned) -> Scanned:
+        self.charge.add(page.size)
+        return page
+
+    async def _charge_after(self, reading: Awaitable[Scanned]) -> Scanned:
+        return self._charged(await reading)
+
+    async def _read(self) -> Scanned:
+        """The page read by this stream (when the one sharing it failed)."""
+        state, inline = self._scan_inline()
+        return inline if inline is not None else await self._scan_in_thread(state)
 
     def _scan_inline(self) -> tuple[Pull, Scanned | None]:
         """The scan, if a few records made it (no await: on the event loop)."""
@@ -133,53 +181,64 @@ class StreamLoop:
         state = Pull(self.buffer, query)
         self._epoch = None
         if state.scan_inline():
-            return state, Scanned(state, render_records(state.batch()))
+            return state, Scanned.of(state)
         return state, None
 
     async def _scan_in_thread(self, state: Pull) -> Scanned:
         return await anyio.to_thread.run_sync(_scan, state, limiter=self.deps.long_poll_limiter)
 
-    async def run(self, first: Scanned | asyncio.Task[Scanned], send: SendBytes) -> None:
+    async def run(
+        self, first: Scanned | asyncio.Task[Scanned], send: SendBytes, writable: Writable
+    ) -> None:
         """Send frames from ``first`` (the first scan, or the task still making it) on, until
-        the stream must end."""
+        the stream must end; ``writable`` returns once what was sent has left the transport's
+        buffer."""
         metrics = self.deps.metrics
+        budget = self.deps.budget
         try:
-            scanned = first if isinstance(first, Scanned) else await self._beating(send, first)
+            scanned: Scanned | None = (
+                first if isinstance(first, Scanned) else await self._beating(send, first)
+            )
         except READ_FAILURES as exc:
             await send(_end(pull_failure(self.deps, self.query, exc)))
             return
         except DrcError as exc:  # the buffer closed under the first scan
             await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
             return
+        del first  # held by ``scanned`` alone, so dropped once sent
         last_sent = self._clock()
+        more = False
         while True:
             ending = self._ending()
             if ending is not None:
                 await send(ending)
                 return
-            state, batch = scanned.state, scanned.state.batch()
-            if batch.items:
-                records = scanned.records
-                frame = streamwire.batch_frame(
-                    batch.next, batch.newest, len(batch.items), records, self.compress
-                )
-                await send(frame)
-                metrics.served(len(batch.items), len(records))
-                if self.compress:
-                    metrics.compressed(len(records), len(frame))
+            if scanned is not None:
+                if scanned.count:
+                    await self._send_batch(scanned, send)
+                    last_sent = self._clock()
+                self.next, self.newest, more = scanned.next, scanned.newest, scanned.more
+                scanned = None
+            if self._clock() - last_sent >= self.heartbeat_s:
+                await send(streamwire.heartbeat_frame(self.next, self.newest))
                 last_sent = self._clock()
-            elif self._clock() - last_sent >= self.heartbeat_s:
-                await send(streamwire.heartbeat_frame(batch.next, batch.newest))
-                last_sent = self._clock()
-            self.next = batch.next
             try:
-                if not state.more:
+                if not more:
                     due = last_sent + self.heartbeat_s - self._clock()
                     with metrics.waiting():
                         await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
-                state, ready = self._scan_inline()
-                if ready is None:  # a long read (a large transaction?): heartbeats meanwhile
-                    ready = await self._beating(send, self._scan_in_thread(state), batch.newest)
+                await writable()  # read ahead no further than what the client took
+                # uvicorn's send returns at once while the client keeps up, and a page shared
+                # with other streams is there at once: without this a stream with a backlog
+                # would write all of it before any other request got the event loop.
+                await anyio.lowlevel.checkpoint()
+                due = last_sent + self.heartbeat_s - self._clock()
+                if not await budget.admit(max(min(due, STOP_CHECK_S), 0)):
+                    more = True  # read as soon as there is room; a heartbeat when due
+                    continue
+                ready = self.begin_scan()
+                if not isinstance(ready, Scanned):  # a long read (a large transaction?)
+                    ready = await self._beating(send, ready, self.newest)  # heartbeats meanwhile
                 scanned = ready
             except READ_FAILURES as exc:
                 query = dataclasses.replace(self.query, after=self.next)
@@ -189,6 +248,21 @@ class StreamLoop:
             except DrcError as exc:  # the buffer closed under the stream
                 await send(streamwire.end_frame(wire.ERROR_UNAVAILABLE, str(exc), status=503))
                 return
+
+    async def _send_batch(self, scanned: Scanned, send: SendBytes) -> None:
+        """One batch frame in pieces (each waits for the transport to drain)."""
+        if self.compress:
+            data, head = scanned.compressed(), b""
+            self.deps.metrics.compressed(scanned.size, len(data))
+        else:  # the head, then the records as they are: no copy of the page
+            data = scanned.records
+            head = streamwire.batch_head(scanned.next, scanned.newest, scanned.count, len(data))
+        await send(head + data[:CHUNK_BYTES])
+        for start in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
+            await anyio.lowlevel.checkpoint()  # one piece per stream per turn of the loop
+            await send(data[start : start + CHUNK_BYTES])
+        self.charge.sent(scanned.size)
+        self.deps.metrics.served(scanned.count, scanned.size)
 
     async def _beating(
         self, send: SendBytes, scanning: Awaitable[Scanned], newest: SCN | None = None
@@ -240,15 +314,40 @@ class StreamLoop:
         return None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Scanned:
-    state: Pull
-    records: bytes  # the batch's records, rendered
+    """One page read and rendered: what its frame says and its records (the read's
+    decoded state is dropped, so a waiting stream holds the rendered bytes alone)."""
+
+    next: SCN
+    newest: SCN | None
+    count: int
+    more: bool  # the scan stopped before the buffer's end: read on at once
+    records: bytes
+    _packed: bytes | None = None  # the compressed frame, once a stream asked for it
+
+    @property
+    def size(self) -> int:
+        return len(self.records)
+
+    def compressed(self) -> bytes:
+        """The batch frame, LZ4-compressed where that shrinks it; built once for all the
+        streams sharing this page."""
+        if self._packed is None:
+            self._packed = streamwire.batch_frame(
+                self.next, self.newest, self.count, self.records, compress=True
+            )
+        return self._packed
+
+    @classmethod
+    def of(cls, state: Pull) -> Scanned:
+        batch = state.batch()
+        return cls(batch.next, batch.newest, len(batch.items), state.more, render_records(batch))
 
 
 def _scan(state: Pull) -> Scanned:
     state.scan()
-    return Scanned(state, render_records(state.batch()))
+    return Scanned.of(state)
 
 
 def _group_key(deps: ApiDeps) -> tuple[int, str] | None:
@@ -281,20 +380,28 @@ class StreamResponse(StreamingResponse):
     ) -> None:
         super().__init__(_empty(), headers=headers, media_type=streamwire.MEDIA_STREAM)
         self._loop = loop
-        self._first = first
+        self._first: Scanned | asyncio.Task[Scanned] | None = first
         self._held = held
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_bytes(data: bytes) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
+        async def writable() -> None:  # uvicorn's send waits for the transport to drain
+            await send({"type": "http.response.body", "body": b"", "more_body": True})
+
         with self._held:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(_cancel_on_disconnect, receive, tasks.cancel_scope)
-                await self._loop.run(self._first, send_bytes)
+                await self._loop.run(self._take_first(), send_bytes, writable)
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tasks.cancel_scope.cancel()
+
+    def _take_first(self) -> Scanned | asyncio.Task[Scanned]:
+        first, self._first = self._first, None
+        assert first is not None
+        return first
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

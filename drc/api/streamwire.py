@@ -86,6 +86,14 @@ def batch_frame(
     return b"".join((_HEAD.pack(BATCH, body_len), _META.pack(len(meta)), meta, records))
 
 
+def batch_head(next_scn: SCN, newest: SCN | None, count: int, records_len: int) -> bytes:
+    """An uncompressed batch frame up to its records, which follow it (the server sends them
+    in pieces)."""
+    meta = f"{next_scn} {_scn_text(newest)} {count}".encode("ascii")
+    body_len = _META.size + len(meta) + records_len
+    return b"".join((_HEAD.pack(BATCH, body_len), _META.pack(len(meta)), meta))
+
+
 def heartbeat_frame(next_scn: SCN, newest: SCN | None) -> bytes:
     meta = f"{next_scn} {_scn_text(newest)}".encode("ascii")
     return _HEAD.pack(HEARTBEAT, len(meta)) + meta

@@ -103,6 +103,8 @@ ERROR_SCN_TOO_OLD = "scn_too_old"  # 410: body has "oldest", the oldest servable
 # allowed; with Retry-After. Pull again after it, or at once with wait_ms=-1 (never refused).
 ERROR_TOO_MANY_LONG_POLLS = "too_many_long_polls"  # 429
 ERROR_LONG_POLLS_FULL = "long_polls_full"  # 503
+# 503: readers hold [api] reader_memory_mb of records not yet sent; Retry-After
+ERROR_READER_MEMORY_FULL = "reader_memory_full"
 # 408 from GET /v1/wait: the GTID was not applied within timeout_ms; "waiting_for" says where
 # the channel is. Ask again (nothing is lost by waiting twice).
 ERROR_WAIT_TIMEOUT = "wait_timeout"

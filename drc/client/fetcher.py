@@ -10,7 +10,9 @@ drc.core.retry's Backoff, counted per round rather than per request)::
     try the current URL
       ok            -> stay on it, reset the backoff, return the page
       transient     -> next URL (round-robin) at once; after a full round of failures sleep
-                       backoff_initial, doubling per round up to backoff_max
+                       backoff_initial, doubling per round up to backoff_max, or the
+                       longest Retry-After a URL of the round sent (503 reader_memory_full:
+                       the server's readers hold its reader memory), if longer
       410 too old   -> next URL like a transient; if every URL of a round said 410, raise
                        PositionTooOldError (never skip ahead)
       409 epoch     -> on_rebuild="raise": BufferRebuiltError; "continue": forget that URL's
@@ -123,7 +125,7 @@ class Fetcher:
     def fetch(self, after: SCN, cancelled: threading.Event) -> tuple[str, http.Page]:
         """The next page after ``after`` and the URL that served it; retries until it has one."""
         delays = self._backoff.delays()  # waits after whole rounds of failures
-        failed_in_round, too_old = 0, {}
+        failed_in_round, too_old, later = 0, {}, 0.0
         while True:
             if cancelled.is_set():
                 raise Cancelled()
@@ -138,21 +140,22 @@ class Fetcher:
                 self._note_failure(url, str(exc))  # refused without waiting: a real failure
             except http.Transient as exc:
                 self._note_failure(url, str(exc))
+                later = max(later, exc.retry_after_s)  # the server's Retry-After, if any
             except http.TooOld as exc:
                 too_old[url] = exc
                 self._note_failure(url, f"HTTP 410 scn_too_old: {exc}")
             if self._moved.is_set():  # the leader changed: ask the group, then its leader
                 self._rediscover()
                 delays.reset()
-                failed_in_round, too_old = 0, {}
+                failed_in_round, too_old, later = 0, {}, 0.0
                 continue
             self._advance(url)
             failed_in_round += 1
             if failed_in_round == len(self.urls):
                 if len(too_old) == len(self.urls):
                     raise _too_old_error(after, too_old)
-                self._pause(delays.next(), cancelled)
-                failed_in_round, too_old = 0, {}
+                self._pause(max(delays.next(), later), cancelled)
+                failed_in_round, too_old, later = 0, {}, 0.0
                 self._rediscover()
 
     @property

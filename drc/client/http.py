@@ -51,16 +51,17 @@ _LEAN: weakref.WeakKeyDictionary[httpx.Client, LeanPool] = weakref.WeakKeyDictio
 
 
 class Transient(Exception):
-    """A failure another attempt may not see: connection error, timeout, 5xx or 429."""
+    """A failure another attempt may not see: connection error, timeout, 5xx or 429.
+    ``retry_after_s``: the server's Retry-After, if it said one (0 if not)."""
+
+    def __init__(self, message: str, retry_after_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Busy(Transient):
     """The server holds the most long polls it allows (for this token or in all); a pull with
     ``wait_ms=-1`` is still served. ``retry_after_s``: when to try a long poll again."""
-
-    def __init__(self, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 class EpochMismatch(Exception):
@@ -327,7 +328,9 @@ def status_error(response: httpx.Response, target: str, token: str | None) -> Ex
     if code in _BUSY_CODES and status in (429, 503):
         return Busy(f"HTTP {status} {code}: {message}", _retry_after(response, body))
     if status >= 500 or status == 429:
-        return Transient(f"HTTP {status} {code}: {message}")
+        # e.g. 503 reader_memory_full: the server's readers hold its reader memory budget
+        later = _retry_after(response, body) if "retry-after" in response.headers else 0.0
+        return Transient(f"HTTP {status} {code}: {message}", later)
     if status == 409 and code == wire.ERROR_EPOCH_MISMATCH:
         return EpochMismatch(str(body["epoch"]) if body.get("epoch") else None)
     if status == 410 and code == wire.ERROR_SCN_TOO_OLD:

@@ -5,6 +5,7 @@ recording ``send``, and the subscriber's bounded frame queue."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any
@@ -12,12 +13,14 @@ from typing import Any
 import pytest
 
 from drc.api import stream, streamwire, wire
+from drc.api.budget import CHUNK_BYTES, ReaderBudget
 from drc.api.commits import CommitSignal
 from drc.api.deps import ApiDeps
 from drc.api.pullquery import ServerLimits, parse_pull_query
 from drc.api.stream import StreamLoop
 from drc.client.stream import Ended, FrameQueue, read_frames
 from drc.core.codec import encode_transaction
+from drc.core.events import Op, RowChange
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
 from tests.support.api import ins, scn, store, txn
@@ -147,6 +150,11 @@ class Recorder:
         if len(self.frames) >= self.stop_after:
             raise asyncio.CancelledError()  # the client hung up
 
+    async def writable(self) -> None:
+        """What was sent has left the transport: not while the client reads nothing."""
+        if self.gate is not None:
+            await self.gate.wait()
+
     def scns(self) -> list[SCN]:
         return [t.scn for f in self.frames for t in f.transactions]
 
@@ -154,7 +162,7 @@ class Recorder:
 async def run(loop: StreamLoop, send: Recorder, seconds: float) -> None:
     try:
         async with asyncio.timeout(seconds):
-            await loop.run(await loop.scan(), send)
+            await loop.run(await loop.scan(), send, send.writable)
     except (TimeoutError, asyncio.CancelledError):
         pass
 
@@ -204,7 +212,7 @@ def test_a_scan_outlasting_the_heartbeat_period_sends_heartbeats_meanwhile(
         store(buffer, *(txn(n, ins("orders", n)) for n in range(2, 100)))
         try:
             async with asyncio.timeout(1.0):
-                await loop.run(first, send)
+                await loop.run(first, send, send.writable)
         except TimeoutError:
             pass
 
@@ -292,11 +300,76 @@ def test_a_position_the_buffer_no_longer_holds_ends_with_the_pulls_410(
         buffer.read_after = too_old  # type: ignore[method-assign]
         store(buffer, txn(2, ins("orders", 2)))  # retention "deleted" what follows scn(1)
         async with asyncio.timeout(2):
-            await loop.run(scanned, send)
+            await loop.run(scanned, send, send.writable)
 
     asyncio.run(main())
     end = send.frames[-1].end
     assert end is not None and end["status"] == 410 and end["error"] == wire.ERROR_SCN_TOO_OLD
+
+
+def test_a_stream_reads_only_when_the_reader_budget_has_room(buffer: EventBuffer) -> None:
+    store(buffer, txn(1, ins("orders", 1)))
+    budget = ReaderBudget(limit_bytes=1000, streams=10)
+    deps = ApiDeps(buffer=buffer, limits=ServerLimits(max_wait_ms=5000), budget=budget)
+    loop = make_loop(buffer, deps, wait_ms="50")
+    send = Recorder()
+
+    async def main() -> None:
+        scanned = await loop.scan()
+        assert budget.snapshot()["held"] == len(scanned.records)  # charged until written
+        budget.charge(1000)  # other readers hold it all
+        store(buffer, txn(2, ins("orders", 2)))
+        task = asyncio.create_task(loop.run(scanned, send, send.writable))
+        await asyncio.sleep(0.3)
+        assert send.scns() == [scn(1)]  # written, but nothing read since: no room
+        assert budget.snapshot()["waiting"] == 1
+        assert any(not f.transactions for f in send.frames)  # heartbeats meanwhile
+        budget.release(1000)
+        await asyncio.sleep(0.3)
+        task.cancel()
+
+    asyncio.run(main())
+    assert send.scns() == [scn(1), scn(2)]
+    assert budget.snapshot()["held"] == 0 and budget.snapshot()["waiting"] == 0
+
+
+def test_a_stream_reads_one_page_of_the_budget_share_at_a_time(buffer: EventBuffer) -> None:
+    store(buffer, *(txn(n, ins("orders", n)) for n in range(1, 101)))
+    one = len(encode_transaction(txn(1, ins("orders", 1))))
+    budget = ReaderBudget(limit_bytes=10 * 64 << 10, streams=10)  # a share of 64 KiB
+    deps = ApiDeps(buffer=buffer, budget=budget)
+    loop = make_loop(buffer, deps, max_bytes=str(10 * one))
+    assert loop.query.limits.max_bytes == 10 * one  # the client's, below the share
+    big = make_loop(buffer, deps, max_bytes=str(1 << 20))
+    assert big.query.limits.max_bytes == 64 << 10
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_streams_at_one_position_share_the_page_and_its_compressed_frame(
+    buffer: EventBuffer, compress: bool
+) -> None:
+    big = os.urandom(2500).hex()  # a page of several pieces, even compressed
+    rows = (RowChange("shop", "orders", Op.INSERT, None, {"id": n, "note": big}) for n in range(40))
+    store(buffer, *(txn(n, row) for n, row in enumerate(rows, 1)))
+    deps = ApiDeps(buffer=buffer)
+    loops = [make_loop(buffer, deps) for _ in range(3)]
+    for loop in loops:
+        loop.compress = compress
+    filtered = make_loop(buffer, deps, tables="shop.items")  # another selection: its own page
+    sends = [Recorder() for _ in loops]
+
+    async def main() -> None:
+        pages = [await loop.scan() for loop in loops]
+        assert pages[0] is pages[1] is pages[2] and deps.pages.reads == 1
+        assert (await filtered.scan()) is not pages[0] and deps.pages.reads == 2
+        assert pages[0].size > 2 * CHUNK_BYTES
+        for loop, page, send in zip(loops, pages, sends, strict=True):
+            await loop._send_batch(page, send)
+        assert pages[0].compressed() is pages[1].compressed()
+
+    asyncio.run(main())
+    assert [s.scns() for s in sends] == [[scn(n) for n in range(1, 41)]] * 3
+    assert deps.budget.snapshot()["held"] == 0
 
 
 def test_a_first_scan_still_running_is_sent_after_heartbeats_and_its_failure_as_an_end(
@@ -318,7 +391,7 @@ def test_a_first_scan_still_running_is_sent_after_heartbeats_and_its_failure_as_
     async def main(failure: Exception | None = None) -> None:
         try:
             async with asyncio.timeout(1.0):
-                await loop.run(asyncio.ensure_future(slow(failure)), send)
+                await loop.run(asyncio.ensure_future(slow(failure)), send, send.writable)
         except TimeoutError:
             pass
 

@@ -306,6 +306,26 @@ def test_refused_even_without_waiting_backs_off_and_never_raises() -> None:
     assert sleeps and all(0 < s <= 10 for s in sleeps), "a back-off, not a tight loop"
 
 
+def memory_full(retry_after: str) -> Any:
+    def answer(request: httpx.Request) -> httpx.Response:
+        response = error(503, "reader_memory_full", "readers hold all of its reader memory")
+        response.headers["Retry-After"] = retry_after
+        return response
+
+    return answer
+
+
+def test_a_server_out_of_reader_memory_is_asked_again_after_its_retry_after() -> None:
+    api = FakeApi(stream(2))
+    api.fail("a", memory_full("4"), memory_full("4"))
+    api.fail("b", 503)  # no Retry-After: the back-off alone
+    sleeps = Sleeps()
+    with subscriber(api, sleep=sleeps, backoff_initial=0.5, backoff_max=8.0) as sub:
+        batch = sub.get(timeout=5)
+    assert batch.transactions == tuple(stream(2))
+    assert sleeps == [4.0], "the round's longest Retry-After, over the 0.5 s back-off"
+
+
 def test_a_read_that_timed_out_counts_the_silence_since_the_last_answer() -> None:
     """A silent link is noticed when a read times out (up to wait_ms + 30 s on pulls): the
     error says how long nothing answered, not how long since that timeout."""
