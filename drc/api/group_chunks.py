@@ -5,7 +5,8 @@
          the chunk's rows from one consistent read of the source at ``read_at`` (>= the
          group's start SCN), values as /v1/events' JSON writes them
     POST /v1/groups/{name}/chunks/{i}/commit   {"member", "version"}: the chunk is done
-         (TERMINATED); answers the group's full progress
+         (TERMINATED); answers the group's full progress and the member's chunks now (its
+         next one is given at once)
 
 Both refuse a member that does not hold the chunk at that version (409 ``stale_assignment``).
 """
@@ -67,4 +68,9 @@ def commit_chunk(name: str, index: int, body: ChunkCommitBody, deps: Deps) -> di
         raise refusal(exc) from exc
     if index >= len(state.chunks):
         raise ApiError(404, f"no chunk {index}")
-    return {"chunk": index, "state": state.chunks[index].state, "full": full_view(state)}
+    return {
+        "chunk": index,
+        "state": state.chunks[index].state,
+        "full": full_view(state),
+        "chunks": state.full_assignment(body.member),  # its next chunk, at once
+    }

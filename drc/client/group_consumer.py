@@ -291,8 +291,8 @@ class GroupConsumer:
             self._finished.add((index, version))
             if self._chunks.get(index) == version:
                 del self._chunks[index]
-            if answer is not None:
-                self.full = answer["full"]
+        if answer is not None:
+            self._take_chunks(answer)  # with the next chunk the commit gave
 
     def _batch(self, index: int, body: dict[str, Any]) -> ChunkBatch:
         with self._lock:

@@ -151,9 +151,11 @@ class GroupState:
         return self._with_chunk(dataclasses.replace(c, read_at=str(read_at)))
 
     def commit_chunk(self, member: str, index: int, version: int) -> GroupState:
-        """The owner processed the chunk's rows: TERMINATED."""
+        """The owner processed the chunk's rows: TERMINATED, and it gets its next chunk at
+        once (not at the next rebalance)."""
         c = self.check_chunk(member, index, version)
-        return self._with_chunk(dataclasses.replace(c, state=TERMINATED))
+        done = self._with_chunk(dataclasses.replace(c, state=TERMINATED))
+        return dataclasses.replace(done, chunks=group_full.assigned(done.chunks, [member]))
 
     def _with_chunk(self, chunk: FullChunk) -> GroupState:
         chunks = list(self.chunks)

@@ -8,10 +8,12 @@ the group's start SCN ``S`` (the replicator's newest SCN then). A full channel's
                   ^                                   |
                   +------- owner dead or left --------+
 
-Chunks are spread over the live members (the fewest held first) and handed out again at once
-when their owner dies or leaves; the version refuses a stale owner's commit (409). While any
-chunk is not TERMINATED the group assigns no incremental range (drc.core.consumer_groups); once
-every chunk is, the ranges are handed out as usual and read after ``S``.
+Each live member holds at most CHUNKS_PER_MEMBER chunks at a time and gets the next one when
+it commits (so members that join later share the work, and a slow member holds little);
+chunks are handed out again at once when their owner dies or leaves; the version refuses a
+stale owner's commit (409). While any chunk is not TERMINATED the group assigns no incremental
+range (drc.core.consumer_groups); once every chunk is, the ranges are handed out as usual and
+read after ``S``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from drc.core.value_codec import decode_value, encode_value
 
 OPEN = "open"
 TERMINATED = "terminated"
+CHUNKS_PER_MEMBER = 2  # held at once: the rest wait, so members that join later get work
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,18 +92,23 @@ def released(chunks: Sequence[FullChunk], live: Mapping[str, Any]) -> tuple[Full
     )
 
 
-def assigned(chunks: Sequence[FullChunk], members: Sequence[str]) -> tuple[FullChunk, ...]:
-    """Ownerless OPEN chunks given to the live members holding the fewest (version + 1)."""
+def assigned(
+    chunks: Sequence[FullChunk], members: Sequence[str], cap: int = CHUNKS_PER_MEMBER
+) -> tuple[FullChunk, ...]:
+    """Ownerless OPEN chunks given (version + 1) to the ``members`` holding the fewest, each up
+    to ``cap``."""
     if not members:
         return tuple(chunks)
     held = {m: 0 for m in members}
     for c in chunks:
-        if c.state == OPEN and c.owner in held:
-            held[c.owner] += 1
+        if c.state == OPEN and c.owner is not None:
+            held[c.owner] = held.get(c.owner, 0) + 1
     out = list(chunks)
     for i, c in enumerate(chunks):
         if c.state == OPEN and c.owner is None:
-            taker = min(sorted(held), key=lambda m: held[m])
+            taker = min(sorted(members), key=lambda m: held[m])
+            if held[taker] >= cap:
+                break
             held[taker] += 1
             out[i] = dataclasses.replace(c, owner=taker, version=c.version + 1)
     return tuple(out)

@@ -146,7 +146,7 @@ def test_full_then_incremental_under_writes_gives_the_source_row_for_row(
     fresh_database(dc1, DB, "CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL, "
                    "s VARCHAR(40) NOT NULL)")  # fmt: skip
     execute(dc1, f"INSERT INTO {DB}.t SELECT seq, seq % 7, CONCAT('row ', seq) "
-            f"FROM seq_1_to_{ROWS}")  # fmt: skip
+            f"FROM {DB}.seq_1_to_{ROWS}")  # fmt: skip
     start = master_position(dc1)
     options = CaptureOptions(
         capture=TableFilter.build([f"{DB}.*"]),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from drc.api.group_service import GroupService, MemoryGroupStore
 from drc.core.consumer_groups import FULL_PHASE, OPEN, GroupSpec, GroupState, GroupStateError
 from drc.core.group_full import (
+    CHUNKS_PER_MEMBER,
     TERMINATED,
     ChunkRows,
     FullChunk,
@@ -41,16 +42,18 @@ def held(state: GroupState, member: str) -> list[int]:
 
 
 def finish(state: GroupState, member: str) -> GroupState:
-    for c in list(state.chunks):
-        if c.held_by(member):
-            state = state.commit_chunk(member, c.index, c.version)
+    """``member`` commits what it holds, and what each commit gives it next."""
+    while mine := [c for c in state.chunks if c.held_by(member)]:
+        state = state.commit_chunk(member, mine[0].index, mine[0].version)
     return state
 
 
 def test_chunks_are_spread_and_ranges_wait_for_the_full_phase() -> None:
-    state = new(6).join("a", 0).join("b", 0).rebalance(0)
-    assert sorted(len(held(state, m)) for m in "ab") == [3, 3]
-    assert all(c.version == 1 for c in state.chunks)
+    state = new(6).join("a", 0).rebalance(0)
+    assert held(state, "a") == [0, 1], "a member holds CHUNKS_PER_MEMBER at a time"
+    state = state.join("b", 0).rebalance(0)
+    assert held(state, "b") == [2, 3], "a member joining later gets the waiting ones"
+    assert [c.version for c in state.chunks] == [1, 1, 1, 1, 0, 0]
     assert state.full_running
     assert all(r.owner is None for r in state.ranges)
     assert state.assignment("a") == []
@@ -84,24 +87,31 @@ def test_a_stale_or_foreign_commit_of_a_chunk_is_refused() -> None:
     assert missing.value.status == 404
 
 
+def test_a_commit_gives_the_member_its_next_chunk_at_once() -> None:
+    state = new(3).join("a", 0).rebalance(0).commit_chunk("a", 0, 1)
+    assert held(state, "a") == [1, 2]
+    assert state.chunks[2].version == 1
+
+
 def test_a_dead_members_open_chunks_move_with_a_new_version_its_done_ones_stay() -> None:
     state = new(4).join("a", 0).join("b", 0).rebalance(0)
-    first = held(state, "a")[0]
-    state = state.commit_chunk("a", first, state.chunks[first].version)
+    (done, left), (b_first, _) = held(state, "a"), held(state, "b")
+    state = state.commit_chunk("a", done, 1)
     state = state.heartbeat("b", TIMEOUT + 1).rebalance(TIMEOUT + 1)  # a is dead
-    assert held(state, "b") == [c.index for c in state.chunks if c.state == OPEN]
-    assert state.chunks[first].state == TERMINATED
-    moved = [c for c in state.chunks if c.state == OPEN and c.version == 2]
-    assert len(moved) == 1
+    assert state.chunks[done].state == TERMINATED
+    assert state.chunks[left].owner is None, "b holds its share already: the chunk waits"
+    state = state.commit_chunk("b", b_first, 1)
+    assert left in held(state, "b")
+    assert state.chunks[left].version == 2
     with pytest.raises(GroupStateError):
-        state.commit_chunk("a", moved[0].index, 1)
+        state.commit_chunk("a", left, 1)
 
 
 def test_a_leaving_member_hands_its_chunks_back() -> None:
     state = new(4).join("a", 0).join("b", 0).rebalance(0).leave("a")
     assert all(c.owner in (None, "b") for c in state.chunks)
-    state = state.rebalance(1)
-    assert len(held(state, "b")) == 4
+    state = state.join("c", 1).rebalance(1)
+    assert held(state, "c") == [0, 2], "what a held"
 
 
 def test_the_stored_form_keeps_the_chunks() -> None:
@@ -177,6 +187,8 @@ def test_no_range_is_handed_out_during_the_full_phase_and_done_chunks_stay_done(
         assert {c.index for c in state.chunks if c.state == TERMINATED} == done
         if state.full_running:
             assert all(r.owner is None for r in state.ranges)
-        for c in state.chunks:
-            if c.state == OPEN:
-                assert (c.owner in state.members) if state.members else c.owner is None
+        holds = {m: held(state, m) for m in state.members}
+        assert all(len(h) <= CHUNKS_PER_MEMBER for h in holds.values())
+        assert all(c.owner in state.members for c in state.chunks if c.held_by(str(c.owner)))
+        if any(c.state == OPEN and c.owner is None for c in state.chunks):
+            assert all(len(h) == CHUNKS_PER_MEMBER for h in holds.values()), "work waits"
