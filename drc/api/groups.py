@@ -102,7 +102,9 @@ def service(deps: ApiDeps) -> GroupService:
 
 
 def refusal(error: GroupStateError) -> ApiError:
-    code = error.code or (ERROR_STALE if error.status == 409 else None)
+    # 410 has its own code: the clients' default for 410 is scn_too_old (a pull's)
+    default = {409: ERROR_STALE, 410: wire.ERROR_NOT_A_MEMBER}.get(error.status)
+    code = error.code or default
     return ApiError(error.status, str(error), code=code)
 
 
