@@ -118,7 +118,12 @@ class GroupConsumer:
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop``; then commit and leave the group."""
-        self._join()
+        try:
+            self._join()
+        except ValueError:  # a full phase and no on_chunk: hold none of its chunks
+            self._leave()
+            http.close_client(self._client)
+            raise
         self._beating.set()
         beater = threading.Thread(target=self._beat_loop, args=(stop,), daemon=True)
         beater.start()
