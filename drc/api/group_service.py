@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from drc.core import group_full
 from drc.core.consumer_groups import GroupSpec, GroupState, GroupStateError, valid_name
 from drc.core.errors import RetriableError
 from drc.core.group_full import ChunkRows, FullChunk
@@ -224,6 +225,7 @@ class GroupService:
                     "members": len(state.members),
                     "ranges": dict(sorted(states.items())),
                     "oldest_checkpoint": str(oldest),
+                    **({"full": group_full.progress(state.chunks)} if state.spec.full else {}),
                 }
             )
         return out

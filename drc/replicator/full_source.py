@@ -25,6 +25,8 @@ from drc.core.tablefilter import TableFilter, TableFilterError
 from drc.mysql import driver
 from drc.mysql.sql import table_name
 
+MAX_CHUNKS = 5_000  # the group's state is one ZooKeeper node (1 MB at most)
+
 
 class SourceTables:
     """Reads the captured server; ``settings_of()`` gives its connection settings now."""
@@ -57,6 +59,10 @@ class SourceTables:
             raise GroupStateError(503, f"the source database failed while planning: {exc}") from exc
         finally:
             conn.close()
+        if len(planned) > MAX_CHUNKS:
+            raise GroupStateError(400, f"the tables make {len(planned)} chunks of "
+                                  f"{spec.chunk_rows} rows, more than {MAX_CHUNKS}: raise "
+                                  "chunk_rows")  # fmt: skip
         if not planned:
             raise GroupStateError(400, f"no source table matches {spec.tables or '*.*'}: a "
                                   "full group needs at least one")  # fmt: skip

@@ -94,6 +94,8 @@ def test_chunks_first_then_the_ranges_from_the_start(client: TestClient) -> None
     beat = client.post(f"/v1/groups/g/members/{member}/heartbeat", json={}, headers=AUTH).json()
     assert beat["full"]["running"] is False and beat["chunks"] == []
     assert {r["checkpoint"] for r in beat["assignment"]} == {str(scn(2))}
+    status = client.get("/v1/status", headers=AUTH).json()["consumer_groups"]
+    assert status[0]["full"] == {"chunks": CHUNKS, "terminated": CHUNKS}
     shown = client.get("/v1/groups/g", headers=AUTH).json()
     assert [c["read_at"] for c in shown["chunks"]] == [str(scn(5)), None, None]
 
