@@ -8,6 +8,9 @@ rebalancer runs (on the replicator leader) are the adapters'. One group's state:
     members   id -> last heartbeat (wall-clock seconds, the API node's clock)
     ranges    per range of drc.core.partitions.split_ranges(count): owner, state, version,
               checkpoint (the SCN its owner committed; every change up to it is done)
+    chunks    a full group's full channels (drc.core.group_full): while one is not
+              TERMINATED no range is assigned, and a range pull is refused (409
+              ``full_phase_running``)
 
 A range's states follow Tablestore Tunnel's channels::
 
