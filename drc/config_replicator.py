@@ -201,6 +201,8 @@ class ConsumerGroupConfig(Section):
     heartbeat_timeout_s: float = Field(10.0, gt=0, le=3600)
     skip_drc: bool = False
     after: str | None = None  # SCN to start after; none: the newest when the group is created
+    full: bool = False  # start with a snapshot of the tables (the full phase), then after it
+    chunk_rows: int = Field(10_000, ge=1, le=1_000_000)  # rows per full-phase chunk, about
 
     @model_validator(mode="after")
     def _filters_parse(self) -> ConsumerGroupConfig:
@@ -211,6 +213,11 @@ class ConsumerGroupConfig(Section):
                 parse_predicate(predicate)
             if self.after is not None:
                 SCN.parse(self.after)
+            if self.full and (self.after is not None or self.rows):
+                raise ValueError(
+                    "full = true starts where the snapshot stands and copies whole "
+                    "tables: leave after and rows out"
+                )
         except (TableFilterError, RowFilterError, MalformedScnError) as exc:
             raise ValueError(f"consumer group {self.name}: {exc}") from exc
         return self

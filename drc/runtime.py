@@ -43,6 +43,7 @@ from drc.mysql.driver import TargetSettings
 from drc.replicator.assembler import FragmentLimits
 from drc.replicator.backfill import BinlogBackfill
 from drc.replicator.fencing import FencedMetaStore, GroupBuffer
+from drc.replicator.full_source import SourceTables
 from drc.replicator.group import GroupSettings
 from drc.replicator.group_store import ZkGroupStore
 from drc.replicator.heartbeat import (
@@ -324,7 +325,8 @@ def build_groups(config: DrcConfig, service: ReplicatorService) -> GroupService:
             start = group.after or str(newest if newest is not None else SCN.zero())
             return GroupSpec(
                 group.name, ",".join(group.tables), group.rows or None, group.partitioning,
-                group.ranges, group.heartbeat_timeout_s, start, group.skip_drc,
+                group.ranges, group.heartbeat_timeout_s, start, group.skip_drc, group.full,
+                group.chunk_rows,
             )  # fmt: skip
 
         return spec
@@ -333,7 +335,15 @@ def build_groups(config: DrcConfig, service: ReplicatorService) -> GroupService:
         store,
         lambda: member is None or member.role == "leader",
         configured=[configured(g) for g in config.consumer_groups],
+        full=SourceTables(lambda: _captured_server(config)),
     )
+
+
+def _captured_server(config: DrcConfig) -> TargetSettings:
+    """The source server a full group's chunks are read from: the first configured one (a
+    chunk read elsewhere is refused by its server_id, drc.replicator.full_source)."""
+    host, port = config.source.addresses()[0]
+    return target_settings(config.source.model_copy(update={"host": host, "port": port}))
 
 
 def build_api(

@@ -41,6 +41,7 @@ from drc.api import (
     control,
     errors,
     events,
+    group_chunks,
     groups,
     health,
     history,
@@ -72,7 +73,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     if deps.buffer is not None:
         app.state.commits = CommitSignal(deps.buffer, deps.stop)
         app.state.segment_sums = Checksums()
-        for module in (events, stream, schema, history, segments, groups):
+        for module in (events, stream, schema, history, segments, groups, group_chunks):
             app.include_router(module.router)
     app.state.applied = waits.AppliedSignal()
     for module in (status, health, ui, control, waits):

@@ -14,8 +14,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from drc.core import group_full
 from drc.core.consumer_groups import GroupSpec, GroupState, GroupStateError, valid_name
 from drc.core.errors import RetriableError
+from drc.core.group_full import ChunkRows, FullChunk
+from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)
 CAS_TRIES = 50
@@ -46,6 +49,18 @@ class GroupStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class FullSource(Protocol):
+    """The source database as a full group reads it (drc.replicator.full_source)."""
+
+    def plan(self, spec: GroupSpec) -> list[FullChunk]:
+        """The group's tables split into chunks (GroupStateError 400 if there is none)."""
+        ...
+
+    def read(self, chunk: FullChunk, start: SCN) -> ChunkRows:
+        """The chunk's rows from one consistent read at or after ``start``."""
+        ...
 
 
 class GroupsNotConnected(RetriableError):
@@ -108,6 +123,7 @@ class GroupService:
         leads: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.time,
         configured: Sequence[Callable[[], GroupSpec]] = (),
+        full: FullSource | None = None,
     ) -> None:
         """``configured``: the groups of the config file ([[consumer_groups]]), each made when
         the leader first creates it (its start SCN may be the buffer's newest then)."""
@@ -116,6 +132,7 @@ class GroupService:
         self._clock = clock
         self._configured = configured
         self._ensured = not configured
+        self.full = full
 
     def names(self) -> list[str]:
         return self.store.names()
@@ -129,15 +146,26 @@ class GroupService:
             raise GroupStateError(404, f"no consumer group {name!r}: create it first")
         return GroupState.from_json(found[0])
 
+    def _new(self, spec: GroupSpec) -> GroupState:
+        if not spec.full:
+            return GroupState.new(spec)
+        if self.full is None:
+            raise GroupStateError(400, "this process cannot read the source's tables: create "
+                                  "full groups on a replicator")  # fmt: skip
+        return GroupState.new(spec, self.full.plan(spec))
+
     def create(self, spec: GroupSpec) -> GroupState:
-        state = GroupState.new(spec)
+        if self.store.read(_known_name(spec.name)) is not None:  # before planning the chunks
+            raise GroupStateError(409, f"consumer group {spec.name!r} exists already")
+        state = self._new(spec)
         if not self.store.create(spec.name, state.to_json()):
             raise GroupStateError(409, f"consumer group {spec.name!r} exists already")
         return state
 
     def ensure(self, spec: GroupSpec) -> None:
         """Create the group unless it exists (a group from the config file)."""
-        self.store.create(spec.name, GroupState.new(spec).to_json())
+        if self.store.read(spec.name) is None:
+            self.store.create(spec.name, self._new(spec).to_json())
 
     def delete(self, name: str) -> None:
         if not self.store.delete(_known_name(name)):
@@ -197,6 +225,7 @@ class GroupService:
                     "members": len(state.members),
                     "ranges": dict(sorted(states.items())),
                     "oldest_checkpoint": str(oldest),
+                    **({"full": group_full.progress(state.chunks)} if state.spec.full else {}),
                 }
             )
         return out

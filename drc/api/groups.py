@@ -4,7 +4,8 @@ state kept in ZooKeeper)::
     GET    /v1/groups                                   every group: name, members, ranges
     POST   /v1/groups                        admin      create {name, tables, rows,
                                                         partitioning, ranges,
-                                                        heartbeat_timeout_s, after, skip_drc}
+                                                        heartbeat_timeout_s, after, skip_drc,
+                                                        full, chunk_rows}
     GET    /v1/groups/{name}                            its spec, members and ranges
     DELETE /v1/groups/{name}                 admin      delete it (members get 404)
     POST   /v1/groups/{name}/reset           admin      {"scn"}: every range reads after it
@@ -16,11 +17,15 @@ state kept in ZooKeeper)::
                    [&max_bytes=B][&wait_ms=W][&epoch=E]  the range's row changes, as
                                                         /v1/events answers (JSON or records)
     POST   /v1/groups/{name}/ranges/{i}/commit          {"member", "version", "scn"}
+    GET    /v1/groups/{name}/chunks/{i}/rows?member=ID&version=V   a full group's chunk: its
+                                                        rows from one consistent read
+    POST   /v1/groups/{name}/chunks/{i}/commit          {"member", "version"}: TERMINATED
 
 A pull or commit by a member that does not hold the range at that version is refused with 409
-(``stale_assignment``). A pull stopped by the per-key barrier (drc.core.range_filter) answers
-what comes before it with ``X-DRC-Waiting: <ranges>`` (the ranges whose checkpoints it waits
-for); ``next`` then stops before the barrier's transaction.
+(``stale_assignment``; ``full_phase_running`` for a range of a full group whose chunks are not
+all TERMINATED yet, drc.core.group_full). A pull stopped by the per-key barrier
+(drc.core.range_filter) answers what comes before it with ``X-DRC-Waiting: <ranges>`` (the
+ranges whose checkpoints it waits for); ``next`` then stops before the barrier's transaction.
 """
 
 from __future__ import annotations
@@ -41,10 +46,12 @@ from drc.api.group_service import GroupService
 from drc.api.metrics import Family
 from drc.api.pull import Batch, batch_headers, pull, render_json, render_records
 from drc.api.pullquery import BadQuery, PullQuery, ServerLimits, parse_pull_query, single_values
+from drc.core import group_full
 from drc.core.consumer_groups import (
     BY_KEY,
     CLOSED,
     CLOSING,
+    DEFAULT_CHUNK_ROWS,
     OPEN,
     GroupSpec,
     GroupState,
@@ -72,6 +79,8 @@ class CreateBody(BaseModel):
     heartbeat_timeout_s: float = 10.0
     after: str | None = Field(None, max_length=120)  # default: the buffer's newest SCN
     skip_drc: bool = False
+    full: bool = False
+    chunk_rows: int = Field(DEFAULT_CHUNK_ROWS, ge=1, le=1_000_000)
 
 
 class HeartbeatBody(BaseModel):
@@ -92,9 +101,19 @@ def service(deps: ApiDeps) -> GroupService:
     return deps.groups
 
 
-def _answer(error: GroupStateError) -> ApiError:
-    code = ERROR_STALE if error.status == 409 else None
+def refusal(error: GroupStateError) -> ApiError:
+    # 410 has its own code: the clients' default for 410 is scn_too_old (a pull's)
+    default = {409: ERROR_STALE, 410: wire.ERROR_NOT_A_MEMBER}.get(error.status)
+    code = error.code or default
     return ApiError(error.status, str(error), code=code)
+
+
+def full_view(state: GroupState) -> dict[str, Any] | None:
+    """A full group's phase: its start SCN (where the ranges read after), chunks done."""
+    if not state.spec.full:
+        return None
+    return {"running": state.full_running, "scn": state.spec.start,
+            **group_full.progress(state.chunks)}  # fmt: skip
 
 
 def _summary(state: GroupState) -> dict[str, Any]:
@@ -114,6 +133,18 @@ def _summary(state: GroupState) -> dict[str, Any]:
             }
             for r in state.ranges
         ],
+        "full": full_view(state),
+        "chunks": [
+            {
+                "chunk": c.index,
+                "table": c.table,
+                "owner": c.owner,
+                "state": c.state,
+                "version": c.version,
+                "read_at": c.read_at,
+            }  # fmt: skip
+            for c in state.chunks
+        ],
     }
 
 
@@ -124,6 +155,8 @@ def _member_view(state: GroupState, member: str) -> dict[str, Any]:
         "heartbeat_timeout_s": state.spec.heartbeat_timeout_s,
         "ranges": state.spec.ranges,
         "assignment": state.assignment(member),
+        "full": full_view(state),
+        "chunks": state.full_assignment(member),
     }
 
 
@@ -144,18 +177,23 @@ def list_groups(deps: Deps) -> dict[str, Any]:
 def create_group(request: Request, body: CreateBody, deps: Deps) -> dict[str, Any]:
     admin_caller(request)
     after = body.after
+    if body.full and after is not None:
+        raise ApiError(400, "a full group starts where its snapshot stands: leave after out")
     if after is None:
         last = deps.buffer.last_scn if deps.buffer is not None else None
         after = str(last if last is not None else SCN.zero())
     try:
         spec = GroupSpec(
             body.name, body.tables, body.rows, body.partitioning, body.ranges,
-            body.heartbeat_timeout_s, after, body.skip_drc,
+            body.heartbeat_timeout_s, after, body.skip_drc, body.full, body.chunk_rows,
         )  # fmt: skip
+        if spec.full and SCN.parse(after).server_id == 0:
+            raise GroupStateError(503, "the replicator has captured nothing yet: a full group "
+                                  "needs its stream's position; retry once it has")  # fmt: skip
         _check_filters(spec)
         return _summary(service(deps).create(spec))
     except GroupStateError as exc:
-        raise _answer(exc) from exc
+        raise refusal(exc) from exc
 
 
 def _check_filters(spec: GroupSpec) -> None:
@@ -171,7 +209,7 @@ def show_group(name: str, deps: Deps) -> dict[str, Any]:
     try:
         return _summary(service(deps).get(name))
     except GroupStateError as exc:
-        raise _answer(exc) from exc
+        raise refusal(exc) from exc
 
 
 @router.delete(PATH + "/{name}")
@@ -180,7 +218,7 @@ def delete_group(request: Request, name: str, deps: Deps) -> dict[str, Any]:
     try:
         service(deps).delete(name)
     except GroupStateError as exc:
-        raise _answer(exc) from exc
+        raise refusal(exc) from exc
     return {"deleted": name}
 
 
@@ -191,7 +229,7 @@ def reset_group(request: Request, name: str, body: dict[str, str], deps: Deps) -
     try:
         return _summary(service(deps).update(name, lambda s: s.reset(scn)))
     except GroupStateError as exc:
-        raise _answer(exc) from exc
+        raise refusal(exc) from exc
 
 
 @router.post(PATH + "/{name}/members", status_code=201)
@@ -199,7 +237,7 @@ def join(name: str, deps: Deps) -> dict[str, Any]:
     try:
         member, state = service(deps).join(name)
     except GroupStateError as exc:
-        raise _answer(exc) from exc
+        raise refusal(exc) from exc
     return _member_view(state, member)
 
 
@@ -208,7 +246,7 @@ def heartbeat(name: str, member: str, body: HeartbeatBody, deps: Deps) -> dict[s
     try:
         state = service(deps).heartbeat(name, member, body.released)
     except GroupStateError as exc:
-        raise _answer(exc) from exc
+        raise refusal(exc) from exc
     return _member_view(state, member)
 
 
@@ -217,7 +255,7 @@ def leave(name: str, member: str, deps: Deps) -> dict[str, Any]:
     try:
         service(deps).update(name, lambda s: s.leave(member))
     except GroupStateError as exc:
-        raise _answer(exc) from exc
+        raise refusal(exc) from exc
     return {"left": member}
 
 
@@ -229,7 +267,7 @@ def commit(name: str, index: int, body: CommitBody, deps: Deps) -> dict[str, Any
             name, lambda s: s.commit(body.member, index, body.version, scn)
         )
     except GroupStateError as exc:
-        raise _answer(exc) from exc
+        raise refusal(exc) from exc
     return {"range": index, "checkpoint": str(state.position(index))}
 
 
@@ -242,7 +280,7 @@ def range_events(request: Request, name: str, index: int, deps: Deps) -> Respons
         values = single_values(request.query_params.multi_items(), _PULL_PARAMS)
     except BadQuery as exc:
         raise ApiError(400, str(exc)) from exc
-    version = _version(values.get("version", ""))
+    version = parse_version(values.get("version", ""))
     member = values.get("member", "")
     deadline: float | None = None
     while True:
@@ -250,7 +288,7 @@ def range_events(request: Request, name: str, index: int, deps: Deps) -> Respons
             state = service(deps).get(name)
             state.check_holder(member, index, version)
         except GroupStateError as exc:
-            raise _answer(exc) from exc
+            raise refusal(exc) from exc
         query = _range_query(deps, state, index, values)
         if deadline is None:
             deadline = time.monotonic() + query.wait_s
@@ -264,7 +302,7 @@ def range_events(request: Request, name: str, index: int, deps: Deps) -> Respons
         time.sleep(BARRIER_RETRY_S)  # other ranges commit meanwhile: look again
 
 
-def _version(text: str) -> int:
+def parse_version(text: str) -> int:
     if not text.isascii() or not text.isdigit() or len(text) > 18:
         raise ApiError(400, f"version must be the range's version from your assignment, got "
                        f"{shown(text)}")  # fmt: skip

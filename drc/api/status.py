@@ -29,7 +29,8 @@ run's times, error and per-table rows and differences, the next run's time).
 
 A ``drc run --role apply`` process has no buffer: ``buffer``, ``lag`` and ``capture`` are null.
 ``consumer_groups`` (null where none are served): each group's ``name``, ``members``, its
-``ranges`` counted by state (open, closing, closed) and ``oldest_checkpoint``.
+``ranges`` counted by state (open, closing, closed) and ``oldest_checkpoint``; a full group
+also ``full``: its ``chunks`` and how many are ``terminated``.
 ``hot_path``: whether the compiled decoder and codec run (drc.native: ``compiled``, the
 ``DRC_COMPILED`` ``setting``, and the ``reason``, e.g. a build that is stale after an upgrade).
 """

@@ -99,6 +99,7 @@ ERROR_EPOCH_MISMATCH = "epoch_mismatch"  # 409: buffer was rebuilt; body has cur
 # takes them (drc_applied=marker) nor leave them out (skip_drc=1); body has "scn" (or null).
 ERROR_ROWS_OMITTED = "rows_omitted"
 ERROR_SCN_TOO_OLD = "scn_too_old"  # 410: body has "oldest", the oldest servable SCN
+ERROR_NOT_A_MEMBER = "not_a_member"  # 410: the consumer group dropped the member: join again
 # 429 / 503 for a pull that would wait while its token / the server holds the most long polls
 # allowed; with Retry-After. Pull again after it, or at once with wait_ms=-1 (never refused).
 ERROR_TOO_MANY_LONG_POLLS = "too_many_long_polls"  # 429

@@ -77,6 +77,11 @@ def show(name: str, url: str, token: str | None, ca: Any, cert: Any, key: Any, f
     click.echo("  ranges: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
     oldest = min((r["checkpoint"] for r in group["ranges"]), key=_scn_order, default=None)
     click.echo(f"  oldest checkpoint: {oldest}")
+    full = group.get("full")
+    if full is not None:
+        phase = "running" if full["running"] else "done"
+        click.echo(f"  full phase {phase}: {full['terminated']} of {full['chunks']} chunks "
+                   f"terminated, the ranges read after {full['scn']}")  # fmt: skip
 
 
 def _scn_order(text: str) -> tuple[int, ...]:
@@ -95,13 +100,18 @@ def _scn_order(text: str) -> tuple[int, ...]:
               "member's ranges move.", name="heartbeat_timeout")  # fmt: skip
 @click.option("--after", default=None, metavar="SCN",
               help="Read after this SCN (default: the replicator's newest).")  # fmt: skip
+@click.option("--full", is_flag=True, help="Start with a snapshot of the tables in chunks "
+              "(the full phase), then read after the SCN it stands at.")  # fmt: skip
+@range_option("--chunk-rows", 10_000, 1, 1_000_000, help="Rows per full-phase chunk, about.",
+              name="chunk_rows")  # fmt: skip
 def create(name: str, url: str, token: str | None, ca: Any, cert: Any, key: Any, tables: str,
            partitioning: str, ranges: int, heartbeat_timeout: float,
-           after: str | None) -> None:  # fmt: skip
+           after: str | None, full: bool, chunk_rows: int) -> None:  # fmt: skip
     """Create a consumer group (admin token)."""
     with _groups(url, token, ca, cert, key) as api:
         api.create(name=name, tables=tables, partitioning=partitioning, ranges=ranges,
-                   heartbeat_timeout_s=heartbeat_timeout, after=after)  # fmt: skip
+                   heartbeat_timeout_s=heartbeat_timeout, after=after,
+                   full=full or None, chunk_rows=chunk_rows if full else None)  # fmt: skip
     click.echo(f"group {name} created")
 
 

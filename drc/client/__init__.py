@@ -34,7 +34,7 @@ from drc.client.errors import (
     WaitTimeoutError,
 )
 from drc.client.fragments import assemble
-from drc.client.group_consumer import GroupConsumer, RangeBatch
+from drc.client.group_consumer import ChunkBatch, GroupConsumer, RangeBatch
 from drc.client.segments import SegmentInfo, SegmentList, SegmentSource, read_segment
 from drc.client.status import fetch_status
 from drc.client.subscriber import Batch, Subscriber
@@ -52,6 +52,7 @@ __all__ = [
     "CheckpointStore",
     "FileCheckpointStore",
     "FragmentError",
+    "ChunkBatch",
     "GroupConsumer",
     "MemoryCheckpointStore",
     "PositionTooOldError",

@@ -17,6 +17,14 @@ twice, never one before it. Every change carries its transaction's SCN, strictly
 within a range: a consumer that keeps the last SCN it processed per key (or per range) drops a
 repeat by comparing SCNs. A member that the group dropped (missed heartbeats) joins again and
 continues from the checkpoints; a range whose version moved is given up at once (409).
+
+A full group (``full = true``, docs/subscribers.md "The full phase") first hands its members
+chunks of its tables: ``on_chunk(batch)`` gets each chunk's rows (a :class:`ChunkBatch`, read at
+``read_at``), and the chunk is committed (TERMINATED) when it returns. The ranges come once
+every chunk is done, reading after the group's start SCN; :attr:`GroupConsumer.full` is the
+phase's progress (chunks, terminated, running). Apply both by key (a row as an upsert, a
+change's after image as an upsert, a delete as a delete): a change between the start SCN and
+a chunk's ``read_at`` is already in the chunk and arrives again, harmlessly.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from drc.client import http
 from drc.client.errors import ApiRequestError
 from drc.client.fragments import assemble
 from drc.core.events import Transaction
+from drc.core.jsonwire import value_from_json
 from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)
@@ -49,6 +58,17 @@ class RangeBatch:
     version: int
     transactions: tuple[Transaction, ...]
     next: SCN  # the position after this batch (what a commit moves the range's checkpoint to)
+
+
+@dataclass(frozen=True)
+class ChunkBatch:
+    chunk: int
+    table: str  # "schema.table"
+    read_at: SCN  # the rows are as of this SCN (at or after the group's start)
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]  # Python values, as a change's row images hold
+    done: int  # chunks of the group TERMINATED before this one
+    total: int
 
 
 @dataclass
@@ -72,6 +92,7 @@ class GroupConsumer:
         max_events: int = 500,
         verify: Any = True,
         transport: httpx.BaseTransport | None = None,
+        on_chunk: Callable[[ChunkBatch], None] | None = None,
     ) -> None:
         self._url = url.rstrip("/")
         self._group = group
@@ -88,12 +109,21 @@ class GroupConsumer:
         self._beating = threading.Event()  # cleared: the heartbeat thread stops (a crash)
         self.member: str | None = None
         self.joins = 0
+        self._on_chunk = on_chunk
+        self._chunks: dict[int, int] = {}  # full-phase chunks held: index -> version
+        self._finished: set[tuple[int, int]] = set()  # (chunk, version) handed over already
+        self.full: dict[str, Any] | None = None  # the full phase's progress; None: no phase
 
     # -- public --------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop``; then commit and leave the group."""
-        self._join()
+        try:
+            self._join()
+        except ValueError:  # a full phase and no on_chunk: hold none of its chunks
+            self._leave()
+            http.close_client(self._client)
+            raise
         self._beating.set()
         beater = threading.Thread(target=self._beat_loop, args=(stop,), daemon=True)
         beater.start()
@@ -145,6 +175,18 @@ class GroupConsumer:
             self._held.clear()
             self._released.clear()
         self._take(answer["assignment"])
+        self._take_chunks(answer)
+
+    def _take_chunks(self, answer: dict[str, Any]) -> None:
+        full = answer.get("full")
+        if full is not None and full["running"] and self._on_chunk is None:
+            raise ValueError(f"group {self._group} starts with a full phase: give the "
+                             "consumer on_chunk to take its rows")  # fmt: skip
+        with self._lock:
+            self.full = full
+            held = ((int(c["chunk"]), int(c["version"])) for c in answer.get("chunks", ()))
+            # a heartbeat answered before a commit may still list the chunk committed
+            self._chunks = {i: v for i, v in held if (i, v) not in self._finished}
 
     def _take(self, assignment: list[dict[str, Any]]) -> None:
         """The server's view of what this member holds: new ranges start at their
@@ -182,6 +224,7 @@ class GroupConsumer:
                     continue
                 raise
             self._take(answer["assignment"])
+            self._take_chunks(answer)
 
     def _leave(self) -> None:
         try:
@@ -200,7 +243,7 @@ class GroupConsumer:
             if self._rejoin.is_set():
                 self._join()
                 self._rejoin.clear()
-            busy, awaited = False, set()
+            busy, awaited = self._full_phase(stop), set()
             for index, held in sorted(self.snapshot().items()):
                 if stop.is_set() or not self._beating.is_set():
                     return
@@ -219,6 +262,51 @@ class GroupConsumer:
                     self._commit(index, held_now[index])
             if not busy:
                 stop.wait(IDLE_S)
+
+    def _full_phase(self, stop: threading.Event) -> bool:
+        """Read, hand over and commit each chunk held; whether there was any."""
+        with self._lock:
+            held = dict(self._chunks)
+        for index, version in sorted(held.items()):
+            if stop.is_set() or not self._beating.is_set():
+                break
+            self._chunk(index, version)
+        return bool(held)
+
+    def _chunk(self, index: int, version: int) -> None:
+        params = {"member": str(self.member), "version": str(version)}
+        try:
+            response = http.request(self._client, "GET", self._path("chunks", index, "rows"),
+                                    self._token, TIMEOUT, params=params)  # fmt: skip
+            body = response.json()
+            assert self._on_chunk is not None
+            self._on_chunk(self._batch(index, body))
+            answer = self._post(self._path("chunks", index, "commit"),
+                                {"member": self.member, "version": version})  # fmt: skip
+        except http.Transient as exc:
+            log.warning("chunk %d of group %s: %s", index, self._group, exc)
+            return
+        except ApiRequestError as exc:
+            if exc.status == 410:
+                self._rejoin.set()
+            elif exc.status != 409:
+                raise
+            answer = None  # 409: the chunk moved on; the heartbeat brings what we hold
+        with self._lock:
+            self._finished.add((index, version))
+            if self._chunks.get(index) == version:
+                del self._chunks[index]
+        if answer is not None:
+            self._take_chunks(answer)  # with the next chunk the commit gave
+
+    def _batch(self, index: int, body: dict[str, Any]) -> ChunkBatch:
+        with self._lock:
+            full = self.full or {}
+        rows = tuple(tuple(value_from_json(v) for v in row) for row in body["rows"])
+        return ChunkBatch(
+            index, str(body["table"]), SCN.parse(body["read_at"]), tuple(body["columns"]), rows,
+            int(full.get("terminated", 0)), int(full.get("chunks", 0)),
+        )  # fmt: skip
 
     def snapshot(self) -> dict[int, _Held]:
         with self._lock:

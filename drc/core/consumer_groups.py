@@ -8,6 +8,9 @@ rebalancer runs (on the replicator leader) are the adapters'. One group's state:
     members   id -> last heartbeat (wall-clock seconds, the API node's clock)
     ranges    per range of drc.core.partitions.split_ranges(count): owner, state, version,
               checkpoint (the SCN its owner committed; every change up to it is done)
+    chunks    a full group's full channels (drc.core.group_full): while one is not
+              TERMINATED no range is assigned, and a range pull is refused (409
+              ``full_phase_running``)
 
 A range's states follow Tablestore Tunnel's channels::
 
@@ -29,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from drc.core import group_full
+from drc.core.group_full import TERMINATED, FullChunk
 from drc.core.partitions import split_ranges
 from drc.core.scn import SCN
 
@@ -39,15 +44,18 @@ BY_KEY = "key"
 BY_TABLE = "table"
 DEFAULT_RANGES = 64
 DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
+DEFAULT_CHUNK_ROWS = 10_000
 FORMAT = 1
+FULL_PHASE = "full_phase_running"  # the 409 code of an incremental range asked for too early
 
 
 class GroupStateError(ValueError):
     """A request the group's state refuses; ``status`` is the HTTP status to answer."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +68,8 @@ class GroupSpec:
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
     start: str = str(SCN.zero())  # where a range without a checkpoint reads after
     skip_drc: bool = False
+    full: bool = False  # start with the full phase (drc.core.group_full) at ``start``
+    chunk_rows: int = DEFAULT_CHUNK_ROWS  # rows per full channel (chunk), about
 
     def __post_init__(self) -> None:
         if not valid_name(self.name):
@@ -77,6 +87,12 @@ class GroupSpec:
             raise GroupStateError(400, str(exc)) from exc
         if not self.heartbeat_timeout_s > 0:
             raise GroupStateError(400, "heartbeat_timeout_s must be > 0")
+        if self.chunk_rows < 1:
+            raise GroupStateError(400, "chunk_rows must be at least 1")
+        if self.full and self.rows:
+            raise GroupStateError(
+                400, "a full group copies whole tables: drop rows, or leave full out"
+            )
 
 
 def valid_name(name: str) -> bool:
@@ -102,10 +118,52 @@ class GroupState:
     spec: GroupSpec
     members: Mapping[str, float]  # id -> last heartbeat
     ranges: tuple[RangeState, ...]
+    chunks: tuple[FullChunk, ...] = ()  # the full phase's channels (full groups only)
 
     @classmethod
-    def new(cls, spec: GroupSpec) -> GroupState:
-        return cls(spec, {}, tuple(RangeState(i) for i in range(spec.ranges)))
+    def new(cls, spec: GroupSpec, chunks: Sequence[FullChunk] = ()) -> GroupState:
+        ranges = tuple(RangeState(i) for i in range(spec.ranges))
+        return cls(spec, {}, ranges, tuple(chunks))
+
+    @property
+    def full_running(self) -> bool:
+        return group_full.running(self.chunks)
+
+    def full_assignment(self, member: str) -> list[dict[str, Any]]:
+        """The full channels (chunks) ``member`` holds."""
+        return [group_full.view(c) for c in self.chunks if c.held_by(member)]
+
+    def check_chunk(self, member: str, index: int, version: int) -> FullChunk:
+        """The chunk if ``member`` holds it at ``version``, else GroupStateError (409)."""
+        self._known(member)
+        if not 0 <= index < len(self.chunks):
+            raise GroupStateError(404, f"group {self.spec.name} has {len(self.chunks)} chunks")
+        c = self.chunks[index]
+        if not c.held_by(member) or c.version != version:
+            raise GroupStateError(
+                409,
+                f"chunk {index} of group {self.spec.name} is at version {c.version}, "
+                f"{c.state} (you sent version {version}): heartbeat for your current "
+                "assignment",
+            )
+        return c
+
+    def serve_chunk(self, member: str, index: int, version: int, read_at: SCN) -> GroupState:
+        """Record where the chunk's rows were read (the newest serving)."""
+        c = self.check_chunk(member, index, version)
+        return self._with_chunk(dataclasses.replace(c, read_at=str(read_at)))
+
+    def commit_chunk(self, member: str, index: int, version: int) -> GroupState:
+        """The owner processed the chunk's rows: TERMINATED, and it gets its next chunk at
+        once (not at the next rebalance)."""
+        c = self.check_chunk(member, index, version)
+        done = self._with_chunk(dataclasses.replace(c, state=TERMINATED))
+        return dataclasses.replace(done, chunks=group_full.assigned(done.chunks, [member]))
+
+    def _with_chunk(self, chunk: FullChunk) -> GroupState:
+        chunks = list(self.chunks)
+        chunks[chunk.index] = chunk
+        return dataclasses.replace(self, chunks=tuple(chunks))
 
     def position(self, index: int) -> SCN:
         """Where range ``index`` reads after: its checkpoint, else the group's start."""
@@ -152,7 +210,8 @@ class GroupState:
         """The member goes: its ranges are CLOSED at once (their checkpoints stay)."""
         members = {m: t for m, t in self.members.items() if m != member}
         ranges = tuple(_released(r) if r.owner == member else r for r in self.ranges)
-        return dataclasses.replace(self, members=members, ranges=ranges)
+        chunks = group_full.released(self.chunks, members)
+        return dataclasses.replace(self, members=members, ranges=ranges, chunks=chunks)
 
     def check_holder(self, member: str, index: int, version: int) -> RangeState:
         """The range if ``member`` holds it at ``version``; else GroupStateError 409 (or 404
@@ -163,6 +222,14 @@ class GroupState:
                 404, f"group {self.spec.name} has ranges 0..{len(self.ranges) - 1}"
             )
         r = self.ranges[index]
+        if self.full_running:
+            raise GroupStateError(
+                409,
+                f"group {self.spec.name} is in its full phase ({self._full_progress()}): "
+                "its incremental ranges open when every chunk is TERMINATED; read your "
+                "chunks, and heartbeat for the ranges then",
+                FULL_PHASE,
+            )
         if not r.held_by(member) or r.version != version:
             raise GroupStateError(
                 409,
@@ -217,12 +284,17 @@ class GroupState:
             else r
             for r in self.ranges
         ]
-        if live:
+        chunks = group_full.assigned(group_full.released(self.chunks, live), sorted(live))
+        if live and not group_full.running(chunks):  # ranges open after the full phase
             quotas = _quotas(ranges, sorted(live))
             ranges = _close_excess(ranges, quotas, now)
             ranges = _assign_free(ranges, quotas)
-        state = dataclasses.replace(self, members=live, ranges=tuple(ranges))
+        state = dataclasses.replace(self, members=live, ranges=tuple(ranges), chunks=chunks)
         return self if state == self else state
+
+    def _full_progress(self) -> str:
+        done = group_full.progress(self.chunks)
+        return f"{done['terminated']} of {done['chunks']} chunks done"
 
     # -- stored form ---------------------------------------------------------------------
 
@@ -235,6 +307,7 @@ class GroupState:
                 [r.index, r.owner, r.state, r.version, r.checkpoint, r.closing_since]
                 for r in self.ranges
             ],
+            "chunks": [c.row() for c in self.chunks],
         }
         return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
@@ -245,7 +318,8 @@ class GroupState:
             raise ValueError(f"group state format {body.get('format')!r} is not {FORMAT}")
         spec = GroupSpec(**body["spec"])
         ranges = tuple(RangeState(*row) for row in body["ranges"])
-        return cls(spec, dict(body["members"]), ranges)
+        chunks = tuple(FullChunk.from_row(row) for row in body.get("chunks", ()))
+        return cls(spec, dict(body["members"]), ranges, chunks)
 
 
 def _rows(rows: Mapping[str, str] | None) -> dict[str, str] | None:
