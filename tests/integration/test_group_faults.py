@@ -22,7 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
+from drc.core.scn import SCN
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.faults import FaultyLink
 from tests.support.group import Group, Member, last_scn, records
@@ -38,6 +40,7 @@ from tests.support.two_way import (
 )
 
 SESSION_S = 2.0
+LONG_SESSION_S = 8.0  # a follower paused for less keeps its place in the election
 
 
 def _reader_done(load: TwoWay, reader: Reader, complete: list[Member]) -> None:
@@ -86,9 +89,11 @@ def test_a_leader_cut_off_from_zookeeper_but_reachable_stops_leading_and_readers
         with two_way(sandbox, group, dc2, tmp_path, SESSION_S) as load:
             old = group.wait_leader(30)
             time.sleep(1.5)
+            cut_at = time.monotonic()
             links[old.member_id].blackhole()
             new = group.wait_leader(30 + 3 * SESSION_S, exclude=old)
             _wait_appends(new)
+            print(f"new leader appends {time.monotonic() - cut_at:.1f}s after the cut")
             # The old leader is still up and reachable, and neither appends nor says it leads.
             frozen = last_scn(old.buffer_dir)
             for _ in range(int(4 * SESSION_S / 0.25)):
@@ -101,13 +106,16 @@ def test_a_leader_cut_off_from_zookeeper_but_reachable_stops_leading_and_readers
             kept = records(old.buffer_dir)
             links[old.member_id].heal()  # its session turns out expired: it stops for good
             assert old.proc is not None
+            healed_at = time.monotonic()
             assert old.proc.wait(timeout=60 + 3 * SESSION_S) != 0
+            print(f"old leader stopped {time.monotonic() - healed_at:.1f}s after the heal")
             assert "never appends again" in old.log.read_text()
             after = records(old.buffer_dir)
             assert after == kept[: len(after)], "the old leader appended nothing once back"
             group.restart_dead()
             time.sleep(1.0)
         _reader_done(load, reader, [m for m in group.members if m is not old])
+        print(f"{len(load.dc1_writes.written)} / {len(load.dc2_writes.written)} written")
     finally:
         group.stop()
         for link in links.values():
@@ -126,33 +134,69 @@ def test_a_follower_far_behind_elected_alone_reads_its_gap_from_the_source(
         behind.pause()
         held = last_scn(behind.buffer_dir)
         time.sleep(6)  # the leader captures a backlog the paused follower lacks
-        assert held is not None and last_scn(leader.buffer_dir) > held
+        backlog = _records_after(leader, held)
+        assert backlog > 0
+        killed_at = time.monotonic()
         leader.kill()
         other.kill()
         behind.signal(signal.SIGCONT)
         assert group.wait_leader(60) is behind
         _wait_appends(behind)
+        print(f"backlog {backlog} records; {behind.member_id} appends "
+              f"{time.monotonic() - killed_at:.1f}s after the kill")  # fmt: skip
         time.sleep(2)
         group.restart_dead()
         time.sleep(2)
     _reader_done(load, reader, group.members)
+    print(f"{len(load.dc1_writes.written)} / {len(load.dc2_writes.written)} written")
+
+
+def _records_after(member: Member, scn: SCN | None) -> int:
+    return sum(1 for r in records(member.buffer_dir) if scn is None or r[0] > scn)
+
+
+def _election_order(sandbox: SandboxDescription, group: Group) -> list[str]:
+    """The members' ids in the order the election will make them lead."""
+    client = KazooClient(hosts=sandbox.zookeeper.connect)
+    client.start(timeout=30)
+    try:
+        path = f"/drc-sandbox/{group.datacenter}/election"
+        return [str(c) for c in client.Election(path).contenders()]
+    finally:
+        client.stop()
+        client.close()
 
 
 @pytest.mark.slow
-def test_the_whole_group_killed_at_once_and_restarted_loses_and_repeats_nothing(
-    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
+def test_a_follower_far_behind_elected_next_catches_up_from_the_other_member(
+    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
 ) -> None:
-    reader = Reader(zk_url(sandbox, group))
-    with two_way(sandbox, group, dc2, tmp_path, SESSION_S) as load:
-        group.wait_roles(["follower", "follower", "leader"])
-        time.sleep(2)
-        for member in group.members:  # all at once: signals first, then reap
-            member.signal(signal.SIGKILL)
-        for member in group.members:
-            member.kill()
-        time.sleep(1)  # writes go on with no member up
-        group.restart_dead()
-        group.wait_started(group.wait_leader(60))
-        group.wait_roles(["follower", "follower", "leader"], timeout=60)
-        time.sleep(3)
-    _reader_done(load, reader, group.members)
+    """The follower next in line is paused for less than its session timeout (long, here),
+    so it keeps its place: when the leader is killed it leads although the other follower
+    holds more."""
+    with started_group(sandbox, dc1, tmp_path, "gfb", LONG_SESSION_S) as group:
+        reader = Reader(zk_url(sandbox, group))
+        with two_way(sandbox, group, dc2, tmp_path, SESSION_S) as load:
+            leader = group.wait_leader(60)
+            group.wait_roles(["follower", "follower", "leader"])
+            order = _election_order(sandbox, group)
+            assert order[0] == leader.member_id, order
+            behind = next(m for m in group.members if m.member_id == order[1])
+            other = next(m for m in group.members if m.member_id == order[2])
+            paused_at = behind.pause()
+            held = last_scn(behind.buffer_dir)
+            time.sleep(LONG_SESSION_S / 2)  # a backlog the paused follower lacks
+            leader.kill()
+            backlog = _records_after(other, held)
+            assert backlog > 0 and time.monotonic() - paused_at < LONG_SESSION_S - 1
+            behind.signal(signal.SIGCONT)
+            killed_at = time.monotonic()
+            assert group.wait_leader(60 + 2 * LONG_SESSION_S) is behind, group.roles()
+            _wait_appends(behind)
+            print(f"backlog {backlog} records; {behind.member_id} appends "
+                  f"{time.monotonic() - killed_at:.1f}s after the kill")  # fmt: skip
+            group.restart_dead()
+            time.sleep(2)
+        _reader_done(load, reader, group.members)
+    assert "caught up from member " + other.member_id in behind.log.read_text()
+    print(f"{len(load.dc1_writes.written)} / {len(load.dc2_writes.written)} written")
