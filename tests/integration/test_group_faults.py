@@ -200,3 +200,27 @@ def test_a_follower_far_behind_elected_next_catches_up_from_the_other_member(
         _reader_done(load, reader, group.members)
     assert "caught up from member " + other.member_id in behind.log.read_text()
     print(f"{len(load.dc1_writes.written)} / {len(load.dc2_writes.written)} written")
+
+
+@pytest.mark.slow
+def test_the_whole_group_killed_at_once_and_restarted_loses_and_repeats_nothing(
+    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    reader = Reader(zk_url(sandbox, group))
+    with two_way(sandbox, group, dc2, tmp_path, SESSION_S) as load:
+        group.wait_roles(["follower", "follower", "leader"])
+        time.sleep(2)
+        for member in group.members:  # all at once: signals first, then reap
+            member.signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        for member in group.members:
+            member.kill()
+        time.sleep(1)  # writes go on with no member up
+        group.restart_dead()
+        leader = group.wait_leader(60)
+        _wait_appends(leader)
+        print(f"{leader.member_id} appends {time.monotonic() - killed_at:.1f}s after the kill")
+        group.wait_roles(["follower", "follower", "leader"], timeout=60)
+        time.sleep(3)
+    _reader_done(load, reader, group.members)
+    print(f"{len(load.dc1_writes.written)} / {len(load.dc2_writes.written)} written")
