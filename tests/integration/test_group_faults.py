@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -61,6 +61,22 @@ def _wait_appends(member: Member, timeout: float = 60.0) -> None:
 
 
 @pytest.fixture
+def readers() -> Iterator[Callable[[str], Reader]]:
+    """Makes SDK readers; each is closed at the end even if the test failed (an open one
+    keeps the test process from exiting)."""
+    made: list[Reader] = []
+
+    def make(url: str) -> Reader:
+        made.append(Reader(url))
+        return made[-1]
+
+    yield make
+    for reader in made:
+        if not reader.stop.is_set():
+            reader.wait_for(0, timeout=0)
+
+
+@pytest.fixture
 def group(sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path) -> Iterator[Group]:
     with started_group(sandbox, dc1, tmp_path, "gft", SESSION_S) as made:
         yield made
@@ -68,7 +84,11 @@ def group(sandbox: SandboxDescription, dc1: ServerInfo, tmp_path: Path) -> Itera
 
 @pytest.mark.slow
 def test_a_leader_cut_off_from_zookeeper_but_reachable_stops_leading_and_readers_follow(
-    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+    sandbox: SandboxDescription,
+    dc1: ServerInfo,
+    dc2: ServerInfo,
+    tmp_path: Path,
+    readers: Callable[[str], Reader],
 ) -> None:
     """Each member reaches ZooKeeper through a FaultyLink of its own; readers and followers
     reach its API directly. The leader's link is blackholed."""
@@ -84,7 +104,7 @@ def test_a_leader_cut_off_from_zookeeper_but_reachable_stops_leading_and_readers
         assert old in text, text
         member.config.write_text(text.replace(old, f'zookeeper = "127.0.0.1:{link.port}"'))
     group.start()
-    reader = Reader(zk_url(sandbox, group))
+    reader = readers(zk_url(sandbox, group))
     try:
         with two_way(sandbox, group, dc2, tmp_path, SESSION_S) as load:
             old = group.wait_leader(30)
@@ -124,9 +144,13 @@ def test_a_leader_cut_off_from_zookeeper_but_reachable_stops_leading_and_readers
 
 @pytest.mark.slow
 def test_a_follower_far_behind_elected_alone_reads_its_gap_from_the_source(
-    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
+    sandbox: SandboxDescription,
+    group: Group,
+    dc2: ServerInfo,
+    tmp_path: Path,
+    readers: Callable[[str], Reader],
 ) -> None:
-    reader = Reader(zk_url(sandbox, group))
+    reader = readers(zk_url(sandbox, group))
     with two_way(sandbox, group, dc2, tmp_path, SESSION_S) as load:
         leader = group.wait_leader(30)
         group.wait_roles(["follower", "follower", "leader"])
@@ -169,13 +193,17 @@ def _election_order(sandbox: SandboxDescription, group: Group) -> list[str]:
 
 @pytest.mark.slow
 def test_a_follower_far_behind_elected_next_catches_up_from_the_other_member(
-    sandbox: SandboxDescription, dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+    sandbox: SandboxDescription,
+    dc1: ServerInfo,
+    dc2: ServerInfo,
+    tmp_path: Path,
+    readers: Callable[[str], Reader],
 ) -> None:
     """The follower next in line is paused for less than its session timeout (long, here),
     so it keeps its place: when the leader is killed it leads although the other follower
     holds more."""
     with started_group(sandbox, dc1, tmp_path, "gfb", LONG_SESSION_S) as group:
-        reader = Reader(zk_url(sandbox, group))
+        reader = readers(zk_url(sandbox, group))
         with two_way(sandbox, group, dc2, tmp_path, SESSION_S) as load:
             leader = group.wait_leader(60)
             group.wait_roles(["follower", "follower", "leader"])
@@ -204,9 +232,13 @@ def test_a_follower_far_behind_elected_next_catches_up_from_the_other_member(
 
 @pytest.mark.slow
 def test_the_whole_group_killed_at_once_and_restarted_loses_and_repeats_nothing(
-    sandbox: SandboxDescription, group: Group, dc2: ServerInfo, tmp_path: Path
+    sandbox: SandboxDescription,
+    group: Group,
+    dc2: ServerInfo,
+    tmp_path: Path,
+    readers: Callable[[str], Reader],
 ) -> None:
-    reader = Reader(zk_url(sandbox, group))
+    reader = readers(zk_url(sandbox, group))
     with two_way(sandbox, group, dc2, tmp_path, SESSION_S) as load:
         group.wait_roles(["follower", "follower", "leader"])
         time.sleep(2)
