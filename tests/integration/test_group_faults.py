@@ -7,7 +7,8 @@
   readers follow the new leader;
 - a follower held far behind (paused) while the leader captures a backlog, then elected alone
   (the leader and the other follower killed -9): it reads the gap from the source binlog;
-- every member killed -9 at once and started again under writes: one leader again.
+- every member killed -9 (or sent SIGTERM) at once and started again under writes: one
+  leader again.
 
 Each ends with the other datacenter row for row equal, every transaction applied once and none
 echoed, every member's buffer identical on the common range with SCNs strictly increasing, and
@@ -231,22 +232,27 @@ def test_a_follower_far_behind_elected_next_catches_up_from_the_other_member(
 
 
 @pytest.mark.slow
-def test_the_whole_group_killed_at_once_and_restarted_loses_and_repeats_nothing(
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "term"])
+def test_the_whole_group_stopped_at_once_and_restarted_loses_and_repeats_nothing(
     sandbox: SandboxDescription,
     group: Group,
     dc2: ServerInfo,
     tmp_path: Path,
     readers: Callable[[str], Reader],
+    sig: signal.Signals,
 ) -> None:
     reader = readers(zk_url(sandbox, group))
     with two_way(sandbox, group, dc2, tmp_path, SESSION_S) as load:
         group.wait_roles(["follower", "follower", "leader"])
         time.sleep(2)
         for member in group.members:  # all at once: signals first, then reap
-            member.signal(signal.SIGKILL)
+            member.signal(sig)
         killed_at = time.monotonic()
         for member in group.members:
-            member.kill()
+            assert member.proc is not None
+            member.proc.wait(timeout=60)
+        if sig == signal.SIGTERM:  # a clean stop, not an error
+            assert [m.proc.returncode for m in group.members if m.proc] == [0, 0, 0]
         time.sleep(1)  # writes go on with no member up
         group.restart_dead()
         leader = group.wait_leader(60)
