@@ -1,7 +1,7 @@
 """A datacenter's replicator group on real ZooKeeper and MariaDB: election, followers copying
 the leader byte for byte, failover on kill -9 without gap, duplicate or renumbering, fencing of
 a paused leader, and a ZooKeeper outage. The faults happen under the two-way workload
-(tests/integration/two_way.py): both datacenters write and apply each other's changes, dc2
+(tests/support/two_way.py): both datacenters write and apply each other's changes, dc2
 reading the group through ``zk://``."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ source given as a list (the primary and its GTID replica).
   member that was paused behind the refusal (the group keeps the refusal in ZooKeeper; that
   member's own older position would have passed). Nothing is appended after the refusal.
 
-Both tests run the two-way workload of tests/integration/two_way.py.
+Both tests run the two-way workload of tests/support/two_way.py.
 
 Each test gets its own one-datacenter sandbox with a replica (promotion changes which server
 is the primary); the session sandbox's dc2 is the other datacenter.

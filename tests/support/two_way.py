@@ -217,7 +217,7 @@ def two_way(
     tmp: Path,
     session_s: float = 2.0,
 ) -> Iterator[TwoWay]:
-    """Once the group's leader captures, the two-way workload (tests/integration/two_way.py,
+    """Once the group's leader captures, the two-way workload (tests/support/two_way.py,
     with a one-member group of dc2) until the block ends; then both sides converge and every
     live member and dc2's buffer reach their source's position."""
     fresh_database(dc2, "grp_db", GROUP_TABLE)
