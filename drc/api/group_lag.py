@@ -10,11 +10,12 @@ A range whose position retention has already deleted (ScnTooOldError: its next p
 refused 410) counts from the oldest record the buffer holds, so its lag and backlog are those
 of the whole buffer, and ``too_old`` says so. A read that fails otherwise (a corrupt record,
 retention racing the read) leaves the range unmeasured (None): the next scrape tries again.
-One small read per range per call.
+One small read per distinct range position per call.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,15 @@ def group_lag(buffer: Any, state: GroupState, now_s: float) -> list[RangeLag]:
     """Each range's lag and backlog; [] where this process holds no buffer."""
     if buffer is None:
         return []
-    return [range_lag(buffer, r.index, state.position(r.index), now_s) for r in state.ranges]
+    out = []
+    seen: dict[SCN, RangeLag] = {}  # ranges often stand at one position: read it once
+    for r in state.ranges:
+        position = state.position(r.index)
+        found = seen.get(position)
+        if found is None:
+            found = seen[position] = range_lag(buffer, r.index, position, now_s)
+        out.append(dataclasses.replace(found, range=r.index))
+    return out
 
 
 def totals(lags: Sequence[RangeLag]) -> dict[str, Any]:
