@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from drc.api.group_lag import RangeLag, totals
 from drc.core import group_full
 from drc.core.consumer_groups import GroupSpec, GroupState, GroupStateError, valid_name
 from drc.core.errors import RetriableError
@@ -61,6 +62,27 @@ class FullSource(Protocol):
     def read(self, chunk: FullChunk, start: SCN) -> ChunkRows:
         """The chunk's rows from one consistent read at or after ``start``."""
         ...
+
+
+Measure = Callable[[GroupState], Sequence[RangeLag]]
+
+
+def group_summary(state: GroupState, lags: Sequence[RangeLag] | None = None) -> dict[str, Any]:
+    """Members, ranges by state, the oldest checkpoint (how far its slowest range is behind);
+    with ``lags``, its slowest range's lag and its whole backlog."""
+    states = Counter(r.state for r in state.ranges)
+    oldest = min(state.position(r.index) for r in state.ranges)
+    out: dict[str, Any] = {
+        "name": state.spec.name,
+        "members": len(state.members),
+        "ranges": dict(sorted(states.items())),
+        "oldest_checkpoint": str(oldest),
+    }
+    if state.spec.full:
+        out["full"] = group_full.progress(state.chunks)
+    if lags is not None:
+        out.update(totals(lags))
+    return out
 
 
 class GroupsNotConnected(RetriableError):
@@ -205,30 +227,23 @@ class GroupService:
             except GroupStateError:
                 pass  # deleted meanwhile
 
-    def summary(self) -> list[dict[str, Any]]:
-        """What /v1/status shows of each group: members, ranges by state, the oldest
-        checkpoint (how far its slowest range is behind). GroupsNotConnected while the store
-        is not connected: a status page never waits for ZooKeeper."""
+    def states(self) -> list[GroupState]:
+        """Every group's state. GroupsNotConnected while the store is not connected: a status
+        page never waits for ZooKeeper."""
         if not self.store.connected():
             raise GroupsNotConnected("the consumer groups' store (ZooKeeper) is not connected")
         out = []
         for name in self.names():
             try:
-                state = self.get(name)
+                out.append(self.get(name))
             except GroupStateError:
                 continue  # deleted meanwhile
-            states = Counter(r.state for r in state.ranges)
-            oldest = min(state.position(r.index) for r in state.ranges)
-            out.append(
-                {
-                    "name": name,
-                    "members": len(state.members),
-                    "ranges": dict(sorted(states.items())),
-                    "oldest_checkpoint": str(oldest),
-                    **({"full": group_full.progress(state.chunks)} if state.spec.full else {}),
-                }
-            )
         return out
+
+    def summary(self, measure: Measure | None = None) -> list[dict[str, Any]]:
+        """What /v1/status shows of each group (:func:`group_summary`); ``measure`` gives its
+        ranges' lag and backlog (drc.api.group_lag) where this process holds the buffer."""
+        return [group_summary(s, None if measure is None else measure(s)) for s in self.states()]
 
     def run_rebalancer(self, stop: threading.Event, every_s: float = REBALANCE_EVERY_S) -> None:
         """Rebalance every group while this process leads, until ``stop``."""

@@ -42,7 +42,8 @@ from drc.api import wire
 from drc.api.deps import ApiDeps, Deps, admin_caller, require_token
 from drc.api.errors import ApiError
 from drc.api.events import READ_FAILURES, pull_failure, wants_records
-from drc.api.group_service import GroupService
+from drc.api.group_lag import group_lag
+from drc.api.group_service import GroupService, group_summary
 from drc.api.metrics import Family
 from drc.api.pull import Batch, batch_headers, pull, render_json, render_records
 from drc.api.pullquery import BadQuery, PullQuery, ServerLimits, parse_pull_query, single_values
@@ -362,12 +363,13 @@ def _response(batch: Batch, records: bool, waiting: str | None) -> Response:
 
 
 def group_families(deps: ApiDeps) -> list[Family]:
-    """/metrics of the consumer groups: members, ranges by state, and the oldest checkpoint's
-    binlog position (how far the slowest range is behind the buffer's own position)."""
+    """/metrics of the consumer groups: members, ranges by state, the oldest checkpoint's
+    binlog position (how far the slowest range is behind the buffer's own position), and each
+    range's lag and backlog (drc.api.group_lag)."""
     if deps.groups is None:
         return []
     try:
-        groups = deps.groups.summary()
+        states = deps.groups.states()
     except RetriableError:
         return []  # ZooKeeper does not answer: /v1/status says so
     members = Family("drc_consumer_group_members", "gauge", "Live members of a consumer group")
@@ -376,15 +378,24 @@ def group_families(deps: ApiDeps) -> list[Family]:
                    "Binlog file of the group's oldest range checkpoint")  # fmt: skip
     pos = Family("drc_consumer_group_oldest_log_pos", "gauge",
                  "Binlog position of the group's oldest range checkpoint")  # fmt: skip
-    for group in groups:
+    lag = Family("drc_consumer_group_range_lag_seconds", "gauge",
+                 "Now - commit time of the first record after a range's position")  # fmt: skip
+    backlog = Family("drc_consumer_group_range_backlog_bytes", "gauge",
+                     "Buffer bytes stored after a range's position")  # fmt: skip
+    now = deps.wall_clock()
+    for state in states:
+        group = group_summary(state)
         name = str(group["name"])
         members.add(group["members"], group=name)
-        for state in (OPEN, CLOSING, CLOSED):
-            ranges.add(group["ranges"].get(state, 0), group=name, state=state)
+        for range_state in (OPEN, CLOSING, CLOSED):
+            ranges.add(group["ranges"].get(range_state, 0), group=name, state=range_state)
         oldest = SCN.parse(group["oldest_checkpoint"])
         index.add(oldest.log_index, group=name)
         pos.add(oldest.log_pos, group=name)
-    return [members, ranges, index, pos] if groups else []
+        for measured in group_lag(deps.buffer, state, now):
+            lag.add(measured.lag_seconds, group=name, range=str(measured.range))
+            backlog.add(measured.backlog_bytes, group=name, range=str(measured.range))
+    return [members, ranges, index, pos, lag, backlog] if states else []
 
 
 def _scn(text: str, name: str) -> SCN:

@@ -29,8 +29,11 @@ run's times, error and per-table rows and differences, the next run's time).
 
 A ``drc run --role apply`` process has no buffer: ``buffer``, ``lag`` and ``capture`` are null.
 ``consumer_groups`` (null where none are served): each group's ``name``, ``members``, its
-``ranges`` counted by state (open, closing, closed) and ``oldest_checkpoint``; a full group
-also ``full``: its ``chunks`` and how many are ``terminated``.
+``ranges`` counted by state (open, closing, closed), ``oldest_checkpoint``,
+``max_lag_seconds`` (its slowest range: now - commit time of the first record after it, 0 when
+caught up) and ``backlog_bytes`` (buffer bytes after each range, summed), both null where this
+process holds no buffer (drc.api.group_lag); a full group also ``full``: its ``chunks`` and how
+many are ``terminated``.
 ``hot_path``: whether the compiled decoder and codec run (drc.native: ``compiled``, the
 ``DRC_COMPILED`` ``setting``, and the ``reason``, e.g. a build that is stale after an upgrade).
 """
@@ -46,6 +49,7 @@ from drc import native
 from drc.api import wire
 from drc.api.deps import ApiDeps, Deps, require_token
 from drc.api.errors import ApiError
+from drc.api.group_lag import group_lag
 from drc.core.errors import RetriableError, ScnTooOldError
 from drc.core.heartbeat import lag_seconds
 from drc.eventbuffer.position import scn_before
@@ -109,7 +113,7 @@ def consumer_groups(deps: ApiDeps) -> list[dict[str, Any]] | dict[str, str] | No
     if deps.groups is None:
         return None
     try:
-        return deps.groups.summary()
+        return deps.groups.summary(lambda state: group_lag(deps.buffer, state, deps.wall_clock()))
     except RetriableError as exc:
         return {"error": str(exc)}
 

@@ -2,7 +2,8 @@
 
 Two DRC nodes run against the sandbox's dc1 and dc2; after a few writes on each side, dc1's
 ``/ui`` (loaded by Debian's chromium, scripts run) shows both datacenters, their replicators'
-roles and SCN ranges, and each channel with its state and lag. A screenshot is kept under
+roles and SCN ranges, each channel with its state and lag, and a consumer group's card (its
+members, ranges by state, lag and backlog). A screenshot is kept under
 ``$DRC_ARTIFACTS`` (default: the test's tmp dir) for CI to collect.
 """
 
@@ -95,6 +96,9 @@ def test_status_page_shows_both_datacenters_and_each_channels_lag(
             cli, ["channel", "pause", "from-dc2", "--api", url, "--reason", "page check"]
         )
         assert paused.exit_code == 0, paused.output
+        group = {"name": "orders", "ranges": 4, "after": "0:0:0:0"}  # behind: lag and backlog
+        made = httpx.post(f"{url}/v1/groups", json=group, timeout=10)  # an open API: admin
+        assert made.status_code == 201, made.text
 
         artifacts = Path(os.environ.get("DRC_ARTIFACTS", tmp_path))
         artifacts.mkdir(parents=True, exist_ok=True)
@@ -126,3 +130,8 @@ def test_status_page_shows_both_datacenters_and_each_channels_lag(
         assert re.search(r'<span class="lag">[\d.]+ s</span>', card), card
         assert re.search(r'class="muted scale"> 0\u2013[\d.]+ s, 3 min<', card), card
         assert (artifacts / "status-page.png").stat().st_size > 10_000
+    group_card = dom.split('<div class="card group" data-group="orders">')[1].split("</div>")[0]
+    assert "<dt>members</dt><dd>0</dd>" in group_card, group_card  # none joined: all closed
+    assert "<dt>ranges</dt><dd>4 closed</dd>" in group_card, group_card
+    assert re.search(r'<span class="group-lag">[\d.]+ s</span>', group_card), group_card
+    assert re.search(r'<span class="group-backlog">[\d.]+ [KMG]?i?B</span>', group_card), group_card

@@ -17,10 +17,12 @@ from drc.core.jsonwire import transaction_from_json
 from drc.core.partitions import key_partition, range_index
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer
+from drc.eventbuffer.format import HEADER_SIZE
 from tests.support.api import AUTH, TOKEN, TestClient, scn, store, txn
 
 ADMIN = {"Authorization": "Bearer admin-token"}
 RANGES = 4
+NOW = 1_700_000_011.0  # 10 s after txn(1) committed (tests.support.api.txn)
 
 
 def where(row_id: int) -> int:
@@ -53,6 +55,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         tokens=(TOKEN, "admin-token"),  # as drc.runtime: admins read too
         admin_tokens={"ops": "admin-token"},
         groups=GroupService(MemoryGroupStore()),
+        wall_clock=lambda: NOW,
     )
     with TestClient(create_app(deps)) as made:
         yield made
@@ -103,7 +106,11 @@ def test_members_share_ranges_and_each_change_goes_to_its_range(client: TestClie
     assert 'drc_consumer_group_members{group="g"} 2' in metrics
     assert 'drc_consumer_group_ranges{group="g",state="closing"} 2' in metrics
     ranges = {"closing": 2, "open": 2}  # the second member gets two once they are released
-    assert status == [{"name": "g", "members": 2, "ranges": ranges, "oldest_checkpoint": "0:0:0:0"}]
+    backlog = client.get("/v1/status", headers=AUTH).json()["buffer"]["bytes"] - HEADER_SIZE
+    assert status == [{"name": "g", "members": 2, "ranges": ranges, "oldest_checkpoint": "0:0:0:0",
+                       "max_lag_seconds": 10.0, "backlog_bytes": RANGES * backlog}]  # fmt: skip
+    assert 'drc_consumer_group_range_lag_seconds{group="g",range="0"} 10' in metrics
+    assert f'drc_consumer_group_range_backlog_bytes{{group="g",range="3"}} {backlog}' in metrics
 
 
 def test_a_stale_version_is_refused(client: TestClient) -> None:

@@ -108,6 +108,36 @@ function channelCard(dc, ch, now) {
     " at " + String(action.at).replace("T", " ").slice(0, 19) + " UTC" + (action.reason ? " (" + action.reason + ")" : "")));
   return card;
 }
+function bytes(value) {
+  if (value === null || value === undefined) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let v = Number(value), i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return (i ? v.toFixed(1) : String(v)) + " " + units[i];
+}
+function groupCard(group) {
+  // One consumer group of this replicator (/v1/status consumer_groups; drc.api.group_lag).
+  const ranges = Object.entries(group.ranges || {}).map(([state, n]) => n + " " + state).join(", ");
+  const full = group.full;
+  const card = el("div", {class: "card group", "data-group": group.name});
+  card.append(
+    el("h3", {}, group.name),
+    pairs([
+      ["members", group.members],
+      ["ranges", ranges || null],
+      ...(full ? [["full phase", full.terminated + " / " + full.chunks + " chunks done"]] : []),
+      ["max lag", el("span", {class: "group-lag"}, seconds(group.max_lag_seconds))],
+      ["backlog", el("span", {class: "group-backlog"}, bytes(group.backlog_bytes))],
+      ["oldest checkpoint", group.oldest_checkpoint],
+    ]));
+  return card;
+}
+function groupCards(groups) {
+  if (groups === null || groups === undefined) return [el("div", {class: "muted"}, "this replicator serves no consumer groups")];
+  if (!Array.isArray(groups)) return [el("div", {class: "error"}, "consumer groups: " + (groups.error || "unknown"))];
+  if (!groups.length) return [el("div", {class: "muted"}, "no consumer groups")];
+  return groups.map(groupCard);
+}
 async function refresh() {
   const now = Date.now();
   let here, peers;
@@ -143,6 +173,7 @@ async function refresh() {
   }
   document.getElementById("datacenters").replaceChildren(...dcs);
   document.getElementById("channels").replaceChildren(...channels);
+  document.getElementById("groups").replaceChildren(...groupCards(here.consumer_groups));
   document.getElementById("updated").textContent = utc(new Date(now));
 }
 document.getElementById("auth").addEventListener("submit", event => {
