@@ -5,12 +5,17 @@ with the same columns; deletes from one keyed table; an update has none: it is a
 its own) and the *keys* it touches. A change joins the latest open batch of its shape, which
 moves it earlier, past every write placed after that batch, when key order allows:
 
-- Keys. A change touches the values of every unique key of its table (the primary key and
-  each UNIQUE key the target declares) in its before and after images; a unique key with a
-  NULL in it collides with nothing and is left out. Strings are compared folded (case, accents,
-  trailing spaces), so two values a collation may call equal always collide here: folding only
-  ever blocks a move. A change may not pass a write that touches one of its keys: a batch
-  remembers the latest position holding each key, so the check is one lookup per key.
+- Keys. A change touches the primary key values of its before and after images. Strings are
+  compared folded (case, accents, trailing spaces), so two values a collation may call equal
+  always collide here: folding only ever blocks a move. A change may not pass a write that
+  touches one of its keys: a batch remembers the latest position holding each key, so the
+  check is one lookup per key.
+- Tables with UNIQUE secondary keys: every change touches one key for the whole table, so the
+  table keeps stream order (consecutive changes of one shape still merge). Their images could
+  say which unique values collide, but only as the source had them: in a replay (a snapshot's
+  converging window, a rewind) a target row may hold a unique value its image does not show,
+  and an insert moved ahead of the write that frees it would fail where the changes one by one
+  succeed (found by the property test of tests/unit/test_apply_shapes.py).
 - Keyless tables (no primary key, matched by whole row) touch one key for the whole table: no
   change of such a table passes another change of it, so the table keeps stream order.
 - Tables whose writes may be seen by other rows (``TargetTable.keeps_order``: a trigger that
@@ -42,6 +47,8 @@ from drc.core.events import RowChange
 from drc.core.target_table import TargetTable, values_of
 
 B = TypeVar("B")
+# The key every change of a table with UNIQUE secondary keys touches (see the module doc).
+UNIQUE_KEYS = "unique keys"
 # Placed writes kept waiting behind the oldest open batch at most: about one of the sink's
 # pipelined chunks (drc.apply.sink.WriteBatch), so the first chunk goes out while the rest of a
 # large group is planned; closing a batch that early costs a statement per window.
@@ -127,20 +134,18 @@ def touched_keys(change: RowChange, table: TargetTable, name: Hashable) -> list[
     however it is spelled (``table_key``)."""
     if not table.primary_key:
         return [name]
-    keys: list[Hashable] = []
-    indexes = (table.primary_key, *table.unique_keys) if table.unique_keys else (table.primary_key,)
-    for index, columns in enumerate(indexes):
-        seen = None
-        for image in (change.before, change.after):
-            if image is None:
-                continue
-            values = values_of(columns, image)
-            if values == seen or (index and any(v is None for v in values)):
-                continue
-            seen = values
-            if len(values) != 1 or type(values[0]) is not int:
-                values = tuple([_fold(v) for v in values])
-            keys.append((name, index, values))
+    keys: list[Hashable] = [(name, UNIQUE_KEYS)] if table.unique_keys else []
+    seen = None
+    for image in (change.before, change.after):
+        if image is None:
+            continue
+        values = values_of(table.primary_key, image)
+        if values == seen:
+            continue
+        seen = values
+        if len(values) != 1 or type(values[0]) is not int:
+            values = tuple([_fold(v) for v in values])
+        keys.append((name, 0, values))
     return keys
 
 
