@@ -54,7 +54,9 @@ def test_transactions_on_one_key_stay_in_one_part_in_order() -> None:
     assert sorted(scns(p) for p in parts) == [[1, 3], [2, 4], [5]]
 
 
-def test_a_unique_key_and_a_key_change_join_transactions() -> None:
+def test_a_table_with_unique_keys_and_a_key_change_join_transactions() -> None:
+    # Every change of a table with UNIQUE secondary keys touches one key for the table
+    # (drc.apply.shapes: a replay's target may hold unique values the images do not show).
     group = [
         txn(1, change(M, Op.INSERT, after=(1, "x", 0))),
         txn(2, change(M, Op.DELETE, (1, "x", 0))),
@@ -64,7 +66,7 @@ def test_a_unique_key_and_a_key_change_join_transactions() -> None:
         txn(6, change(M, Op.INSERT, after=(3, None, 0)), change(M, Op.INSERT, after=(4, None, 0))),
     ]
     parts = split(group, describe, 8)
-    assert sorted(scns(p) for p in parts) == [[1, 2, 3], [4, 5], [6]]
+    assert sorted(scns(p) for p in parts) == [[1, 2, 3, 6], [4, 5]]
 
 
 def test_keyless_tables_and_tables_that_keep_order_serialise() -> None:
