@@ -11,29 +11,22 @@ from typing import Any
 
 import click
 
-from drc.cli.options import api_document_format, stacked, tls_options, token_option
-from drc.cli.tail import _client_errors
+from drc.cli.options import admin_api, admin_connection, api_document_format
 
-_api = click.option(
-    "--api", "url", required=True, metavar="URL",
-    help="API of the drc run process that runs the channel, e.g. http://dc1-a:8640.",
-)  # fmt: skip
 _reason = click.option(
     "--reason", default="", help="Why: kept in the audit trail (drc channel history)."
 )
 _yes = click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
-_connection = stacked(tls_options, _api, token_option)
+_connection = admin_connection(
+    "API of the drc run process that runs the channel, e.g. http://dc1-a:8640."
+)
 
 
 @contextmanager
 def _channels(url: str, token: str | None, ca: Any, cert: Any, key: Any) -> Iterator[Any]:
-    from drc.client import http
     from drc.client.control import ChannelApi
 
-    with (
-        _client_errors(),
-        ChannelApi(url, token, verify=http.tls_verify(True, ca, cert, key)) as api,
-    ):
+    with admin_api(ChannelApi, url, token, ca, cert, key) as api:
         yield api
 
 

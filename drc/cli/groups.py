@@ -12,26 +12,17 @@ from typing import Any
 
 import click
 
-from drc.cli.options import api_document_format, range_option, stacked, tls_options, token_option
-from drc.cli.tail import _client_errors
+from drc.cli.options import admin_api, admin_connection, api_document_format, range_option
 
-_api = click.option(
-    "--api", "url", required=True, metavar="URL",
-    help="API of any member of the replicator group, e.g. http://dc1-a:8640.",
-)  # fmt: skip
 _yes = click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
-_connection = stacked(tls_options, _api, token_option)
+_connection = admin_connection("API of any member of the replicator group, e.g. http://dc1-a:8640.")
 
 
 @contextmanager
 def _groups(url: str, token: str | None, ca: Any, cert: Any, key: Any) -> Iterator[Any]:
-    from drc.client import http
     from drc.client.group_admin import GroupsApi
 
-    with (
-        _client_errors(),
-        GroupsApi(url, token, verify=http.tls_verify(True, ca, cert, key)) as api,
-    ):
+    with admin_api(GroupsApi, url, token, ca, cert, key) as api:
         yield api
 
 

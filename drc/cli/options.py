@@ -3,10 +3,14 @@ the same in every command that takes it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
+
+from drc.core.errors import DrcError
+from drc.core.scn import SCN
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,6 +33,16 @@ token_option = click.option(
     show_envvar=True,
     default=None,
     help="Bearer token of the API (prefer the env var: arguments show in ps).",
+)
+# --api (the parameter ``urls``) of the commands that read a replicator's change stream.
+replicator_api_option = click.option(
+    "--api",
+    "urls",
+    multiple=True,
+    required=True,
+    metavar="URL",
+    help="Replicator API base URL, e.g. http://dc1:8640, or a group's zk://HOST:PORT/PATH/DC; "
+    "repeat for failover across a group.",
 )
 _pem = click.Path(exists=True, dir_okay=False)
 
@@ -100,3 +114,40 @@ def channel_option(verb: str) -> Callable[[F], F]:
 
 # What `drc status` and `drc channel` print of an API's answer.
 api_document_format = format_option("text", "text: readable lines; json: the API's document as is.")
+
+
+@contextmanager
+def client_errors() -> Iterator[None]:
+    """SDK errors become one line (exit 1); their messages name the URL and what to check."""
+    try:
+        yield
+    except (DrcError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def parse_after(text: str | None) -> SCN | None:
+    """--after's SCN (c:s:i:p), or None when not given."""
+    if text is None:
+        return None
+    try:
+        return SCN.parse(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--after") from None
+
+
+def admin_connection(help: str) -> Callable[[F], F]:
+    """--api URL (the parameter ``url``), --token and the TLS options of an admin command."""
+    api = click.option("--api", "url", required=True, metavar="URL", help=help)
+    return stacked(tls_options, api, token_option)
+
+
+@contextmanager
+def admin_api(
+    client: Callable[..., Any], url: str, token: str | None, ca: Any, cert: Any, key: Any
+) -> Iterator[Any]:
+    """An admin API client (ChannelApi, GroupsApi) over the connection options, its errors as
+    one line."""
+    from drc.client import http
+
+    with client_errors(), client(url, token, verify=http.tls_verify(True, ca, cert, key)) as api:
+        yield api

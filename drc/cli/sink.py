@@ -9,8 +9,15 @@ from typing import Any
 
 import click
 
-from drc.cli.options import progress_option, range_option, tls_options, token_option
-from drc.cli.tail import _api, _client_errors, _parse_scn
+from drc.cli.options import (
+    client_errors,
+    parse_after,
+    progress_option,
+    range_option,
+    replicator_api_option,
+    tls_options,
+    token_option,
+)
 from drc.core.scn import SCN
 
 BROKER_SCHEMES = ("amqp://", "amqps://")
@@ -26,7 +33,7 @@ def _broker_url(text: str) -> str:
 
 
 @click.command()
-@_api
+@replicator_api_option
 @click.option(
     "--broker",
     "broker_url",
@@ -111,11 +118,11 @@ def sink(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--broker") from None
     settings = _Settings(
-        urls, broker_url, checkpoint, _parse_scn(after), tables, skip_drc, exchange,
+        urls, broker_url, checkpoint, parse_after(after), tables, skip_drc, exchange,
         queue_prefix or exchange, queues, connections, max_events, confirm_every, token, ca,
         cert, key, progress_every, retry_for or None,
     )  # fmt: skip
-    with _client_errors():
+    with client_errors():
         _run(settings)
 
 

@@ -10,39 +10,30 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import click
 
 from drc.cli.options import (
     api_document_format,
+    client_errors,
     format_option,
+    parse_after,
     range_option,
+    replicator_api_option,
     tls_options,
     token_option,
 )
 from drc.core.errors import DrcError
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.jsonwire import transaction_to_json, value_to_json
-from drc.core.scn import SCN
 
 TRANSPORT: Any = None  # an httpx transport for tests; None = the network
 _VALUE_WIDTH = 60
 
-_api = click.option(
-    "--api",
-    "urls",
-    multiple=True,
-    required=True,
-    metavar="URL",
-    help="Replicator API base URL, e.g. http://dc1:8640, or a group's zk://HOST:PORT/PATH/DC; "
-    "repeat for failover across a group.",
-)
-
 
 @click.command()
-@_api
+@replicator_api_option
 @click.option("--after", default=None, metavar="SCN", help="Start after this SCN (c:s:i:p).")
 @click.option("--tables", default=None, help="Comma-separated db.table patterns, e.g. shop.*.")
 @format_option(
@@ -85,11 +76,11 @@ def tail(
     """
     from drc.client import FileCheckpointStore, Subscriber
 
-    start = _parse_scn(after)
+    start = parse_after(after)
     store = FileCheckpointStore(checkpoint) if checkpoint else None
     emit = _json_line if fmt == "json" else _table_lines
     with (
-        _client_errors(),
+        client_errors(),
         Subscriber(
             urls,
             start,
@@ -129,7 +120,7 @@ def _follow(sub: Any, emit: Callable[[Transaction], None], limit: int | None, ti
 
 
 @click.command()
-@_api
+@replicator_api_option
 @token_option
 @tls_options
 @api_document_format
@@ -239,15 +230,6 @@ def _verify_line(verify: dict[str, Any]) -> str:
     return f"{shown} [{state}]"
 
 
-@contextmanager
-def _client_errors() -> Iterator[None]:
-    """SDK errors become one line (exit 1); their messages name the URL and what to check."""
-    try:
-        yield
-    except (DrcError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-
-
 def _silence_stdout() -> None:
     # Python's recipe: point stdout at /dev/null so the flush at exit does not fail again.
     try:
@@ -255,15 +237,6 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass  # not a real file (tests): nothing will flush it at exit
-
-
-def _parse_scn(text: str | None) -> SCN | None:
-    if text is None:
-        return None
-    try:
-        return SCN.parse(text)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--after") from None
 
 
 # ---------------------------------------------------------------- output
