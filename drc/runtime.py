@@ -179,7 +179,9 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
         service.group = build_member(config, replicator, buffer, writes)
     if guards_local_triggers(config):
         service.trigger_guard = LocalTriggerGuard(
-            lambda: TargetSession(local_primary(config)), replicator.stats
+            lambda: TargetSession(local_primary(config)),
+            replicator.stats,
+            replays_tools=config.replays_online_schema_changes,
         )
         replicator.set_local_ddl(service.trigger_guard.submit)
     return service

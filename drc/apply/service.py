@@ -27,6 +27,7 @@ from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
 from drc.apply.group import GroupLimits
 from drc.apply.handover import CatchupHandover, FinishRun
+from drc.apply.osc_pending import ReplayOnlineSchemaChange
 from drc.apply.parallel import ParallelWriter, Worker
 from drc.apply.retrier import Retrier
 from drc.apply.rowstages import ExcludeColumns, FilterRows
@@ -198,6 +199,8 @@ def channel_filters(
         KeepTables(channel.table_filter(), tombstones=tombstones),
         KeepApplicableDdl(channel.objects),
     ]
+    if channel.online_schema_change == "replay":  # before the stages that read rows
+        filters.append(ReplayOnlineSchemaChange(channel.name))
     if channel.row_filters:  # only when set: catch-up's fast path knows the other stages
         filters.append(FilterRows(channel.row_predicates()))
     if channel.exclude_columns:  # before the hooks: they never see what is left out
