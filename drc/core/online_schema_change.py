@@ -6,9 +6,10 @@ while they carry over concurrent writes (pt-osc: triggers ``pt_osc_<db>_<t>_ins/
 gh-ost: its own binlog reader, with a changelog table ``_t_ghc``), then swap the two with one
 ``RENAME TABLE t TO _t_old, _t_new TO t`` (gh-ost: ``_t_del``, ``_t_gho``) and drop the old one.
 
-This is groundwork for replicating the logical ALTER instead of the copy traffic (see
-docs/operations.md, "Online schema change tools"): a channel that recognises the shadow table
-can leave out its rows and triggers and run the ALTER on the target table at the cut-over.
+A channel with ``online_schema_change = "replay"`` replicates the logical ALTER instead of the
+copy traffic (drc.core.osc_replay; docs/operations.md, "Online schema change tools"): it
+recognises the shadow table by these, leaves out its rows and triggers and runs the ALTER on
+the target table at the cut-over.
 Names alone are a hint (a user may call a table ``_orders_new``); :func:`cut_over` is the
 certain sign, a rename that swaps a table with its own shadow.
 """
@@ -112,5 +113,7 @@ def missing_shadow_hint(table: str) -> str:
         f"; {table} looks like {found.tool}'s shadow table of {found.table}: its rows arrive "
         f"after the tool's cut-over when {found.table} was written on both datacenters while "
         f"the tool copied it, and {found.table} has likely diverged (docs/operations.md, "
-        "'Online schema change tools'; compare and repair it with drc verify, docs/verify.md)"
+        "'Online schema change tools'; compare and repair it with drc verify, docs/verify.md; "
+        'online_schema_change = "replay" on every datacenter\'s channels replicates the '
+        "tool's ALTER instead of its copy)"
     )
