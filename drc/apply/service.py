@@ -199,14 +199,14 @@ def channel_filters(
         KeepTables(channel.table_filter(), tombstones=tombstones),
         KeepApplicableDdl(channel.objects),
     ]
-    if channel.online_schema_change == "replay":  # before the stages that read rows
-        filters.append(ReplayOnlineSchemaChange(channel.name))
     if channel.row_filters:  # only when set: catch-up's fast path knows the other stages
         filters.append(FilterRows(channel.row_predicates()))
     if channel.exclude_columns:  # before the hooks: they never see what is left out
         filters.append(ExcludeColumns(channel.exclude_columns))
     if channel.transforms:
         filters.append(Transforms(channel.transforms))
+    if channel.online_schema_change == "replay":  # after the hooks: they never see its rows
+        filters.append(ReplayOnlineSchemaChange(channel.name))
     filters.append(MapNames(NameMap(channel.map_tables, channel.map_columns)))
     subscribed = _subscription(channel, tombstones)
     return filters, partial(subscriber_factory or default_subscriber, subscribed)
