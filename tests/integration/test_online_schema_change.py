@@ -153,7 +153,7 @@ def _state(server: ServerInfo) -> dict[str, Any]:
     with conn.cursor() as cur:
         cur.execute("SHOW CREATE TABLE t")
         definition = cur.fetchone()[1]
-        cur.execute("SELECT id, v, n, extra FROM t ORDER BY id")
+        cur.execute("SELECT * FROM t ORDER BY id")  # (id, v, n, extra) once altered
         rows = list(cur.fetchall())
         cur.execute("CHECKSUM TABLE t")
         checksum = cur.fetchone()[1]
