@@ -164,9 +164,9 @@ class ReplayOnlineSchemaChange:
             f'This datacenter replays the tool\'s ALTER (online_schema_change = "replay") and '
             f"never created {entry.shadow}. Make {entry.schema}.{entry.table} (and any table "
             f"the statement makes) here match the tool's datacenter by hand (drc verify "
-            f"compares them), forget the run with DELETE FROM drc.{TABLE} WHERE channel = "
-            f"'{self.channel}' AND schema_name = '{entry.schema}' AND table_name = "
-            f"'{entry.table}', then go past the statement with drc channel skip"
+            f"compares them), forget the run by deleting its row of drc.{TABLE} (channel "
+            f"{self.channel}, schema_name {entry.schema}, table_name {entry.table}), then go "
+            "past the statement with drc channel skip"
         )
         error.stoppage = Stoppage.at(txn.scn, error, [txn])
         return error
