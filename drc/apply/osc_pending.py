@@ -24,10 +24,13 @@ the channel's entries again whenever the channel (re)subscribes after its checkp
 (:meth:`ReplayOnlineSchemaChange.load`), so what it holds is always the target's state at the
 checkpoint plus the transactions taken since.
 
-Bulk catch-up (drc.catchup) cuts its spans at every statement that changes an entry
-(:func:`changes_entries`: the driver applies it through the streaming channel's DDL path), so
-inside a span the entries are fixed and the stage decides a row change by its table's name
-alone, as the executors' fast path needs.
+Bulk catch-up (drc.catchup): every statement that changes an entry is DDL, and every DDL is a
+step of its own, which the driver runs through this stage in stream order
+(drc.catchup.executor.ddl_chain) and applies through the streaming channel's DDL path, so
+inside a span the entries are fixed: the executors read them from the target and the stage
+decides a row change by its table's name alone, as their fast path needs. A statement at or
+before an entry's SCN changes nothing again, so a range seen twice (a resumed run, a rewind,
+a parallel group's redelivery) converges.
 """
 
 from __future__ import annotations
@@ -93,15 +96,6 @@ def image(channel: str, entry: Pending) -> dict[str, object]:
         "tool": entry.tool, "shadow": entry.shadow, "state": entry.state,
         "old_name": entry.old, "alters": json.dumps(list(entry.alters)), "scn": str(entry.scn),
     }  # fmt: skip
-
-
-def is_entry_change(change: RowChange) -> bool:
-    return change.schema == CHECKPOINT_SCHEMA and change.table == TABLE
-
-
-def changes_entries(txn: Transaction) -> bool:
-    """Whether ``txn`` (after the chain) changes an entry: a step of its own for catch-up."""
-    return any(is_entry_change(c) for c in txn.changes)
 
 
 def alter_statement(alter: Alter) -> str:

@@ -55,6 +55,7 @@ from drc.conflicts.rules import Ranks
 from drc.conflicts.settings import ConflictsConfig
 from drc.conflicts.target import ConflictTarget
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE, TOMBSTONE_PREFIX
+from drc.core.online_schema_change import with_shadows
 from drc.core.scn import SCN
 from drc.mysql.driver import TargetSettings
 
@@ -194,6 +195,9 @@ def channel_filters(
 ) -> tuple[list[Stage], Subscribe]:
     """The filter chain and the subscription of ``channel`` (also what a config reload gives a
     running channel: a reload, drc.apply.actions)."""
+    replays = channel.online_schema_change == "replay"
+    if replays:  # the tool's shadow tables too, which the stage leaves out
+        channel = channel.model_copy(update={"tables": with_shadows(channel.tables)})
     filters: list[Stage] = [
         SkipDrcOriginated(),
         KeepTables(channel.table_filter(), tombstones=tombstones),
@@ -205,7 +209,7 @@ def channel_filters(
         filters.append(ExcludeColumns(channel.exclude_columns))
     if channel.transforms:
         filters.append(Transforms(channel.transforms))
-    if channel.online_schema_change == "replay":  # after the hooks: they never see its rows
+    if replays:  # after the hooks: they never see its rows
         filters.append(ReplayOnlineSchemaChange(channel.name))
     filters.append(MapNames(NameMap(channel.map_tables, channel.map_columns)))
     subscribed = _subscription(channel, tombstones)

@@ -103,6 +103,18 @@ def cut_over(change: SchemaChange) -> CutOver | None:
     return CutOver(new_shadow.tool, schema, table, new, old)
 
 
+def with_shadows(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """``db.table`` patterns (drc.core.tablefilter) and the names of their tables' shadow and
+    old tables (``db._table_new``, ``_old``; gh-ost ``_gho``, ``_del``): a channel replaying a
+    tool's ALTER must see their statements and rows to leave them out, and the old table's DROP
+    to forget the run. No pattern: every table already."""
+    shadows = []
+    for pattern in patterns:
+        db, _, table = pattern.partition(".")
+        shadows += [f"{db}._{table}_{suffix}" for suffix in ("new", "old", "gho", "del")]
+    return tuple(dict.fromkeys((*patterns, *shadows))) if patterns else ()
+
+
 def missing_shadow_hint(table: str) -> str:
     """What to tell an operator whose channel found no table ``table`` on its target, when the
     name is a tool's shadow table's: the likely cause, writes on both sides during the copy."""

@@ -20,7 +20,7 @@ from drc.core.ddl import alter_clauses
 from drc.core.errors import FatalError
 from drc.core.events import Op, RowChange, SchemaChange, Transaction
 from drc.core.markers import CHECKPOINT_SCHEMA
-from drc.core.online_schema_change import GH_OST, PT_OSC
+from drc.core.online_schema_change import GH_OST, PT_OSC, with_shadows
 from drc.core.osc_replay import (
     COPYING,
     CUT,
@@ -30,6 +30,7 @@ from drc.core.osc_replay import (
     replay,
 )
 from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter
 
 
 def _scn(n: int) -> SCN:
@@ -332,3 +333,13 @@ def test_the_tools_triggers_stay_unguarded_only_where_channels_replay() -> None:
         guard.submit(SchemaChange("db", tool))
         guard.close()
         assert (stats.triggers_guarded, len(session.ran)) == (guarded, guarded)
+
+
+def test_a_replaying_channel_selects_the_shadow_tables_of_its_tables() -> None:
+    assert with_shadows(()) == ()  # every table
+    assert with_shadows(("db.t", "db.u*")) == (
+        "db.t", "db.u*", "db._t_new", "db._t_old", "db._t_gho", "db._t_del",
+        "db._u*_new", "db._u*_old", "db._u*_gho", "db._u*_del",
+    )  # fmt: skip
+    selected = TableFilter.build(with_shadows(("db.t",)))
+    assert selected.matches("db", "_t_new") and not selected.matches("db", "_u_new")
