@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 
 from drc.apply.osc_pending import TABLE, ReplayOnlineSchemaChange, image, parse, select
+from drc.apply.service import build_parts
 from drc.apply.trigger_guard import LocalTriggerGuard
+from drc.catchup.executor import Job, _TableNames, ddl_chain
 from drc.config import DrcConfig
+from drc.config_channels import ChannelConfig
 from drc.core.ddl import alter_clauses
 from drc.core.errors import FatalError
 from drc.core.events import Op, RowChange, SchemaChange, Transaction
@@ -31,6 +34,7 @@ from drc.core.osc_replay import (
 )
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
+from drc.mysql.driver import TargetSettings
 
 
 def _scn(n: int) -> SCN:
@@ -343,3 +347,20 @@ def test_a_replaying_channel_selects_the_shadow_tables_of_its_tables() -> None:
     )  # fmt: skip
     selected = TableFilter.build(with_shadows(("db.t",)))
     assert selected.matches("db", "_t_new") and not selected.matches("db", "_u_new")
+
+
+def test_catchup_runs_the_stage_on_its_driver_and_keeps_its_fast_path() -> None:
+    channel = ChannelConfig.model_validate({
+        "name": "c", "origin": "dc1", "remote": ["http://dc1:8641"], "tables": ["db.t"],
+        "online_schema_change": "replay",
+    })  # fmt: skip
+    settings = TargetSettings("127.0.0.1", 1, "u", "p")
+    parts = build_parts(channel, settings)
+    assert _TableNames(parts.source.filters, channel).fast  # the stage goes by names
+    job = Job(channel, settings, None, "dc2", "owner", "http://dc1:8641", "epoch")
+    executors = ddl_chain(job).stages  # every DDL a step, the stage left to the driver
+    assert executors and not any(isinstance(s, ReplayOnlineSchemaChange) for s in executors)
+    created = parts.source.after_ddl_chain(_txn(10, PT_OSC_RUN[0]))
+    assert created is not None and created.ddl == () and created.changes[0].table == TABLE
+    plain = build_parts(channel.model_copy(update={"online_schema_change": "copy"}), settings)
+    assert plain.source.after_ddl_chain(_txn(10, PT_OSC_RUN[0])) == _txn(10, PT_OSC_RUN[0])
