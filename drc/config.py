@@ -91,6 +91,24 @@ class DrcConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _one_online_schema_change_mode(self) -> DrcConfig:
+        modes = sorted({c.online_schema_change for c in self.channels})
+        if len(modes) > 1:
+            raise ValueError(
+                f"channels disagree on online_schema_change ({', '.join(modes)}): set the same "
+                "value on every channel of every datacenter. The datacenter where a tool runs "
+                'leaves the tool\'s triggers unguarded only for "replay", which doubles their '
+                "effect on a datacenter that copies (docs/operations.md, 'Online schema change "
+                "tools')"
+            )
+        return self
+
+    @property
+    def replays_online_schema_changes(self) -> bool:
+        """Whether this datacenter's channels replay a tool's ALTER (all of them or none)."""
+        return any(c.online_schema_change == "replay" for c in self.channels)
+
+    @model_validator(mode="after")
     def _apply_needs_one_target(self) -> DrcConfig:
         applies = self.channels or self.conflicts.by_version
         if applies and self.target is None and len(self.source.servers) > 1:

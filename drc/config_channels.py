@@ -72,6 +72,11 @@ class ChannelConfig(Section):
     # The account that becomes the definer of a view, routine, trigger or event whose definer
     # the target lacks ("user@host"); empty: such a statement stops the channel.
     definer: str = Field("", pattern=r"^$|^[^@\s]+@[^@\s]+$")
+    # pt-online-schema-change / gh-ost runs on the origin: "copy" applies its shadow table,
+    # triggers, copy and rename like any DDL and rows; "replay" leaves them out and runs its
+    # ALTER on the table at the cut-over (drc.core.osc_replay). Every channel of every
+    # datacenter must say the same (the tool's side guards the tool's triggers by it).
+    online_schema_change: Literal["copy", "replay"] = "copy"
     # `drc run` starts `drc catchup` for this channel when the remote's segments after its
     # checkpoint pass this size (drc.catchup.auto); 0: never on its own.
     catchup_backlog_mb: float = Field(1024, ge=0)

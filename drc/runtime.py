@@ -36,7 +36,9 @@ from drc.config_channels import ChannelConfig
 from drc.config_replicator import ConsumerGroupConfig
 from drc.core.consumer_groups import GroupSpec
 from drc.core.errors import ConfigError, RetriableError
+from drc.core.online_schema_change import with_shadows
 from drc.core.scn import SCN
+from drc.core.tablefilter import TableFilter
 from drc.eventbuffer import EventBuffer
 from drc.metastore.store import MetaStore
 from drc.mysql.driver import TargetSettings
@@ -162,7 +164,7 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
     )
     metastore = MetaStore.open(Path(rep.buffer_dir) / METASTORE_FILE)
     options = CaptureOptions(
-        capture=rep.capture_filter(),
+        capture=capture_filter(config),
         start_from=rep.start_from,
         fragments=FragmentLimits(rows=rep.fragment_rows, bytes=int(rep.fragment_mb * (1 << 20))),
         commit_max_ms=rep.commit_max_ms,
@@ -179,7 +181,9 @@ def build_replicator(config: DrcConfig) -> ReplicatorService:
         service.group = build_member(config, replicator, buffer, writes)
     if guards_local_triggers(config):
         service.trigger_guard = LocalTriggerGuard(
-            lambda: TargetSession(local_primary(config)), replicator.stats
+            lambda: TargetSession(local_primary(config)),
+            replicator.stats,
+            replays_tools=config.replays_online_schema_changes,
         )
         replicator.set_local_ddl(service.trigger_guard.submit)
     return service
@@ -228,6 +232,16 @@ def _source_server_ids(sources: list[SourceSettings]) -> frozenset[int] | None:
     if not found and failure is not None:
         raise failure
     return frozenset(found) or None
+
+
+def capture_filter(config: DrcConfig) -> TableFilter:
+    """What capture selects: ``[replicator] include``/``exclude``, and where channels replay an
+    online schema change tool's ALTER, the shadow tables of the included tables (the other
+    datacenters' channels must see them to leave them out; drc.core.osc_replay)."""
+    rep = config.replicator
+    if not config.replays_online_schema_changes:
+        return rep.capture_filter()
+    return TableFilter.build(with_shadows(rep.include), rep.exclude)
 
 
 def guards_local_triggers(config: DrcConfig) -> bool:

@@ -160,6 +160,7 @@ class ApplyChannel:
             self._retrying(self._start)
             while not stop.is_set():
                 try:
+                    self._retrying(self.source.load_state)  # as of the checkpoint
                     with self.source.opened(self._applied) as subscriber:
                         self._loop(subscriber)
                 except Restart:
@@ -187,8 +188,7 @@ class ApplyChannel:
             self.target.close()
 
     def open(self) -> SCN:
-        """What run() does first: set up the target, read the checkpoint (a catch-up driver
-        calls it once it holds the lease, then applies DDL through :meth:`apply_ddl`)."""
+        """run()'s set-up and checkpoint read, for a catch-up driver holding the lease."""
         self._retrying(self._start)
         return self._applied
 

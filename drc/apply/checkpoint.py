@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from drc.apply import applied_set, audit, ddl_journal
+from drc.apply import applied_set, audit, ddl_journal, osc_pending
 from drc.core.markers import CHECKPOINT_SCHEMA, CHECKPOINT_TABLE
 from drc.core.scn import SCN
 from drc.mysql.sql import Statement, ident, quote
@@ -77,6 +77,7 @@ def create_statements() -> list[str]:
         ddl_journal.create_statement(),
         audit.create_statement(),
         applied_set.create_statement(),
+        osc_pending.create_statement(),
     ]
 
 

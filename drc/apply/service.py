@@ -27,6 +27,7 @@ from drc.apply.desk import ChannelsDesk, RemoteLookup
 from drc.apply.engine import ApplyEngine
 from drc.apply.group import GroupLimits
 from drc.apply.handover import CatchupHandover, FinishRun
+from drc.apply.osc_pending import ReplayOnlineSchemaChange
 from drc.apply.parallel import ParallelWriter, Worker
 from drc.apply.retrier import Retrier
 from drc.apply.rowstages import ExcludeColumns, FilterRows
@@ -54,6 +55,7 @@ from drc.conflicts.rules import Ranks
 from drc.conflicts.settings import ConflictsConfig
 from drc.conflicts.target import ConflictTarget
 from drc.core.markers import CHECKPOINT_SCHEMA, HEARTBEAT_TABLE, TOMBSTONE_PREFIX
+from drc.core.online_schema_change import with_shadows
 from drc.core.scn import SCN
 from drc.mysql.driver import TargetSettings
 
@@ -193,6 +195,9 @@ def channel_filters(
 ) -> tuple[list[Stage], Subscribe]:
     """The filter chain and the subscription of ``channel`` (also what a config reload gives a
     running channel: a reload, drc.apply.actions)."""
+    replays = channel.online_schema_change == "replay"
+    if replays:  # the tool's shadow tables too, which the stage leaves out
+        channel = channel.model_copy(update={"tables": with_shadows(channel.tables)})
     filters: list[Stage] = [
         SkipDrcOriginated(),
         KeepTables(channel.table_filter(), tombstones=tombstones),
@@ -204,6 +209,8 @@ def channel_filters(
         filters.append(ExcludeColumns(channel.exclude_columns))
     if channel.transforms:
         filters.append(Transforms(channel.transforms))
+    if replays:  # after the hooks: they never see its rows
+        filters.append(ReplayOnlineSchemaChange(channel.name))
     filters.append(MapNames(NameMap(channel.map_tables, channel.map_columns)))
     subscribed = _subscription(channel, tombstones)
     return filters, partial(subscriber_factory or default_subscriber, subscribed)

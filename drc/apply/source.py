@@ -19,12 +19,14 @@ from typing import Any, Protocol
 
 from drc.apply import windows
 from drc.apply.engine import Converging
+from drc.apply.osc_pending import ReplayOnlineSchemaChange
 from drc.apply.progress import ChannelProgress
 from drc.apply.stages import Chain, Stage
 from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.client import ApiUnavailableError
 from drc.config_channels import ChannelConfig
+from drc.core.events import Transaction
 from drc.core.scn import SCN
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,23 @@ class ChannelSource:
         """The joined tables' changes a later chunk of their copy may hold (applied without
         conflict detection), if any."""
         return self.copied.windows.converging if self.copied.windows else None
+
+    def load_state(self) -> None:
+        """What stages keep in the target, read again (drc.apply.osc_pending): the stream is
+        taken after the checkpoint, so they must hold the state as of it."""
+        for stage in self.filters.stages:
+            if isinstance(stage, ReplayOnlineSchemaChange):
+                stage.load(self.target)
+
+    def after_ddl_chain(self, txn: Transaction) -> Transaction | None:
+        """A DDL step of bulk catch-up, read through its executors' ddl_chain
+        (drc.catchup.executor), through the rest of the chain: the stages from the one
+        replaying online schema changes on (none: ``txn`` as it is)."""
+        stages = self.filters.stages
+        for cut, stage in enumerate(stages):
+            if isinstance(stage, ReplayOnlineSchemaChange):
+                return Chain(stages[cut:])(txn)
+        return txn
 
     # ------------------------------------------------------------------ the pull
 

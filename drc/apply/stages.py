@@ -1,6 +1,8 @@
 """The apply filter chain: small stages, each a one-method transform, composed by :class:`Chain`.
 
-    SkipDrcOriginated -> KeepTables -> KeepApplicableDdl -> MapNames -> Idempotency
+    SkipDrcOriginated -> KeepTables -> KeepApplicableDdl -> [row filters, excluded columns,
+    transforms: drc.apply.rowstages, drc.apply.transforms] -> [ReplayOnlineSchemaChange:
+    drc.apply.osc_pending] -> MapNames -> Idempotency
 
 Conflicts are not a stage: deciding them needs the target's rows, read and locked inside the
 target transaction (drc.conflicts.target, called by drc.apply.writer.GroupWriter.write).

@@ -19,6 +19,11 @@ replaced (the apply user lacks TRIGGER, or SET USER for another definer) is coun
 This runs beside capture (the replicator's process; ``submit`` is its hook), not as a channel
 like the lww guard: triggers may be on any captured table, and the lww guard follows only lww
 tables. A trigger created while DRC was down is not guarded at start (left undone).
+
+The triggers of pt-online-schema-change (``pt_osc_<db>_<t>_ins/upd/del``) are left unguarded
+where this datacenter's channels replay the tool's ALTER (``online_schema_change = "replay"``,
+drc.core.osc_replay): the other datacenters never see the tool's shadow table, so the rows
+channels apply here must fire them, like local writes, to reach it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from drc.apply.sink import TargetSession
 from drc.core import schema_objects
 from drc.core.errors import DrcError
 from drc.core.events import SchemaChange
+from drc.core.online_schema_change import tool_trigger
 from drc.mysql.sql import Statement
 
 log = logging.getLogger(__name__)
@@ -42,8 +48,11 @@ class LocalTriggerGuard:
     """``submit`` is called from the capture loop and never blocks it: a worker thread runs
     the DDL. ``stats`` gets ``triggers_guarded`` and ``triggers_unguarded`` counted."""
 
-    def __init__(self, session: Callable[[], TargetSession], stats: Any) -> None:
+    def __init__(
+        self, session: Callable[[], TargetSession], stats: Any, *, replays_tools: bool = False
+    ) -> None:
         self._session_factory = session
+        self._replays_tools = replays_tools  # leave the tool's triggers unguarded
         self._stats = stats
         self._queue: queue.Queue[SchemaChange | None] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -54,6 +63,10 @@ class LocalTriggerGuard:
         if found is None or found.kind != schema_objects.TRIGGER or found.action != "create":
             return
         if schema_objects.is_guarded(change.statement, found):
+            return
+        if self._replays_tools and tool_trigger(found.schema, found.name) is not None:
+            log.info("trigger %s.%s is an online schema change tool's: left unguarded "
+                     "(online_schema_change = \"replay\")", found.schema, found.name)  # fmt: skip
             return
         with self._lock:
             if self._thread is None:

@@ -268,6 +268,7 @@ def _replay(
     tables = sorted(executor.target_tables(job, {t for s in scans for t in s.tables}))
     steps = plan_steps(after, end, ddl)
     statements = _ddl_transactions(runner, job, infos, set(ddl)) if ddl else {}
+    streaming.source.load_state()  # the pending online schema changes: the steps change them
     spans = sum(isinstance(step, Span) for step in steps)
     done = 0
     replaying = time.monotonic()
@@ -277,7 +278,10 @@ def _replay(
             raise Stopped()
         if isinstance(step, DdlStep):
             before = ddl[step.scn]
-            streaming.apply_ddl(statements[step.scn], before if before > after else after)
+            kept = streaming.source.after_ddl_chain(statements[step.scn])
+            if kept is None:  # an online schema change tool's statement, left out
+                continue
+            streaming.apply_ddl(kept, before if before > after else after)
             session.forget_tables()
             summary.ddl += 1
             out(f"DDL at {step.scn} applied")

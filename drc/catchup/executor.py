@@ -49,6 +49,7 @@ from typing import Any
 from drc.apply import catchup_journal as journal
 from drc.apply import lease
 from drc.apply.engine import ApplyEngine, KnownTables
+from drc.apply.osc_pending import ReplayOnlineSchemaChange
 from drc.apply.plan import Effects
 from drc.apply.retry import RetryPolicy, call_with_retries
 from drc.apply.service import build_parts
@@ -97,7 +98,7 @@ class Job:
         return cache_dir(self.owner)
 
     def chain(self) -> Chain:
-        return self.parts().source.filters
+        return loaded_chain(self.parts())
 
     def parts(self) -> Any:
         return build_parts(
@@ -106,6 +107,29 @@ class Job:
 
     def source(self) -> SegmentSource:
         return segment_source(self.channel, self.url, self.token)
+
+
+def loaded_chain(parts: Any) -> Chain:
+    """The channel's filter chain with what its stages keep in the target read (the pending
+    online schema changes, drc.apply.osc_pending: fixed inside a span, which every change of
+    them ends)."""
+    try:
+        parts.source.load_state()
+    finally:
+        parts.target.close()
+    chain: Chain = parts.source.filters
+    return chain
+
+
+def ddl_chain(job: Job) -> Chain:
+    """The chain DDL steps are found and read with, on executors that each see some segments:
+    the stages before the one replaying online schema changes (drc.apply.osc_pending), whose
+    state follows every DDL in stream order; the driver runs it and the rest of the chain on
+    each step in turn (the streaming channel's ChannelSource.after_ddl_chain). Its tool DDL
+    is a step whatever that stage makes of it: a step it leaves empty applies nothing."""
+    stages = job.parts().source.filters.stages
+    cut = next((i for i, s in enumerate(stages) if isinstance(s, ReplayOnlineSchemaChange)), None)
+    return Chain(stages if cut is None else stages[:cut])
 
 
 def cache_dir(owner: str) -> Path:
@@ -168,7 +192,7 @@ def _records(
 def scan(job: Job, infos: Iterable[SegmentInfo], after: SCN, to: SCN) -> Iterator[SegmentScan]:
     """Pass 1: copy each segment; find its DDL (after the chain) and the tables it changes,
     reading no row image (drc.core.codec.peek_tables)."""
-    chain = job.chain()
+    chain = ddl_chain(job)
     with job.source() as source:
         for info in infos:
             started = time.monotonic()
@@ -202,8 +226,9 @@ def target_tables(job: Job, tables: Iterable[tuple[str, str]]) -> set[tuple[str,
 
 
 def fragments_at(job: Job, infos: Iterable[SegmentInfo], scns: set[SCN]) -> Iterator[Transaction]:
-    """The fragments (after the chain) of the transactions at ``scns``: the DDL steps."""
-    chain = job.chain()
+    """The fragments (after :func:`ddl_chain`) of the transactions at ``scns``: the DDL
+    steps."""
+    chain = ddl_chain(job)
     with job.source() as source:
         for info in infos:
             for record, _ in _records(job, (info, 0, 1), source, info.prev_scn):
@@ -227,7 +252,7 @@ def read_span(
     for one partition cross it as one packed blob (drc.core.codec.encode_rows), not as objects.
     Only a slice's own records are decoded, each once (drc.core.codec.decode_rows)."""
     parts = job.parts()
-    chain = parts.source.filters
+    chain = loaded_chain(parts)
     names = _TableNames(chain, job.channel)
     unreduced = in_order(parts, primary_keys)
     with job.source() as source:
@@ -281,8 +306,9 @@ def batches(entries: Sequence[Entry], size: int) -> Iterator[Sequence[Entry]]:
         start = end
 
 
-# Stages that decide a row change by its transaction's origin and its table's name alone.
-_BY_NAME = (SkipDrcOriginated, KeepTables, KeepApplicableDdl, MapNames)
+# Stages that decide a row change by its transaction's origin and its table's name alone (the
+# pending online schema changes are fixed inside a span: their changes are steps, see scan).
+_BY_NAME = (SkipDrcOriginated, KeepTables, KeepApplicableDdl, ReplayOnlineSchemaChange, MapNames)
 
 
 class _TableNames:

@@ -148,6 +148,34 @@ def dropped_database(change: SchemaChange) -> str | None:
         return None
 
 
+def alter_clauses(change: SchemaChange) -> tuple[str, str, str] | None:
+    """``(schema, table, clauses)`` of a plain ``ALTER TABLE t <clauses>``: the clauses as the
+    statement wrote them, for running them on another table. None for anything else: another
+    statement, ``ALTER ONLINE|OFFLINE|IGNORE`` or ``IF EXISTS``, a clause renaming the table,
+    no clause, or a comment among the clauses (a version comment's text may be cut open)."""
+    try:
+        cursor = _Cursor(change.statement)
+        if not (cursor.take("ALTER") and cursor.take("TABLE")) or cursor.at("IF"):
+            return None
+        schema, table = cursor.name(change.schema)
+        clauses = _top_level_clauses(cursor)
+        if not clauses or any(_rename_target(c, schema) is not None for c in clauses):
+            return None
+        rest = cursor.tokens[cursor.pos :]
+        text = change.statement[rest[0].start : rest[-1].end]
+        bare = list(text)  # the text outside quotes: a comment there may be cut open
+        for token in rest:
+            if token.kind != "word" and token.kind != "punct":
+                bare[token.start - rest[0].start : token.end - rest[0].start] = " " * (
+                    token.end - token.start
+                )
+        if "/*" in "".join(bare) or "*/" in "".join(bare):
+            return None
+        return schema, table, text
+    except (_Unparsable, UnterminatedQuote):
+        return None
+
+
 def _create(cursor: _Cursor, schema: str) -> list[tuple[str, str, str]]:
     cursor.take_all("OR", "REPLACE")
     if cursor.at("TEMPORARY") or not cursor.take("TABLE"):

@@ -6,9 +6,10 @@ while they carry over concurrent writes (pt-osc: triggers ``pt_osc_<db>_<t>_ins/
 gh-ost: its own binlog reader, with a changelog table ``_t_ghc``), then swap the two with one
 ``RENAME TABLE t TO _t_old, _t_new TO t`` (gh-ost: ``_t_del``, ``_t_gho``) and drop the old one.
 
-This is groundwork for replicating the logical ALTER instead of the copy traffic (see
-docs/operations.md, "Online schema change tools"): a channel that recognises the shadow table
-can leave out its rows and triggers and run the ALTER on the target table at the cut-over.
+A channel with ``online_schema_change = "replay"`` replicates the logical ALTER instead of the
+copy traffic (drc.core.osc_replay; docs/operations.md, "Online schema change tools"): it
+recognises the shadow table by these, leaves out its rows and triggers and runs the ALTER on
+the target table at the cut-over.
 Names alone are a hint (a user may call a table ``_orders_new``); :func:`cut_over` is the
 certain sign, a rename that swaps a table with its own shadow.
 """
@@ -102,6 +103,18 @@ def cut_over(change: SchemaChange) -> CutOver | None:
     return CutOver(new_shadow.tool, schema, table, new, old)
 
 
+def with_shadows(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """``db.table`` patterns (drc.core.tablefilter) and the names of their tables' shadow and
+    old tables (``db._table_new``, ``_old``; gh-ost ``_gho``, ``_del``): a channel replaying a
+    tool's ALTER must see their statements and rows to leave them out, and the old table's DROP
+    to forget the run. No pattern: every table already."""
+    shadows = []
+    for pattern in patterns:
+        db, _, table = pattern.partition(".")
+        shadows += [f"{db}._{table}_{suffix}" for suffix in ("new", "old", "gho", "del")]
+    return tuple(dict.fromkeys((*patterns, *shadows))) if patterns else ()
+
+
 def missing_shadow_hint(table: str) -> str:
     """What to tell an operator whose channel found no table ``table`` on its target, when the
     name is a tool's shadow table's: the likely cause, writes on both sides during the copy."""
@@ -112,5 +125,7 @@ def missing_shadow_hint(table: str) -> str:
         f"; {table} looks like {found.tool}'s shadow table of {found.table}: its rows arrive "
         f"after the tool's cut-over when {found.table} was written on both datacenters while "
         f"the tool copied it, and {found.table} has likely diverged (docs/operations.md, "
-        "'Online schema change tools'; compare and repair it with drc verify, docs/verify.md)"
+        "'Online schema change tools'; compare and repair it with drc verify, docs/verify.md; "
+        'online_schema_change = "replay" on every datacenter\'s channels replicates the '
+        "tool's ALTER instead of its copy)"
     )
