@@ -272,7 +272,7 @@ class ApplyChannel:
             return
         if kept is not None:
             group.add(kept, self._clock())
-        if not txn.last_fragment and (self._large.open or group.piece_due(txn.scn, self._limits)):
+        if not txn.last_fragment and group.piece_due(txn.scn, self._limits):
             piece = group.take_tail(txn.scn)  # a large transaction: written piece by piece
             if not self._large.open:
                 self._flush(group)  # the transactions before it commit on their own

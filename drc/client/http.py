@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,7 +83,7 @@ class Page:
     epoch: str
     next: SCN
     newest: SCN | None
-    transactions: tuple[Transaction, ...]
+    transactions: Sequence[Transaction]  # decoded as read for a large page (drc.api.lazyrecords)
 
 
 def make_client(
