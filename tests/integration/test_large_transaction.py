@@ -196,7 +196,8 @@ def test_a_million_row_transaction_survives_a_kill_9_of_the_capture_side(nodes: 
     # The moment dc1's capture has stored some fragments of it (spilled until its commit
     # event is read), not all: nothing of it is in the buffer yet, nor on dc2.
     pid = running.procs["dc1"].pid
-    assert wait_for(lambda: spilled_bytes(pid) > 0, 600, 0.1), running.tail("dc1")
+    # A fifth of it or so: its records take ~40 bytes a row.
+    assert wait_for(lambda: spilled_bytes(pid) > ROWS * 8, 600, 0.1), running.tail("dc1")
     spilled = spilled_bytes(pid)
     killed_peak = peak_rss_kb(pid)
     running.kill_9("dc1")
