@@ -15,6 +15,8 @@ A lazy sequence is read again by decoding again: iterate it once where that matt
 from __future__ import annotations
 
 import itertools
+import struct
+import zlib
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, overload
@@ -28,6 +30,7 @@ from drc.core.scn import SCN
 
 # Records of one frame above this are decoded lazily; below it at once (no cost per read).
 LAZY_BYTES = 4 << 20
+_CRC = struct.Struct(">I")  # drc.core.codec's record header: the CRC at bytes 8..11
 
 
 class Head(NamedTuple):
@@ -40,10 +43,18 @@ class Head(NamedTuple):
 
 def peek_head(records: bytes, offset: int) -> tuple[Head, int]:
     """The head of the record at ``offset`` and the offset after it, from its first payload
-    items (the CRC and the rest are checked when the record is decoded)."""
+    items, once its frame and CRC are checked (what the rest holds is checked when the record
+    is decoded): damage on the way is found when the page is read, as when it is decoded."""
     end = offset + peek_length(records, offset)
     if end > len(records):
         raise CorruptRecordError(f"truncated record at offset {offset}", offset)
+    view = memoryview(records)
+    (stored,) = _CRC.unpack_from(records, offset + 8)
+    if (
+        zlib.crc32(view[offset + HEADER_SIZE : end], zlib.crc32(view[offset : offset + 8]))
+        != stored
+    ):
+        raise CorruptRecordError(f"CRC mismatch in record at offset {offset}", offset)
     unpacker = msgpack.Unpacker(raw=False)
     unpacker.feed(memoryview(records)[offset + HEADER_SIZE : min(end, offset + HEADER_SIZE + 1024)])
     try:
