@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from drc.api import wire
+from drc.api.lazyrecords import LAZY_BYTES, LazyTransactions
 from drc.core.codec import decode_transaction
 from drc.core.errors import CorruptRecordError, MalformedScnError
 from drc.core.events import Transaction
@@ -66,7 +68,8 @@ class Frame:
 
     next: SCN
     newest: SCN | None
-    transactions: tuple[Transaction, ...] = ()
+    # decoded as read for a large frame (drc.api.lazyrecords)
+    transactions: Sequence[Transaction] = ()
     size: int = 0  # record bytes carried
     end: dict[str, Any] | None = None
     records: bytes = b""  # the records as sent, for copies (group followers)
@@ -174,8 +177,11 @@ def parse_frame(kind: bytes, body: memoryview) -> Frame:
     raise BrokenStream(f"an unknown frame kind {kind!r}")
 
 
-def _split(records: bytes) -> tuple[tuple[Transaction, ...], tuple[int, ...]]:
-    """The records' transactions, and where each record ends."""
+def _split(records: bytes) -> tuple[Sequence[Transaction], tuple[int, ...]]:
+    """The records' transactions (decoded when read, for large records), and where each
+    record ends."""
+    if len(records) > LAZY_BYTES:
+        return LazyTransactions.of(records)
     txns: list[Transaction] = []
     ends: list[int] = []
     offset = 0

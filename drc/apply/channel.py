@@ -84,6 +84,7 @@ from drc.apply.source import ChannelSource, Subscribe, SubscriberLike
 from drc.apply.stages import Idempotency, Stage
 from drc.apply.startup import ChannelStartup
 from drc.apply.status import ChannelStatus
+from drc.apply.streamed import LargeTransaction
 from drc.apply.target import Target
 from drc.apply.writer import GroupWriter, Written
 from drc.config_channels import ChannelConfig
@@ -134,6 +135,9 @@ class ApplyChannel:
         self._stop = threading.Event()
         # the channel's own position, and what a parallel group committed beyond it
         self._idempotency = Idempotency(lambda: self._applied, self.writer.applied)
+        self._large = LargeTransaction(  # written piece by piece (drc.apply.streamed)
+            self.target, self.writer, self.handover, self._retrying,
+            lambda: self.source.converging, self._moved)  # fmt: skip
 
     @property
     def channel(self) -> ChannelConfig:
@@ -205,6 +209,7 @@ class ApplyChannel:
 
     def _loop(self, subscriber: SubscriberLike) -> None:
         group = Group(checkpoint=self._applied)
+        self._large.reset()  # rolled back with the attempt that failed, or never opened
         while not self._stop.is_set():
             self.actions.obey(self, group)
             batch = self.source.get(subscriber, group.remaining_s(self._limits, self._clock()))
@@ -233,7 +238,9 @@ class ApplyChannel:
         try:
             return chain(txn)
         except FatalError as exc:
-            if exc.stoppage is not None:
+            if exc.stoppage is not None and self._large.open:
+                self._large.abandon(exc)  # ``txn`` is the large one: none of it lands
+            elif exc.stoppage is not None:
                 group.drop(txn.scn)
                 self._flush(group)
             raise
@@ -241,7 +248,12 @@ class ApplyChannel:
     def _maintain(self, group: Group) -> None:
         """Conflict housekeeping, between target transactions (never with a group open)."""
         conflicts = self.conflicts
-        if conflicts is None or group.transactions or not conflicts.due(self._clock()):
+        if (
+            conflicts is None
+            or group.writes
+            or self._large.open
+            or not conflicts.due(self._clock())
+        ):
             return
         self._retrying(partial(conflicts.maintain, self._clock()))
 
@@ -260,13 +272,18 @@ class ApplyChannel:
             return
         if kept is not None:
             group.add(kept, self._clock())
+        if not txn.last_fragment and group.piece_due(txn.scn, self._limits):
+            piece = group.take_tail(txn.scn)  # a large transaction: written piece by piece
+            if not self._large.open:
+                self._flush(group)  # the transactions before it commit on their own
+            self._large.write(piece, self._applied)
         if txn.last_fragment:
             self.progress.taken(source_time_ms(txn), txn.gtid, txn.gtid_position)
-            wrote = bool(group.transactions) and group.transactions[-1].scn == txn.scn
+            wrote = self._large.open or bool(group.tail(txn.scn))
             if not wrote:
                 self.stats.skipped += 1
             group.finished(txn, wrote)
-            if group.full(self._limits):
+            if group.full(self._limits) or self._large.open:
                 self._flush(group)
 
     def _apply_ddl(self, txn: Transaction, group: Group) -> None:
@@ -287,6 +304,7 @@ class ApplyChannel:
         position = group.checkpoint or self._applied
         if not (
             group.writes
+            or self._large.open
             or pending_ddl
             or force
             or worth_saving(self._applied, position)
@@ -299,7 +317,7 @@ class ApplyChannel:
         try:
             written = self._retrying(lambda: self._commit(group, row))
         except FatalError as exc:
-            raise self._isolated(group, exc, pending_ddl) from exc
+            raise _isolated(self, group, exc, pending_ddl) from exc
         self.progress.target_ok()
         self._applied = max(self._applied, row.scn)  # a catch-up may have moved it further
         self._record(group, written)
@@ -310,7 +328,10 @@ class ApplyChannel:
         """One attempt: the group written with the checkpoint row, and COMMIT (drc.apply
         .writer), the lease read first (drc.apply.handover: its shared lock keeps a catch-up
         out until COMMIT), sent ahead of the writes while it was last seen free and unchanged
-        (if it moved, the attempt is rolled back and made again reading it first)."""
+        (if it moved, the attempt is rolled back and made again reading it first). A large
+        transaction's last piece commits it (drc.apply.streamed: it read the lease first)."""
+        if self._large.open:
+            return self._large.commit(group.transactions, row)
         if self.handover.steady and not self.writer.splits(group.transactions):
             try:
                 ahead = self.handover.send_ahead()
@@ -335,32 +356,11 @@ class ApplyChannel:
         group.transactions[:] = [t for t in group.transactions if t.scn > self._applied]
         return row.at_least(self._applied)
 
-    def _isolated(self, group: Group, exc: FatalError, pending_ddl: SCN | None) -> FatalError:
-        """The transaction a failed group stopped at: each of its transactions is written
-        alone (those before it land), so the stoppage names one transaction."""
-        if exc.stoppage is not None:
-            return exc
-        scns = list(dict.fromkeys(t.scn for t in group.transactions))
-        if pending_ddl is not None:
-            scns.append(pending_ddl)
-        failing = scns[-1] if len(scns) == 1 or pending_ddl is not None else None
-        if failing is None:
-            for scn in scns:
-                alone = Group(checkpoint=scn, epoch=group.epoch, complete=1)
-                for txn in (t for t in group.transactions if t.scn == scn):
-                    alone.add(txn, self._clock())
-                row = CheckpointRow(self.name, scn, self.channel.origin, group.epoch)
-                try:
-                    written = self._retrying(partial(self._commit, alone, row))
-                except FatalError as single:
-                    exc, failing = single, scn
-                    break
-                self._applied = scn
-                self._record(alone, written)
-        exc.stoppage = Stoppage.at(
-            failing, exc, [t for t in group.transactions if t.scn == failing]
-        )
-        return exc
+    def _moved(self) -> None:
+        """A catch-up or snapshot ran before a large transaction opened: on from there."""
+        moved = self.handover.caught_up()
+        self._applied = max(self._applied, moved or self._applied)
+        self.source.read_windows()
 
     def _record(self, group: Group, written: Written) -> None:
         stats = self.stats
@@ -414,3 +414,31 @@ class ApplyChannel:
     def _retrying(self, attempt: Callable[[], Any]) -> Any:
         """``attempt`` as every target transaction of the channel runs (drc.apply.retrier)."""
         return self.retrier.run(attempt, self._stop)
+
+
+def _isolated(
+    channel: ApplyChannel, group: Group, exc: FatalError, pending_ddl: SCN | None
+) -> FatalError:
+    """The transaction a failed group of ``channel`` stopped at: each of its transactions is
+    written alone (those before it land), so the stoppage names one transaction."""
+    if exc.stoppage is not None:
+        return exc
+    scns = list(dict.fromkeys(t.scn for t in group.transactions))
+    if pending_ddl is not None:
+        scns.append(pending_ddl)
+    failing = scns[-1] if len(scns) == 1 or pending_ddl is not None else None
+    if failing is None:
+        for scn in scns:
+            alone = Group(checkpoint=scn, epoch=group.epoch, complete=1)
+            for txn in (t for t in group.transactions if t.scn == scn):
+                alone.add(txn, channel._clock())
+            row = CheckpointRow(channel.name, scn, channel.channel.origin, group.epoch)
+            try:
+                written = channel._retrying(partial(channel._commit, alone, row))
+            except FatalError as single:
+                exc, failing = single, scn
+                break
+            channel._applied = scn
+            channel._record(alone, written)
+    exc.stoppage = Stoppage.at(failing, exc, [t for t in group.transactions if t.scn == failing])
+    return exc

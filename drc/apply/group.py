@@ -15,6 +15,12 @@ source transaction is applied atomically, as on the source. That also keeps it f
 into several target transactions, each of which would be one more DRC-originated transaction
 for the other side to recognise (the split-transaction echo of Otter issue #986).
 
+Unless it is large: once the fragments a group holds of an unfinished source transaction pass
+:data:`STREAM_PIECE_ROWS` row changes or the group's ``max_bytes``, they are written into an
+open target transaction as one piece (drc.apply.streamed), and so is each later piece of that
+size, the last one committed with the checkpoint: still one target transaction, but the channel
+never holds more of it than one piece (:meth:`Group.piece_due`, :meth:`Group.take_tail`).
+
 ``checkpoint`` is the SCN the commit records: the last complete transaction, or the ``next`` of
 a fully consumed batch (past transactions the server filtered out), whichever is later.
 """
@@ -31,6 +37,11 @@ from drc.core.scn import SCN
 # would be a loop of its own: each checkpoint write is a skipped, DRC-originated transaction on
 # the other side, whose channel would write a checkpoint, and so on forever.
 IDLE_CHECKPOINT_BYTES = 4 << 20
+
+# A source transaction whose fragments in the group hold more row changes than this (or more
+# estimated bytes than the group's max_bytes) is written piece by piece, each piece about this
+# size: held whole, a million-row transaction cost the channel ~0.6 kB per row of memory.
+STREAM_PIECE_ROWS = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +76,31 @@ class Group:
             self.transactions = kept
             self.rows = sum(len(t.changes) for t in kept)
             self.bytes = sum(estimate_bytes(t) for t in kept)
+
+    def tail(self, scn: SCN) -> list[Transaction]:
+        """The fragments of the unfinished source transaction ``scn`` the group holds (they
+        come after every other transaction of the group)."""
+        start = len(self.transactions)
+        while start and self.transactions[start - 1].scn == scn:
+            start -= 1
+        return self.transactions[start:]
+
+    def piece_due(self, scn: SCN, limits: GroupLimits) -> bool:
+        """Whether the fragments held of the unfinished ``scn`` make a piece to write now."""
+        tail = self.tail(scn)
+        rows = sum(len(t.changes) for t in tail)
+        return rows >= STREAM_PIECE_ROWS or sum(map(estimate_bytes, tail)) >= limits.max_bytes
+
+    def take_tail(self, scn: SCN) -> list[Transaction]:
+        """Take the fragments of ``scn`` out of the group (a piece written apart)."""
+        tail = self.tail(scn)
+        if tail:
+            del self.transactions[len(self.transactions) - len(tail) :]
+            self.rows -= sum(len(t.changes) for t in tail)
+            self.bytes -= sum(map(estimate_bytes, tail))
+        if not self.transactions:
+            self.opened_at = None
+        return tail
 
     def finished(self, txn: Transaction, wrote: bool) -> None:
         """The last fragment of ``txn`` was taken: the group may now record its SCN."""

@@ -140,6 +140,13 @@ class ParallelWriter:
         effects = self.target.write([], [], row, None)  # the checkpoint moves past the group
         return self._settled(row.scn, Written(effects, [], 0))
 
+    def write_piece(
+        self, transactions: Sequence[Transaction], converging: Converging | None
+    ) -> Written:
+        """A piece of a large source transaction: it goes alone, on the channel's own
+        connection (GroupWriter.write_piece), as its last piece and COMMIT do."""
+        return self.main.write_piece(transactions, converging)
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)

@@ -112,6 +112,15 @@ class TargetSession(Session):
         self.commit()  # reads every reply first, so batch.effects is complete
         return batch.effects
 
+    def write_open(self, writes: Iterable[plan.Write], extra: Sequence[sql.Statement]) -> Effects:
+        """:meth:`write` without checkpoint or COMMIT, every reply read (drc.apply.streamed)."""
+        batch = self.batch()
+        batch.extend(writes)
+        batch.flush()
+        for statement in extra:
+            self.execute(statement, "recording conflicts and tombstones")
+        return batch.finish()
+
     def run_batch(self, writes: Sequence[plan.Write]) -> Effects:
         """Run writes in one round trip; if one needs a fallback (a missing row, a duplicate
         key), roll back to before the batch and run them one by one (:func:`plan.run`)."""

@@ -7,7 +7,8 @@ through it with a scripted connection. A channel talks to its target only throug
     one group      probe(probes) -> Observed per probe: rows read and locked (FOR UPDATE)
                    write(writes, extra, checkpoint) -> Effects: the writes (their idempotent
                    fallbacks included), extra statements, the checkpoint row, COMMIT, as one
-                   transaction
+                   transaction; write_open(writes, extra): a piece of a large source
+                   transaction in the open one, neither checkpoint nor COMMIT
     DDL            ddl_session(what): a connection of its own with the source's default
                    database, one statement at a time (drc.apply.ddl_journal decides whether
                    it already ran)
@@ -62,6 +63,8 @@ class Target(Protocol):
         row: CheckpointRow | PartRow,
         before_commit: Callable[[], None] | None = None,
     ) -> Effects: ...
+
+    def write_open(self, writes: Iterable[Write], extra: Sequence[Statement]) -> Effects: ...
 
     def send_read(self, statement: Statement, on_rows: Callable[[list[Any]], None]) -> None: ...
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from drc.apply.applied_set import PartRow
 from drc.apply.checkpoint import CheckpointRow
 from drc.apply.control import ChannelControl
-from drc.apply.engine import ApplyEngine, Converging
+from drc.apply.engine import ApplyEngine, Converging, Decision
 from drc.apply.plan import Effects
 from drc.apply.target import Target
 from drc.conflicts.probes import Observed
@@ -62,6 +62,27 @@ class GroupWriter:
     ) -> Written:
         """One attempt, COMMIT included (``before_commit``: Target.write's). ``converging``:
         changes applied without conflict detection (a snapshot's window, drc.apply.source)."""
+        decision, replays = self._decide(transactions, converging)
+        effects = self.target.write(decision.writes, decision.log_statements(), row, before_commit)
+        effects.conflicts = decision.counts.conflicts
+        return Written(effects, [f"{e.schema}.{e.table}" for e in decision.entries], replays)
+
+    def write_piece(
+        self, transactions: Sequence[Transaction], converging: Converging | None
+    ) -> Written:
+        """Part of a large source transaction written into the open target transaction, its
+        rows decided as :meth:`write` decides a group's, with neither checkpoint nor COMMIT
+        (drc.apply.streamed): :meth:`write` commits its last piece."""
+        decision, replays = self._decide(transactions, converging)
+        effects = self.target.write_open(decision.writes, decision.log_statements())
+        effects.conflicts = decision.counts.conflicts
+        return Written(effects, [f"{e.schema}.{e.table}" for e in decision.entries], replays)
+
+    def _decide(
+        self, transactions: Sequence[Transaction], converging: Converging | None
+    ) -> tuple[Decision, int]:
+        """The engine's decision on the rows the probes read and locked, replays left out of
+        the conflict log; and how many there were."""
         pending = self.engine.prepare(transactions, converging)
         observed: list[Observed] = []
         if self.conflicts is not None:  # first: it reads and locks the rows the group touches
@@ -71,9 +92,7 @@ class GroupWriter:
         if replays:
             decision.entries = [e for e in decision.entries if e not in replays]
             decision.counts.conflicts -= len(replays)
-        effects = self.target.write(decision.writes, decision.log_statements(), row, before_commit)
-        effects.conflicts = decision.counts.conflicts
-        return Written(effects, [f"{e.schema}.{e.table}" for e in decision.entries], len(replays))
+        return decision, len(replays)
 
     # A channel's writer on one connection (drc.apply.parallel.ParallelWriter has several).
 

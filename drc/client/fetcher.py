@@ -53,7 +53,7 @@ from typing import Any
 
 import httpx
 
-from drc.api import pullquery
+from drc.api import lazyrecords, pullquery
 from drc.client import discovery, http
 from drc.client.errors import BufferRebuiltError, PositionTooOldError, ProtocolError
 from drc.client.stream import StreamSource, stream_params
@@ -385,7 +385,7 @@ def _too_old_error(after: SCN, answers: dict[str, http.TooOld]) -> PositionTooOl
 def check_page(after: SCN, page: http.Page, url: str) -> None:
     """Raise ProtocolError unless the page continues ``after`` without reorder or split."""
     prev = None
-    for txn in page.transactions:
+    for txn in lazyrecords.heads(page.transactions):
         if txn.scn <= after:
             _broken(url, after, f"transaction {txn.scn} is not after the requested position")
         if prev is not None and txn.scn == prev.scn:

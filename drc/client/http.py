@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ import httpx
 
 from drc import __version__
 from drc.api import pullquery, streamwire, wire
+from drc.api.lazyrecords import LAZY_BYTES, LazyTransactions
 from drc.client.errors import ApiAuthError, ApiRequestError, ApiTlsError, ProtocolError
 from drc.client.lean import LeanPool
 from drc.core.errors import CorruptRecordError, MalformedScnError
@@ -83,7 +84,7 @@ class Page:
     epoch: str
     next: SCN
     newest: SCN | None
-    transactions: tuple[Transaction, ...]
+    transactions: Sequence[Transaction]  # decoded as read for a large page (drc.api.lazyrecords)
 
 
 def make_client(
@@ -386,7 +387,11 @@ def _records_page(response: httpx.Response, url: str) -> Page:
         body = response.content
         if headers.get(wire.HEADER_COMPRESSION, "").lower() == wire.COMPRESSION_LZ4:
             body = wire.decompress_body(body)
-        txns = tuple(wire.split_records(body))
+        txns = (  # a large page decoded as read (drc.api.lazyrecords)
+            LazyTransactions.of(bytes(body))[0]
+            if len(body) > LAZY_BYTES
+            else tuple(wire.split_records(body))
+        )
         page = Page(
             epoch=headers[wire.HEADER_EPOCH],
             next=SCN.parse(headers[wire.HEADER_NEXT]),

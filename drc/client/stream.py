@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from drc.api import pullquery, streamwire
+from drc.api import lazyrecords, pullquery, streamwire
 from drc.api.streamwire import Frame
 from drc.client import http
 from drc.core.scn import SCN
@@ -124,7 +124,7 @@ class FrameQueue:
 
 
 def _transactions(frame: Frame) -> int:
-    return sum(1 for t in frame.transactions if t.last_fragment)
+    return sum(1 for head in lazyrecords.heads(frame.transactions) if head.last_fragment)
 
 
 def read_frames(chunks: Iterator[bytes], queue: FrameQueue) -> None:
@@ -186,7 +186,7 @@ class OpenStream:
 
     def page(self, frames: list[Frame]) -> http.Page:
         last = frames[-1]
-        txns = tuple(t for f in frames for t in f.transactions)
+        txns = lazyrecords.join([f.transactions for f in frames])
         return http.Page(self.epoch, last.next, last.newest, txns)
 
     def hang_up(self) -> None:

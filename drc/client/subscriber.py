@@ -75,7 +75,7 @@ class Batch:
     id: int
     after: SCN
     next: SCN
-    transactions: tuple[Transaction, ...]
+    transactions: Sequence[Transaction]  # decoded as read for a large page (drc.api.lazyrecords)
     epoch: str
     url: str
     newest: SCN | None

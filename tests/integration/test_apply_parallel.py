@@ -145,3 +145,35 @@ def test_a_crash_between_the_parts_and_the_checkpoint_applies_nothing_twice(
     rewinding.move_to(checkpoint, audit.record("crash", "rewind", "test", "", {}))
     rewinding.target.close()
     assert query(dc2, "SELECT COUNT(*) FROM drc.applied_parts WHERE channel = 'crash'") == [(0,)]
+
+
+def test_a_large_transaction_goes_alone_piece_by_piece_between_parallel_groups(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path, caplog: Any
+) -> None:
+    """A transaction past a piece's size (drc.apply.streamed) among parallel groups: written
+    on the channel's own connection into one target transaction, the groups around it in
+    parts, every key as on the source, nothing applied twice."""
+    start = _create(dc1, dc2)
+    conn = connect(dc1, autocommit=False, database=SCHEMA)
+    with conn.cursor() as cur:  # 50,000 new rows, and hot rows the workload touches after
+        cur.execute(
+            "INSERT INTO t (id, u, v) SELECT seq + 1000000, NULL, CONCAT('big ', seq) "
+            "FROM seq_1_to_50000"
+        )
+        cur.execute("UPDATE t SET v = CONCAT(v, ' in big') WHERE id <= 20")
+    conn.commit()
+    conn.close()
+    _workload(dc1, 300, seed=5)
+    caplog.set_level("INFO", logger="drc.apply.streamed")
+    with serving(dc1, tmp_path / "buf", [f"{SCHEMA}.*"], start) as (_, url):
+        config = channel_config(
+            "par", url, [f"{SCHEMA}.*"], parallel_workers=4, max_txns_per_commit=100
+        )
+        with Running(build_channel(config, apply_user(dc2))) as running:
+            wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running)
+        assert running.error is None
+        stats = running.stats
+    assert_same(dc1, dc2, SCHEMA)
+    assert "piece by piece" in caplog.text and "3 pieces" in caplog.text, caplog.text
+    assert stats.parallel_parts > 1, stats.as_dict()
+    assert stats.idempotent_fixes == 0, stats.as_dict()

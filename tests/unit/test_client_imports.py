@@ -26,14 +26,16 @@ def test_only_the_client_and_cli_packages_import_httpx() -> None:
 
 
 def test_the_client_uses_only_the_wire_modules_of_the_api() -> None:
-    # pullquery: the names and values of a pull's parameters, declared with their parsing.
+    # pullquery: the names and values of a pull's parameters, declared with their parsing;
+    # lazyrecords: a large page's records, decoded as read (pure, like wire).
     used = {
         name
         for path in (ROOT / "client").rglob("*.py")
         for name in _imported(path)
         if name.startswith("drc.api")
     }
-    assert used <= {"drc.api", "drc.api.wire", "drc.api.streamwire", "drc.api.pullquery"}
+    wire_modules = {"wire", "streamwire", "pullquery", "lazyrecords"}
+    assert used <= {"drc.api", *(f"drc.api.{name}" for name in wire_modules)}
 
 
 def _run(code: str) -> None:
