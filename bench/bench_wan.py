@@ -29,6 +29,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -82,19 +85,31 @@ class Writer(threading.Thread):
         with conn.cursor() as cur:
             while time.monotonic() - start < self.seconds:
                 ids = [self.base + n * half + i for i in range(half)]
-                cur.executemany(
-                    "INSERT INTO wan.t (id, k, v, n) VALUES (%s, %s, %s, 0)",
-                    [(i, i % 1000, f"row {i} of the wan benchmark, {i * 7919 % 100003}")
-                     for i in ids],
-                )  # fmt: skip
-                cur.execute("UPDATE wan.t SET n = n + 1 WHERE id IN %s", (ids,))
-                conn.commit()
+                if not self._write(conn, cur, ids):
+                    continue  # rolled back by a deadlock between writers: again, as apps do
                 n += 1
                 self.rows += ROWS_PER_TXN
                 delay = start + n * interval - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
         conn.close()
+
+    @staticmethod
+    def _write(conn: Any, cur: Any, ids: list[int]) -> bool:
+        try:
+            cur.executemany(
+                "INSERT INTO wan.t (id, k, v, n) VALUES (%s, %s, %s, 0)",
+                [(i, i % 1000, f"row {i} of the wan benchmark, {i * 7919 % 100003}")
+                 for i in ids],
+            )  # fmt: skip
+            cur.execute("UPDATE wan.t SET n = n + 1 WHERE id IN %s", (ids,))
+            conn.commit()
+        except pymysql.err.OperationalError as exc:
+            if exc.args[0] not in (1205, 1213):
+                raise
+            conn.rollback()
+            return False
+        return True
 
 
 class DrcOneWay:
