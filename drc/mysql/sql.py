@@ -68,6 +68,11 @@ class Statement:
     sql: str
     params: tuple[Any, ...]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle and copy by constructor: compiled (drc.native), a frozen class refuses the
+        # attribute-by-attribute restore they default to
+        return Statement, (self.sql, self.params)
+
 
 def quote(name: str) -> str:
     """A backtick-quoted identifier for SQL run without parameters (DDL)."""
@@ -95,6 +100,8 @@ def literal(value: Any, escape: Callable[[Any], str] | None = None) -> str:
         return str(value)
     if value is None:
         return "NULL"
+    if kind is str and escape is not None:  # the commonest value after int
+        return escape(value)
     if kind is Decimal and value.is_finite():
         return format(value, "f")
     if kind is dt.datetime and value.tzinfo is None:

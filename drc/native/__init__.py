@@ -44,6 +44,12 @@ MODULES = (
     "drc.core.value_codec",
     "drc.core.codec",
     "drc.replicator.binlog.rowpack",  # the one-pass prototype (docs/compiled.md)
+    # the apply side: records' row changes -> filter chain -> writes -> statements
+    "drc.apply.stages",
+    "drc.apply.engine",
+    "drc.apply.plan",
+    "drc.apply.shapes",
+    "drc.mysql.sql",
 )
 GROUP = "drc_native"  # mypyc's shared library is the top-level module drc_native__mypyc
 SETTING = "DRC_COMPILED"
