@@ -17,10 +17,13 @@ off, as a channel does the work:
   (drc.mysql.protocol.command)
 
 and the sha256 of every statement's text and parameters and of every rendered packet, which must
-be the same in both modes. One child with ``DRC_COMPILED=off``, one with ``=on``, alternating,
-``--runs`` times; prints each run, and per stage the median and the worst pure/compiled ratio.
+be the same in every child. One child with ``DRC_COMPILED=off``, one with ``=on`` (per tree of
+``--trees``: each imports drc from its own tree and needs its own build), in turn, ``--runs``
+times; prints per workload and stage the median us per transaction of each, and each one's
+speed-up over the first: median and worst run.
 
     python bench/bench_compiled_apply.py [--runs 3] [--repeat 5] [--group 100] [--binlog DIR]
+                                         [--trees BEFORE,AFTER]
     python bench/bench_compiled_apply.py --profile     # cProfile of one pure pass, by function
 """
 
@@ -174,8 +177,13 @@ def child(binlog: Path, repeat: int, group_size: int, profile: bool) -> dict[str
         return [w.statement() for writes in groups for w in writes]
 
     def render(stmts: list[Any]) -> list[bytes]:
-        literal = sql.literal
-        return [command(s.sql % tuple([literal(v, escape) for v in s.params]))[0] for s in stmts]
+        render = getattr(sql, "render", None)  # before this branch: Session.text's own loop
+        if render is None:
+            literal = sql.literal
+            return [
+                command(s.sql % tuple([literal(v, escape) for v in s.params]))[0] for s in stmts
+            ]
+        return [command(render(s, escape))[0] for s in stmts]
 
     if profile:
         import cProfile
@@ -221,7 +229,7 @@ def main() -> None:
     parser.add_argument(
         "--binlog", type=Path, default=Path(tempfile.gettempdir()) / "drc-bench-binlog"
     )
-    parser.add_argument("--modes", default="off,on", help="DRC_COMPILED values to alternate")
+    parser.add_argument("--trees", default="", help="source trees to compare, e.g. A,B")
     parser.add_argument("--profile", action="store_true", help="cProfile one pure pass")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -236,28 +244,38 @@ def main() -> None:
 
         print(f"recording a binlog into {args.binlog} ...", flush=True)
         record(args.binlog, 5000, 20000)
-    modes = args.modes.split(",")
-    results: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    trees = [Path(t).resolve() for t in args.trees.split(",") if t] or [Path(__file__).parents[1]]
+    # every (tree, DRC_COMPILED) in turn, run after run: the host's load hits them alike
+    configs = [(tree, mode) for tree in trees for mode in ("off", "on")]
+    results: dict[str, list[dict[str, Any]]] = {_label(*c, trees): [] for c in configs}
     for run in range(args.runs):
-        for mode in modes:
-            argv = [sys.executable, __file__, "--child", "--binlog", str(args.binlog),
-                    "--repeat", str(args.repeat), "--group", str(args.group)]  # fmt: skip
-            env = {**os.environ, "DRC_COMPILED": mode}
-            out = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+        for tree, mode in configs:
+            argv = [sys.executable, str(tree / "bench" / Path(__file__).name), "--child",
+                    "--binlog", str(args.binlog), "--repeat", str(args.repeat),
+                    "--group", str(args.group)]  # fmt: skip
+            env = {**os.environ, "DRC_COMPILED": mode, "PYTHONPATH": str(tree)}
+            out = subprocess.run(
+                argv, check=True, capture_output=True, text=True, env=env, cwd=tree
+            )
             result = json.loads(out.stdout.strip().splitlines()[-1])
-            if mode in ("on", "off") and result["compiled"] != (mode == "on"):
-                sys.exit(f"DRC_COMPILED={mode} ran compiled={result['compiled']}: build first")
-            results[mode].append(result)
-            took = (f"{stage} {result['times'][stage] * 1e3:.0f}" for stage in STAGES)
-            print(f"run {run + 1} {mode:>3} (ms): {', '.join(took)}", flush=True)
-    every = [r for mode in modes for r in results[mode]]
+            if result["compiled"] != (mode == "on"):
+                sys.exit(f"{tree}: DRC_COMPILED={mode} ran compiled={result['compiled']}: build")
+            label = _label(tree, mode, trees)
+            results[label].append(result)
+            apply = sum(took(result, w, "apply") for w in WORKLOADS) * 1e3
+            print(f"run {run + 1} {label}: apply stages {apply:.0f} ms", flush=True)
+    every = [r for rs in results.values() for r in rs]
     same = all(r["sha256"] == every[0]["sha256"] for r in every)
     print(f"\nstatements, parameters and rendered packets identical in every run: {same}; "
           f"groups of {args.group} transactions\n")  # fmt: skip
-    if len(modes) == 2:
-        print(report(results[modes[0]], results[modes[1]], modes))
+    print(report(results))
     if not same:
-        sys.exit("the modes gave different statements")
+        sys.exit("the trees or modes gave different statements")
+
+
+def _label(tree: Path, mode: str, trees: list[Path]) -> str:
+    kind = "pure" if mode == "off" else "compiled"
+    return kind if len(trees) == 1 else f"{tree.name} {kind}"
 
 
 def took(result: dict[str, Any], name: str, stage: str) -> float:
@@ -268,28 +286,30 @@ def took(result: dict[str, Any], name: str, stage: str) -> float:
     return float(result["times"][name][stage])
 
 
-def report(first: list[dict[str, Any]], second: list[dict[str, Any]], modes: list[str]) -> str:
+def report(results: dict[str, list[dict[str, Any]]]) -> str:
     """A markdown table: per workload and stage, CPU us per transaction (median of the runs)
-    in each mode, and the ratio: median, and the worst run's."""
-    a, b = modes
-    lines = [
-        f"| workload | stage | {a} us/txn | {b} us/txn | {a}/{b} median | worst run |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
-    ]
+    of each configuration, and each one's speed-up over the first: median, and the worst run's
+    (the runs of one round side by side)."""
+    labels = list(results)
+    base = results[labels[0]]
+    head = " | ".join(f"{label} us/txn" for label in labels)
+    ratios = " | ".join(f"{labels[0]} / {label}" for label in labels[1:])
+    lines = [f"| workload | stage | {head} | {ratios} (median; worst run) |"]
+    lines.append("| --- | --- |" + " ---: |" * (2 * len(labels) - 1))
     for name in WORKLOADS:
-        count = first[0]["counts"][name]
+        count = base[0]["counts"][name]
         txns = count["transactions"]
         label = f"{name} ({txns:,} txns, {count['rows']:,} rows, {count['statements']:,} stmts)"
         for stage in [*STAGES, "apply"]:
-            x = statistics.median(took(r, name, stage) for r in first)
-            y = statistics.median(took(r, name, stage) for r in second)
-            worst = min(
-                took(p, name, stage) / took(f, name, stage)
-                for p, f in zip(first, second, strict=True)
-            )
-            shown = f"**{stage}**" if stage == "apply" else stage
-            lines.append(f"| {label} | {shown} | {x / txns * 1e6:.1f} | {y / txns * 1e6:.1f} | "
-                         f"{x / y:.2f}x | {worst:.2f}x |")  # fmt: skip
+            cells = [label, f"**{stage}**" if stage == "apply" else stage]
+            for other in labels:
+                median = statistics.median(took(r, name, stage) for r in results[other])
+                cells.append(f"{median / txns * 1e6:.1f}")
+            for other in labels[1:]:
+                pairs = list(zip(base, results[other], strict=True))
+                each = [took(a, name, stage) / took(b, name, stage) for a, b in pairs]
+                cells.append(f"{statistics.median(each):.2f}x; {min(each):.2f}x")
+            lines.append("| " + " | ".join(cells) + " |")
             label = ""
     return "\n".join(lines)
 

@@ -13,7 +13,7 @@ updates, goes the way a channel takes it:
     records (drc.core.codec) -> decode_transaction -> filter chain with map_tables and
     map_columns (drc.apply.stages) -> ApplyEngine groups (drc.apply.engine, plan, shapes)
     -> each write's statement (drc.mysql.sql) -> its text with values written in
-    (sql.literal: with pymysql's escaping, both backslash modes, and without a session)
+    (sql.render with pymysql's escaping, both backslash modes; sql.literal without a session)
 
 and each write is also settled and run with its fallbacks (drc.apply.plan.settled, run) against
 a scripted executor. The outputs are the statements' text and parameters, the rendered texts,
@@ -173,19 +173,20 @@ def outputs(seed: int = 26, count: int = 300, group: int = 25) -> list[Any]:
                 statement = write.statement()
                 found.append((statement, pickle.loads(pickle.dumps(write)) == write))
                 for escape in rendering:
-                    found.append(
-                        _attempt(
-                            lambda s=statement, e=escape: (
-                                s.sql % tuple([sql.literal(v, e) for v in s.params])
-                            )
-                        )
-                    )
+                    found.append(_attempt(lambda s=statement, e=escape: _rendered(s, e)))
                 found.append(plan.settled(write, script.rng.randrange(3)))
                 found.append(_attempt(lambda w=write: plan.run(w, script)))
     found.append(script.ran)
     missing = RowChange("tgt", "keyed", Op.INSERT, None, {"id": 1, "nope": 2})
     found.append(_attempt(lambda: list(plan.Planner().add(missing, TABLES["keyed"]))))
     return found
+
+
+def _rendered(statement: sql.Statement, escape: Any) -> str:
+    """As a session renders it (sql.render), or without a session (sql.literal alone)."""
+    if escape is None:
+        return statement.sql % tuple([sql.literal(v) for v in statement.params])
+    return sql.render(statement, escape)
 
 
 def _group(engine: ApplyEngine, txns: list[Transaction]) -> Any:
