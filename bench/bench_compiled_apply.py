@@ -230,6 +230,7 @@ def main() -> None:
         "--binlog", type=Path, default=Path(tempfile.gettempdir()) / "drc-bench-binlog"
     )
     parser.add_argument("--trees", default="", help="source trees to compare, e.g. A,B")
+    parser.add_argument("--out", type=Path, default=None, help="write every run's figures here")
     parser.add_argument("--profile", action="store_true", help="cProfile one pure pass")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -269,6 +270,8 @@ def main() -> None:
     print(f"\nstatements, parameters and rendered packets identical in every run: {same}; "
           f"groups of {args.group} transactions\n")  # fmt: skip
     print(report(results))
+    if args.out is not None:
+        args.out.write_text(json.dumps(results))
     if not same:
         sys.exit("the trees or modes gave different statements")
 
@@ -288,16 +291,18 @@ def took(result: dict[str, Any], name: str, stage: str) -> float:
 
 def report(results: dict[str, list[dict[str, Any]]]) -> str:
     """A markdown table: per workload and stage, CPU us per transaction (median of the runs)
-    of each configuration, and each one's speed-up over the first: median, and the worst run's
-    (the runs of one round side by side)."""
+    of each configuration, and speed-ups (runs of one round paired): every configuration over
+    the first, and the last tree's pure over its compiled; median and the worst run's."""
     labels = list(results)
-    base = results[labels[0]]
+    pairs = [(labels[0], label) for label in labels[1:]]
+    if len(labels) > 2:
+        pairs.append((labels[-2], labels[-1]))
     head = " | ".join(f"{label} us/txn" for label in labels)
-    ratios = " | ".join(f"{labels[0]} / {label}" for label in labels[1:])
+    ratios = " | ".join(f"{a} / {b}" for a, b in pairs)
     lines = [f"| workload | stage | {head} | {ratios} (median; worst run) |"]
-    lines.append("| --- | --- |" + " ---: |" * (2 * len(labels) - 1))
+    lines.append("| --- | --- |" + " ---: |" * (len(labels) + len(pairs)))
     for name in WORKLOADS:
-        count = base[0]["counts"][name]
+        count = results[labels[0]][0]["counts"][name]
         txns = count["transactions"]
         label = f"{name} ({txns:,} txns, {count['rows']:,} rows, {count['statements']:,} stmts)"
         for stage in [*STAGES, "apply"]:
@@ -305,9 +310,11 @@ def report(results: dict[str, list[dict[str, Any]]]) -> str:
             for other in labels:
                 median = statistics.median(took(r, name, stage) for r in results[other])
                 cells.append(f"{median / txns * 1e6:.1f}")
-            for other in labels[1:]:
-                pairs = list(zip(base, results[other], strict=True))
-                each = [took(a, name, stage) / took(b, name, stage) for a, b in pairs]
+            for a, b in pairs:
+                each = [
+                    took(x, name, stage) / took(y, name, stage)
+                    for x, y in zip(results[a], results[b], strict=True)
+                ]
                 cells.append(f"{statistics.median(each):.2f}x; {min(each):.2f}x")
             lines.append("| " + " | ".join(cells) + " |")
             label = ""
