@@ -7,8 +7,8 @@
     DRC_COMPILED=off    the pure Python modules (0, false and no too)
 
 What is compiled is :data:`MODULES`, the binlog decoder, the record codec and the apply side
-from the filter chain to the statements' text: the same .py files that run as pure Python. ``python -m drc.native.build`` (run by ``make setup``) compiles
-them with mypyc into :data:`COMPILED` (drc/native/compiled/, never in git): an extension per
+from the filter chain to the statements' text: the same .py files that run as pure Python.
+``python -m drc.native.build`` (run by ``make setup``) compiles them with mypyc into :data:`COMPILED` (drc/native/compiled/, never in git): an extension per
 module, under the module's own name, the shared library they call into, and
 ``manifest.json``, which names each file and holds the sha256 of every source it was built
 from (the compiled modules and the drc modules they import). Nothing is built next to a .py
