@@ -81,6 +81,9 @@ class KnownTables:
 
     definitions: Mapping[tuple[str, str], TargetTable]
 
+    def __reduce__(self) -> tuple[Any, ...]:  # as drc.mysql.sql.Statement's
+        return KnownTables, (self.definitions,)
+
     def table(self, schema: str, table: str, refresh: bool = False) -> TargetTable:
         found = self.definitions.get((schema, table))
         if found is None:
@@ -178,7 +181,7 @@ class ApplyEngine:
         decision = Decision()
         changes: Sequence[RowChange] | Iterator[RowChange]
         if pending.prepared is None:
-            changes = (c for txn in pending.transactions for c in txn.changes)
+            changes = _changes_of(pending.transactions)
         else:
             resolution = pending.prepared.resolve(observed)
             changes = resolution.changes
@@ -208,3 +211,10 @@ class ApplyEngine:
         writes = planner.finish()
         counts.writes += len(writes)
         yield from writes
+
+
+def _changes_of(transactions: Sequence[Transaction]) -> Iterator[RowChange]:
+    """Every row change of ``transactions``, in order (a generator function: compiled, a
+    generator expression would be built as a list)."""
+    for txn in transactions:
+        yield from txn.changes

@@ -46,11 +46,12 @@ row's writes run in stream order and the counts above stay exact per row.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from drc.apply import shapes
+from drc.apply.effects import Effects
 from drc.core.events import CounterUpdate, Op, RowChange
 from drc.core.target_errors import MissingColumnError, NoPrimaryKeyError, TargetDivergedError
 from drc.core.target_table import TargetTable, key_of
@@ -58,30 +59,12 @@ from drc.mysql import sql
 from drc.mysql.errors import DuplicateKey
 
 NoPrimaryKey = Literal["refuse", "match_whole_row"]
+# The ops as constants: an enum member looked up on its class costs a descriptor call each time.
+_INSERT: Final = Op.INSERT
+_UPDATE: Final = Op.UPDATE
+_DELETE: Final = Op.DELETE
 MAX_ROWS_PER_STATEMENT = 1000
 MAX_BYTES_PER_STATEMENT = 4 << 20  # well under max_allowed_packet (16 MB by default)
-
-
-@dataclass
-class Effects:
-    """What applying writes did: rows written and the idempotent fixes among them."""
-
-    rows: int = 0
-    duplicate_inserts: int = 0
-    missing_updates: int = 0
-    missing_deletes: int = 0
-    conflicts: int = 0  # resolved in the same transaction (drc.conflicts)
-
-    def add(self, other: Effects) -> None:
-        self.rows += other.rows
-        self.duplicate_inserts += other.duplicate_inserts
-        self.missing_updates += other.missing_updates
-        self.missing_deletes += other.missing_deletes
-        self.conflicts += other.conflicts
-
-    @property
-    def fixes(self) -> int:
-        return self.duplicate_inserts + self.missing_updates + self.missing_deletes
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +72,9 @@ class Upsert:
     table: TargetTable
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:  # as drc.mysql.sql.Statement's
+        return Upsert, (self.table, self.columns, self.rows)
 
     def statement(self) -> sql.Statement:
         return sql.upsert(self.table.schema, self.table.table, self.columns, self.rows)
@@ -101,6 +87,9 @@ class Insert:
     table: TargetTable
     columns: tuple[str, ...]
     rows: tuple[tuple[Any, ...], ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:  # as drc.mysql.sql.Statement's
+        return Insert, (self.table, self.columns, self.rows)
 
     def statement(self) -> sql.Statement:
         return sql.insert(self.table.schema, self.table.table, self.columns, self.rows)
@@ -115,6 +104,17 @@ class Update:
     insert: Upsert | Insert  # the after image, written if no row matched
     delete_before: Delete | None  # set when the key changes: frees it if the after key is taken
     counters: CounterUpdate | None = None  # adds to its counter columns instead
+
+    def __reduce__(self) -> tuple[Any, ...]:  # as drc.mysql.sql.Statement's
+        return Update, (
+            self.table,
+            self.columns,
+            self.values,
+            self.match,
+            self.insert,
+            self.delete_before,
+            self.counters,
+        )
 
     def statement(self) -> sql.Statement:
         t, counters = self.table, self.counters
@@ -133,6 +133,9 @@ class Delete:
     table: TargetTable
     match: sql.Statement
     count: int
+
+    def __reduce__(self) -> tuple[Any, ...]:  # as drc.mysql.sql.Statement's
+        return Delete, (self.table, self.match, self.count)
 
     def statement(self) -> sql.Statement:
         return sql.delete(self.table.schema, self.table.table, self.match)
@@ -226,16 +229,23 @@ class Planner:
 
     def fits(self, change: RowChange, table: TargetTable) -> bool:
         """Whether ``table`` has every column ``change`` writes (checked once per shape)."""
-        key = (id(table), tuple(change.row))
+        return self._fits(change, table, tuple(change.row))
+
+    def _fits(self, change: RowChange, table: TargetTable, columns: tuple[str, ...]) -> bool:
+        key = (id(table), columns)
         if key in self._fitting:
             return True
-        if table.missing(key[1]) or _lacks_key(change, table):
+        if table.missing(columns) or _lacks_key(change, table):
             return False
         self._fitting.add(key)
         return True
 
     def add(self, change: RowChange, table: TargetTable) -> list[Write]:
-        if not self.fits(change, table):
+        op, after = change.op, change.after
+        image = after if after is not None else change.before
+        assert image is not None
+        columns = tuple(image)  # the image's columns: once per change, used for every check
+        if not self._fits(change, table, columns):
             _missing_column(change, table)
         keyed = bool(table.primary_key)
         if not keyed and self._no_pk == "refuse":
@@ -245,28 +255,31 @@ class Planner:
                 '"match_whole_row" for the channel; nothing after the last checkpoint '
                 "was applied"
             )
-        batches, op = self._batches, change.op
+        batches = self._batches
         name = self._names.get(id(table))
         if name is None:
             name = self._names[id(table)] = shapes.table_key(table)
         keys = shapes.touched_keys(change, table, name)
         barrier = table.keeps_order
-        if op is Op.UPDATE or not keyed and op is Op.DELETE:
-            write = _keyed_update(change, table) if keyed else _whole_row_write(change, table)
+        if op is _UPDATE or not keyed and op is _DELETE:
+            write = (
+                _keyed_update(change, table, columns) if keyed else _whole_row_write(change, table)
+            )
             position = batches.place(write, None)
         else:
             # the session's cached table object: a table read again is another shape
-            shape = (op, id(table), tuple(change.row) if op is Op.INSERT else ())
+            shape = (op, id(table), columns if op is _INSERT else ())
             found = batches.open_batch(shape, keys, barrier)
             run_ = None if found is None else batches.item(found)
             if isinstance(run_, _Run) and not run_.full(self._max_rows, self._max_bytes):
                 assert found is not None
-                run_.add(change, table)
+                run_.add(image, table)
                 position = found
             else:
-                position = batches.place(_Run.start(change, table), shape)
+                position = batches.place(_Run.start(op, image, columns, table), shape)
         batches.touched(keys, position, barrier)
-        return [_written(item) for item in batches.ready()]
+        ready = batches.ready()
+        return [_written(item) for item in ready] if ready else []
 
     def finish(self) -> list[Write]:
         return [_written(item) for item in self._batches.drain()]
@@ -277,34 +290,34 @@ class _Run:
 
     def __init__(self, op: Op, table: TargetTable, columns: tuple[str, ...]) -> None:
         self.op = op
+        self.inserts = op is _INSERT
         self.table = table
         self.columns = columns
         self.rows: list[tuple[Any, ...]] = []
         self.bytes = 0
 
     @classmethod
-    def start(cls, change: RowChange, table: TargetTable) -> _Run:
-        image = change.row
-        columns = tuple(image) if change.op is Op.INSERT else table.primary_key
-        run_ = cls(change.op, table, columns)
-        run_.add(change, table)
+    def start(
+        cls, op: Op, image: Mapping[str, Any], columns: tuple[str, ...], table: TargetTable
+    ) -> _Run:
+        """A run of ``op`` starting with a change's row ``image`` (``columns``: its names)."""
+        run_ = cls(op, table, columns if op is _INSERT else table.primary_key)
+        run_.add(image, table)
         return run_
 
     def full(self, max_rows: int, max_bytes: int) -> bool:
         return len(self.rows) >= max_rows or self.bytes >= max_bytes
 
-    def add(self, change: RowChange, table: TargetTable) -> None:
-        if self.op is Op.INSERT:
-            row = tuple(change.row.values())
-        else:
-            row = key_of(table, change.row)
+    def add(self, image: Mapping[str, Any], table: TargetTable) -> None:
+        """A change's row image: the after image of an insert, the before image of a delete."""
+        row = tuple(image.values()) if self.inserts else key_of(table, image)
         self.rows.append(row)
         self.bytes += _size(row)
 
     def write(self) -> Write:
-        if self.op is Op.INSERT and not self.table.primary_key:
+        if self.inserts and not self.table.primary_key:
             return Insert(self.table, self.columns, tuple(self.rows))
-        if self.op is Op.INSERT:
+        if self.inserts:
             return Upsert(self.table, self.columns, tuple(self.rows))
         t = self.table
         return Delete(t, sql.by_keys(t.primary_key, self.rows, t.float_columns), len(self.rows))
@@ -314,15 +327,17 @@ def _written(item: Write | _Run) -> Write:
     return item.write() if isinstance(item, _Run) else item
 
 
-def _keyed_update(change: RowChange, table: TargetTable) -> Update:
+def _keyed_update(change: RowChange, table: TargetTable, columns: tuple[str, ...]) -> Update:
+    """``columns``: the after image's names."""
     before, after = change.before, change.after
     assert before is not None and after is not None
     old_key, new_key = key_of(table, before), key_of(table, after)
-    insert = Upsert(table, tuple(after), (tuple(after.values()),))
+    values = tuple(after.values())
+    insert = Upsert(table, columns, (values,))
     match = sql.by_keys(table.primary_key, [old_key], table.float_columns)
     free = Delete(table, match, 1) if old_key != new_key else None
     counters = change if isinstance(change, CounterUpdate) else None
-    return Update(table, tuple(after), tuple(after.values()), match, insert, free, counters)
+    return Update(table, columns, values, match, insert, free, counters)
 
 
 def _whole_row_write(change: RowChange, table: TargetTable) -> Write:
@@ -331,7 +346,7 @@ def _whole_row_write(change: RowChange, table: TargetTable) -> Write:
     before = change.before
     assert before is not None
     match = sql.by_whole_row(tuple(before), tuple(before.values()), table.float_columns)
-    if change.op is Op.DELETE:
+    if change.op is _DELETE:
         return Delete(table, match, 1)
     assert after is not None
     insert = Insert(table, tuple(after), (tuple(after.values()),))
@@ -365,6 +380,7 @@ def _missing_column(change: RowChange, table: TargetTable) -> None:
 def _size(row: tuple[Any, ...]) -> int:
     size = 8 * len(row)
     for value in row:
-        if type(value) is str or type(value) is bytes:
+        kind = type(value)
+        if kind is str or kind is bytes:
             size += len(value)
     return size

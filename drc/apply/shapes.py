@@ -132,14 +132,15 @@ class Batches(Generic[B]):
 def touched_keys(change: RowChange, table: TargetTable, name: Hashable) -> list[Hashable]:
     """The keys ``change`` touches (see the module docstring); ``name``: the table's, the same
     however it is spelled (``table_key``)."""
-    if not table.primary_key:
+    key = table.primary_key
+    if not key:
         return [name]
     keys: list[Hashable] = [(name, UNIQUE_KEYS)] if table.unique_keys else []
     seen = None
     for image in (change.before, change.after):
         if image is None:
             continue
-        values = values_of(table.primary_key, image)
+        values = values_of(key, image)
         if values == seen:
             continue
         seen = values

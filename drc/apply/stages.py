@@ -36,6 +36,8 @@ from drc.core.tablefilter import TableFilter
 
 log = logging.getLogger(__name__)
 
+_MAX_CACHED_TABLES = 65536  # tables remembered by a stage's per-table lookups
+
 
 class Stage(Protocol):
     def __call__(self, txn: Transaction) -> Transaction | None: ...
@@ -91,17 +93,29 @@ class KeepTables:
     def __init__(self, tables: TableFilter, tombstones: bool = False) -> None:
         self.tables = tables
         self.tombstones = tombstones
+        # (schema, table) -> kept: asked per row change, answered once per table
+        self._kept: dict[tuple[str, str], bool] = {}
 
     def __call__(self, txn: Transaction) -> Transaction | None:
-        match = self.tables.matches
-        changes = tuple(c for c in txn.changes if self._keeps(c.schema, c.table, match))
-        ddl = tuple(d for d in txn.ddl if self.keeps_ddl(d))
+        kept, keeps = self._kept, self._keeps
+        changes = tuple([
+            c for c in txn.changes
+            if kept.get((c.schema, c.table)) or (
+                (c.schema, c.table) not in kept and keeps(c.schema, c.table)
+            )
+        ])  # fmt: skip
+        ddl = tuple([d for d in txn.ddl if self.keeps_ddl(d)]) if txn.ddl else ()
         return _narrowed(txn, changes, ddl)
 
-    def _keeps(self, schema: str, table: str, match: Callable[[str, str], bool]) -> bool:
+    def _keeps(self, schema: str, table: str) -> bool:
         if schema == CHECKPOINT_SCHEMA:
-            return self.tombstones and is_tombstone_table(schema, table)
-        return match(schema, table)
+            keeps = self.tombstones and is_tombstone_table(schema, table)
+        else:
+            keeps = self.tables.matches(schema, table)
+        if len(self._kept) >= _MAX_CACHED_TABLES:
+            self._kept.clear()
+        self._kept[(schema, table)] = keeps
+        return keeps
 
     def keeps_ddl(self, change: SchemaChange) -> bool:
         return selects_ddl(self.tables, change, own_schema=False)
@@ -185,9 +199,6 @@ class NameMap:
 def _split(name: str) -> tuple[str, str]:
     db, _, table = name.partition(".")
     return db, table
-
-
-_MAX_CACHED_TABLES = 65536
 
 
 class MapNames:

@@ -53,7 +53,9 @@ def key_of(table: TargetTable, image: Mapping[str, Any]) -> tuple[Any, ...]:
 def values_of(columns: Sequence[str], image: Mapping[str, Any]) -> tuple[Any, ...]:
     """The values of ``columns`` in a row image (names matched case-insensitively)."""
     try:
-        return tuple(image[k] for k in columns)
+        if len(columns) == 1:  # most keys: no list, no loop
+            return (image[columns[0]],)
+        return tuple([image[k] for k in columns])
     except KeyError:  # the source spells a key column with another case
         folded = {name.lower(): value for name, value in image.items()}
         return tuple(folded[k.lower()] for k in columns)

@@ -165,6 +165,8 @@ def bound(value: Any) -> Any:
 
 
 _PASS = frozenset({type(None), int, float, str, bytes, bool})
+# The types bound() returns as they are: a caller binding many values skips the call for them.
+BOUND_AS_IS: frozenset[type] = _PASS
 
 
 _FLT_MAX = 3.4028234663852886e38

@@ -143,8 +143,7 @@ class Session:
     def text(self, statement: sql.Statement) -> str:
         """The statement with its values written in (drc.mysql.sql.literal), exactly as
         pymysql would render it; the session must be open."""
-        escape = self._conn.escape
-        return statement.sql % tuple([sql.literal(v, escape) for v in statement.params])
+        return sql.render(statement, self._conn.escape)
 
     def execute(self, statement: sql.Statement, what: str = "a statement") -> int:
         """Run one statement in the open transaction; returns matched/affected rows."""

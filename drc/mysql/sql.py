@@ -53,7 +53,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from drc.core.values import bound, shortest_single, single_precision
+from drc.core.values import BOUND_AS_IS, bound, shortest_single, single_precision
 
 # No ANSI_QUOTES (backticks stay the only identifier quote), no strict mode or NO_ZERO_DATE
 # (zero dates the source accepted are accepted), NO_AUTO_VALUE_ON_ZERO (an id 0 stays 0).
@@ -67,6 +67,11 @@ class Statement:
 
     sql: str
     params: tuple[Any, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle and copy by constructor: compiled (drc.native), a frozen class refuses the
+        # attribute-by-attribute restore they default to
+        return Statement, (self.sql, self.params)
 
 
 def quote(name: str) -> str:
@@ -95,6 +100,8 @@ def literal(value: Any, escape: Callable[[Any], str] | None = None) -> str:
         return str(value)
     if value is None:
         return "NULL"
+    if kind is str and escape is not None:  # the commonest value after int
+        return escape(value)
     if kind is Decimal and value.is_finite():
         return format(value, "f")
     if kind is dt.datetime and value.tzinfo is None:
@@ -104,6 +111,13 @@ def literal(value: Any, escape: Callable[[Any], str] | None = None) -> str:
     if kind is str:
         return "_utf8mb4 X'" + value.encode("utf-8").hex() + "'"
     raise TypeError(f"no literal for a {kind.__name__} without a session to escape it")
+
+
+def render(statement: Statement, escape: Callable[[Any], str]) -> str:
+    """``statement``'s text with its values written in by :func:`literal` with the session's
+    ``escape``: exactly what pymysql sends for ``execute(statement.sql, statement.params)``
+    (drc.mysql.session.Session.text; here so that the loop is compiled, drc.native)."""
+    return statement.sql % tuple([literal(v, escape) for v in statement.params])
 
 
 # Statement texts depend only on names and counts, and a channel writes the same few shapes
@@ -123,6 +137,7 @@ def table_name(schema: str, table: str) -> str:
 
 
 adapt = bound  # the value pymysql should bind for a DRC column value (drc.core.values)
+_AS_IS = BOUND_AS_IS  # most values: bound as they are, without a call per value
 
 
 def _placeholders(count: int) -> str:
@@ -157,14 +172,16 @@ def _insert_text(schema: str, table: str, columns: tuple[str, ...], count: int) 
 
 
 def _row_params(rows: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
-    return tuple([adapt(v) for row in rows for v in row])
+    return tuple([v if type(v) in _AS_IS else adapt(v) for row in rows for v in row])
 
 
 def update(
     schema: str, table: str, columns: Sequence[str], values: Sequence[Any], where: Statement
 ) -> Statement:
     sql = _update_text(schema, table, tuple(columns), where.sql)
-    return Statement(sql, tuple([adapt(v) for v in values]) + where.params)
+    return Statement(
+        sql, tuple([v if type(v) in _AS_IS else adapt(v) for v in values]) + where.params
+    )
 
 
 @_cached
@@ -215,8 +232,11 @@ def by_keys(key: Sequence[str], keys: Sequence[Sequence[Any]], floats: frozenset
     ``floats``: see :func:`row_values`."""
     if floats:
         params = tuple([v for k in keys for v in row_values(key, k, floats)])
+    elif len(keys) == 1 and len(keys[0]) == 1:  # an update's or a delete's one-column key
+        value = keys[0][0]
+        params = (value if type(value) in _AS_IS else adapt(value),)
     else:
-        params = tuple([adapt(v) for k in keys for v in k])
+        params = tuple([v if type(v) in _AS_IS else adapt(v) for k in keys for v in k])
     return Statement(_by_keys_text(tuple(key), len(keys)), params)
 
 
@@ -246,7 +266,7 @@ def row_values(
     (module docstring). ``floats``: the lower-case names of the FLOAT columns, whose values
     are bound as the exact double of their single-precision value."""
     if not floats:
-        return tuple([adapt(v) for v in row])
+        return tuple([v if type(v) in _AS_IS else adapt(v) for v in row])
     return tuple(
         single_precision(v) if type(v) is float and c.lower() in floats else adapt(v)
         for c, v in zip(columns, row, strict=True)

@@ -6,16 +6,17 @@
                         missing or stale (1, true and yes mean on too)
     DRC_COMPILED=off    the pure Python modules (0, false and no too)
 
-What is compiled is :data:`MODULES`, the binlog decoder and the record codec: the same .py
-files that run as pure Python. ``python -m drc.native.build`` (run by ``make setup``) compiles
-them with mypyc into :data:`COMPILED` (drc/native/compiled/, never in git): an extension per
-module, under the module's own name, the shared library they call into, and
-``manifest.json``, which names each file and holds the sha256 of every source it was built
-from (the compiled modules and the drc modules they import). Nothing is built next to a .py
-file, so nothing shadows it: a compiled module is loaded instead of its source only through the
-finder :func:`install` puts first on ``sys.meta_path`` (drc/__init__ calls it), so one process
-holds either the compiled or the pure modules, never a mix of the two (the same setting
-in a child process, such as a Spark executor, which inherits the environment, picks the same).
+What is compiled is :data:`MODULES`, the binlog decoder, the record codec and the apply side
+from the filter chain to the statements' text: the same .py files that run as pure Python.
+``python -m drc.native.build`` (run by ``make setup``) compiles them with mypyc into
+:data:`COMPILED` (drc/native/compiled/, never in git): an extension per module, under the
+module's own name, the shared library they call into, and ``manifest.json``, which names each
+file and holds the sha256 of every source it was built from (the compiled modules and the drc
+modules they import). Nothing is built next to a .py file, so nothing shadows it: a compiled
+module is loaded instead of its source only through the finder :func:`install` puts first on
+``sys.meta_path`` (drc/__init__ calls it), so one process holds either the compiled or the pure
+modules, never a mix of the two (the same setting in a child process, such as a Spark executor,
+which inherits the environment, picks the same).
 
 A source edited after the build makes the build stale: under ``auto`` the pure modules run
 (:data:`STATE` says why) until ``make setup`` builds again; under ``on`` import fails. So a
@@ -44,6 +45,12 @@ MODULES = (
     "drc.core.value_codec",
     "drc.core.codec",
     "drc.replicator.binlog.rowpack",  # the one-pass prototype (docs/compiled.md)
+    # the apply side: records' row changes -> filter chain -> writes -> statements
+    "drc.apply.stages",
+    "drc.apply.engine",
+    "drc.apply.plan",
+    "drc.apply.shapes",
+    "drc.mysql.sql",
 )
 GROUP = "drc_native"  # mypyc's shared library is the top-level module drc_native__mypyc
 SETTING = "DRC_COMPILED"

@@ -1,5 +1,6 @@
 """The compiled hot path (drc.native): the setting, the build's freshness check, and the same
-bytes from the compiled and the pure modules (tests/support/native_corpus)."""
+bytes from the compiled and the pure modules (tests/support/native_corpus), and the same
+statements (tests/support/native_apply)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from tests.support.tools import require_compiled_build
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run(setting: str) -> dict[str, object]:
+def run(setting: str, outputs: str = "tests.support.native_corpus") -> dict[str, object]:
     env = {**os.environ, native.SETTING: setting, "PYTHONHASHSEED": "0"}
-    argv = [sys.executable, "-m", "tests.support.native_corpus"]
+    argv = [sys.executable, "-m", outputs]
     out = subprocess.run(argv, cwd=REPO, env=env, check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
@@ -77,9 +78,52 @@ def test_compiled_and_pure_give_the_same_bytes() -> None:
     assert compiled["digest"] == pure["digest"]
 
 
+def test_compiled_and_pure_apply_write_the_same_statements() -> None:
+    """Records to the filter chain, planned writes, statements and parameters, rendered text,
+    effects and fallbacks (tests/support/native_apply): the same in both."""
+    require_compiled_build()
+    compiled, pure = (
+        run("on", "tests.support.native_apply"),
+        run("off", "tests.support.native_apply"),
+    )
+    assert compiled["compiled"] is True and pure["compiled"] is False
+    assert compiled["digest"] == pure["digest"]
+
+
+def test_the_apply_modules_are_compiled_with_the_decoder() -> None:
+    assert {"drc.apply.plan", "drc.apply.shapes", "drc.mysql.sql"} <= set(native.MODULES)
+
+
 def test_the_status_says_which_hot_path_runs() -> None:
     from drc.api.status import hot_path
 
     shown = hot_path()
     assert shown["compiled"] is native.STATE.compiled is native.is_compiled(codec)
     assert shown["setting"] in ("auto", "on", "off") and shown["reason"]
+
+
+def test_statements_and_writes_pickle_and_copy_compiled_or_not() -> None:
+    """Compiled, a frozen class refuses pickle's attribute-by-attribute restore: the apply's
+    value classes pickle by constructor instead (a Spark task may carry them)."""
+    import copy
+    import pickle
+
+    from drc.apply import plan
+    from drc.apply.engine import KnownTables
+    from drc.core.target_table import TargetTable
+    from drc.mysql.sql import Statement
+
+    table = TargetTable("db", "t", ("id", "v"), ("id",))
+    match = Statement("`id` = %s", (1,))
+    upsert = plan.Upsert(table, ("id", "v"), ((1, "x"),))
+    values = [
+        match,
+        upsert,
+        plan.Insert(table, ("id", "v"), ((1, "x"),)),
+        plan.Delete(table, match, 1),
+        plan.Update(table, ("id", "v"), (1, "y"), match, upsert, None),
+        KnownTables({("db", "t"): table}),
+    ]
+    for value in values:
+        assert pickle.loads(pickle.dumps(value)) == value
+        assert copy.copy(value) == value == copy.deepcopy(value)
