@@ -94,7 +94,7 @@ class Fetcher:
         self._params = params
         self._token = token
         self._binary = binary
-        self._timeout = http.read_timeout(wait_ms)
+        self._pull_timeout = http.PullTimeout(wait_ms)
         self._stream_timeout = http.stream_timeout(wait_ms)
         # Records only: a stream carries the records form.
         self._stream = (
@@ -254,7 +254,7 @@ class Fetcher:
                 if page is None:
                     raise Cancelled()
                 return page
-        return http.get_events(self._client, url, params, self._binary, self._timeout, self._token)
+        return self._pull_timeout.get_events(self._client, url, params, self._binary, self._token)
 
     def _may_stream(self, source: StreamSource, url: str) -> bool:
         """False for a while after ``url`` answered that it has no stream (an older server,

@@ -42,6 +42,10 @@ CONNECT_TIMEOUT_S = 5.0
 # A long poll may legitimately take wait_ms (or the server's cap when wait_ms=0) before answering.
 FULL_WAIT_CAP_S = 60.0
 READ_MARGIN_S = 30.0
+# A pull's first margin past its wait: a silent link (blackhole, half-open) is noticed this
+# soon. A server that needs longer to build a page gets twice the margin after each read
+# timeout in a row, up to READ_MARGIN_S (PullTimeout), so it is still read.
+PULL_MARGIN_S = 3.0
 STREAM_SILENT_HEARTBEATS = 3
 STREAM_MARGIN_S = 1.0
 _MAX_SHOWN = 300
@@ -55,9 +59,10 @@ class Transient(Exception):
     """A failure another attempt may not see: connection error, timeout, 5xx or 429.
     ``retry_after_s``: the server's Retry-After, if it said one (0 if not)."""
 
-    def __init__(self, message: str, retry_after_s: float = 0.0) -> None:
+    def __init__(self, message: str, retry_after_s: float = 0.0, timed_out: bool = False):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.timed_out = timed_out  # no answer within the read timeout (a silent server or link)
 
 
 class Busy(Transient):
@@ -135,9 +140,44 @@ def tls_verify(
     )
 
 
-def read_timeout(wait_ms: int) -> httpx.Timeout:
+def read_timeout(wait_ms: int, margin_s: float = READ_MARGIN_S) -> httpx.Timeout:
+    """Reads of a long poll: the server answers within its wait (``wait_ms``, or its cap for
+    a full wait) plus the time to build the page, which ``margin_s`` allows."""
     wait_s = FULL_WAIT_CAP_S if wait_ms == pullquery.WAIT_FULL else max(wait_ms, 0) / 1000
-    return httpx.Timeout(CONNECT_TIMEOUT_S, read=wait_s + READ_MARGIN_S)
+    return httpx.Timeout(CONNECT_TIMEOUT_S, read=wait_s + margin_s)
+
+
+class PullTimeout:
+    """A reader's long polls' read timeout: ``wait_ms`` plus :data:`PULL_MARGIN_S`, so a silent
+    link is noticed within seconds; doubled after each read timeout in a row (up to
+    :data:`READ_MARGIN_S`), so a server slow to build a page is still waited for; back to the
+    short margin after any answer."""
+
+    def __init__(self, wait_ms: int) -> None:
+        self._wait_ms = wait_ms
+        self.margin_s = PULL_MARGIN_S
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        return read_timeout(self._wait_ms, self.margin_s)
+
+    def get_events(
+        self,
+        client: httpx.Client,
+        url: str,
+        params: dict[str, str],
+        binary: bool,
+        token: str | None,
+    ) -> Page:
+        """:func:`get_events` with this timeout, which it adjusts to the outcome."""
+        try:
+            page = get_events(client, url, params, binary, self.timeout, token)
+        except Transient as exc:
+            if exc.timed_out:
+                self.margin_s = min(self.margin_s * 2, READ_MARGIN_S)
+            raise
+        self.margin_s = PULL_MARGIN_S
+        return page
 
 
 def get_events(
@@ -316,7 +356,8 @@ def failure(exc: httpx.HTTPError, target: str, token: str | None) -> Exception:
                 "certificate (a channel's tls_ca, --ca, or ca= of the SDK)",
                 target,
             )
-        return Transient(redact(f"{type(exc).__name__}: {exc}", token))
+        timed_out = isinstance(exc, httpx.ReadTimeout)
+        return Transient(redact(f"{type(exc).__name__}: {exc}", token), timed_out=timed_out)
     # An undecodable body, a redirect loop: retrying will not help.
     return ProtocolError(redact(f"{target}: {type(exc).__name__}: {exc}", token))
 

@@ -25,6 +25,7 @@ FLAPS = 20
 FLAP_S = 1.0
 BLACKHOLE_S = 30.0
 HALF_OPEN_S = 10.0
+PULL_SILENT_S = 10.0  # each silent fault of the pulling channels' test
 SHAPED_S = 15.0
 SHAPED_DELAY_S = 0.15  # each way: 300 ms round trips, another datacenter far away
 SHAPED_JITTER_S = 0.1
@@ -145,6 +146,40 @@ def test_a_half_open_link_is_noticed_and_survived(
             half_open_s=HALF_OPEN_S,
             **{f"{dc}_answers_lost_noticed_after_s": s for dc, s in answers_lost.items()},
             **{f"{dc}_requests_lost_noticed_after_s": s for dc, s in requests_lost.items()},
+        )
+
+
+@pytest.mark.slow
+def test_pulling_channels_notice_a_blackhole_and_lost_answers_within_seconds(
+    sandbox: SandboxDescription, tmp_path: Path
+) -> None:
+    """``transport = "pull"``: a long poll sends nothing until its answer, so only its read
+    timeout (the wait plus a few seconds, drc.client.http.PullTimeout) tells a silent link
+    from a quiet stream; noticed while the fault lasts, as the stream's channels do."""
+    with linked_pair(sandbox, tmp_path, transport="pull") as pair:
+        pair.write()
+        noticed_after: dict[str, float] = {}
+        for fault in ("blackhole", "answers lost"):
+            since = time.monotonic()
+            for link in pair.each_link():
+                if fault == "blackhole":
+                    link.blackhole()
+                else:
+                    link.half_open("down")
+            for dc, link in pair.links.items():
+                noticed_after[f"{dc} {fault}"] = noticed(link, since, 1, PULL_SILENT_S)
+            time.sleep(max(0.0, since + PULL_SILENT_S - time.monotonic()))
+            pair.assert_channels_up()
+            for link in pair.each_link():
+                link.heal()
+            time.sleep(AFTER_S)
+        healed = time.monotonic() - AFTER_S
+        _finish(pair)
+        _report(
+            "pull, silent links",
+            fault_s=PULL_SILENT_S,
+            **{f"{k.replace(' ', '_')}_noticed_after_s": s for k, s in noticed_after.items()},
+            converged_after_heal_s=time.monotonic() - healed - AFTER_S,
         )
 
 
