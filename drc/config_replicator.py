@@ -182,6 +182,9 @@ class GroupConfig(Section):
     # The pull API URL the other members and readers use to reach this one.
     advertise_url: str = Field(min_length=1, pattern=r"^https?://")
     connect_retry_s: float = Field(2.0, gt=0, le=60.0)  # ZooKeeper unreachable: wait, try again
+    # Elected, wait this long at most for every member that ever joined to answer, to copy
+    # the most advanced buffer before reading the source (drc.replicator.catch_up).
+    catch_up_wait_s: float = Field(10.0, ge=0, le=300.0)
     tls_ca: Path | None = None  # CA of the members' https:// API certificates (else the system's)
 
     def group_path(self, datacenter: str) -> str:

@@ -202,6 +202,7 @@ def build_member(
         advertise_url=group.advertise_url.rstrip("/"),
         session_timeout_s=group.session_timeout_s,
         connect_retry_s=group.connect_retry_s,
+        catch_up_wait_s=group.catch_up_wait_s,
     )
     tokens = config.api.secrets()
     source = source_settings(config)

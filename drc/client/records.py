@@ -3,7 +3,7 @@
 A follower (drc.replicator.follower) copies another member's buffer byte for byte, so it needs
 each record's bytes, not decoded transactions: :func:`pull_raw` returns them with the term the
 serving member names (``X-DRC-Term``), and :class:`RawStreams` the same off a stream.
-:func:`pull_history` reads ``/v1/history``.
+:func:`pull_history` reads ``/v1/history``, :func:`last_scn` how far a member's buffer goes.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from drc.core.scn import SCN
 
 HISTORY_TIMEOUT = httpx.Timeout(10.0)
 MAX_EVENTS = 5000
+STATUS_READ_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -154,3 +155,15 @@ def pull_history(
     if not isinstance(entries, list):
         raise ProtocolError(f"{url} sent a malformed history answer: entries is not a list")
     return entries
+
+
+def last_scn(client: httpx.Client, url: str, token: str | None) -> SCN | None:
+    """The last SCN the replicator at ``url`` holds (None: its buffer is empty), from its
+    status; raises what :func:`drc.client.http.send` raises, or ProtocolError."""
+    timeout = httpx.Timeout(http.CONNECT_TIMEOUT_S, read=STATUS_READ_S)
+    answer = http.send(client, url + wire.PATH_STATUS, {}, wire.MEDIA_JSON, timeout, token)
+    try:
+        last = answer.json()["buffer"]["last_scn"]
+        return None if last is None else SCN.parse(last)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ProtocolError(f"{url} answered a status without its buffer's last SCN") from exc

@@ -27,7 +27,7 @@ from typing import Any
 from drc.api import pullquery
 from drc.client import http
 from drc.client.errors import ApiRequestError, ApiTlsError, ProtocolError
-from drc.client.records import RawStreams, pull_history, pull_raw
+from drc.client.records import RawStreams, last_scn, pull_history, pull_raw
 from drc.core.errors import FatalError, RetriableError, ScnTooOldError
 from drc.core.scn import SCN
 from drc.core.term import check_records
@@ -96,6 +96,11 @@ class Copier:
         self._buffer.append_many((r.scn, r.payload, r.timestamp_ms, r.more) for r in page.records)
         self._buffer.commit()
         return Copied(len(page.records), page.term, page.newest)
+
+    def newest(self, url: str) -> SCN | None:
+        """The last SCN the member at ``url`` holds (None: an empty buffer); raises
+        drc.client.http.Transient (it does not answer) or ProtocolError."""
+        return last_scn(self._client, url, self._token)
 
 
 def _entry(e: Any, url: str) -> RawEntry:

@@ -13,6 +13,9 @@ Layout under the group's path (``[group] path`` + ``/`` + datacenter)::
     election/   kazoo's Election recipe (ephemeral sequential nodes, lowest leads)
     leader      ephemeral   {"member": id, "url": advertised API URL, "term": n}
     members/ID  ephemeral   {"member": id, "url": advertised API URL}: one live member per id
+    known/ID    persistent  the same, for every member that ever joined: a new leader waits a
+                            little for those not registered (drc.replicator.member); delete
+                            the node of a member removed for good
 
 The leader's session is confirmed by reading its own ``leader`` node every sixth of the
 session timeout; each answer renews the lease (drc.core.term.Lease) from the moment the request
@@ -54,6 +57,7 @@ class GroupSettings:
     advertise_url: str
     session_timeout_s: float = 6.0
     connect_retry_s: float = 2.0
+    catch_up_wait_s: float = 10.0  # a new leader waits this long at most for known members
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,7 @@ class ZkGroup:
         c = self._client
         c.ensure_path(f"{s.path}/members")
         c.ensure_path(f"{s.path}/election")
+        c.ensure_path(f"{s.path}/known")
         _create(c, f"{s.path}/group", _dump({"datacenter": s.datacenter}))
         group = _load(c.get(f"{s.path}/group")[0])
         if group.get("datacenter") != s.datacenter:
@@ -242,6 +247,11 @@ class ZkGroup:
             )
         self.check_source(source_server_ids)
         self._register()
+        _put(
+            c,
+            f"{s.path}/known/{s.member_id}",
+            _dump({"member": s.member_id, "url": s.advertise_url}),
+        )
 
     def check_source(self, server_ids: frozenset[int] | None) -> None:
         """GroupConfigError if none of this member's source servers is one the group reads
@@ -324,6 +334,14 @@ class ZkGroup:
     def members(self) -> list[MemberInfo]:
         found = discovery.read_members(self._client, self.settings.path, self._wait_s)
         return [MemberInfo(member, url) for member, url in found.items()]
+
+    def known_members(self) -> frozenset[str]:
+        """The ids of every member that ever joined the group (``known/``)."""
+        try:
+            found = self._client.get_children_async(f"{self.settings.path}/known")
+            return frozenset(found.get(timeout=self._wait_s))
+        except NoNodeError:
+            return frozenset()
 
     def leader(self) -> LeaderInfo | None:
         data = discovery.read_leader(self._client, self.settings.path, self._wait_s)

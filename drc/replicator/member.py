@@ -4,8 +4,10 @@
 
     connect to ZooKeeper (retry with a clear message) -> join (identity, datacenter, source)
       -> campaign ->  follower: copy the leader's records (drc.replicator.follower)
-                      elected:  raise the term, catch up from the other members, capture
-                                the source under the lease (drc.core.term)
+                      elected:  raise the term, catch up from the other members (the most
+                                advanced first, waiting briefly for those known but not back:
+                                drc.replicator.catch_up), capture the source under the lease
+                                (drc.core.term)
 
 A follower whose session is lost simply joins again with a new one. A leader whose lease ran
 out because ZooKeeper did not answer stops capture (cleanly, before the lease ends) and resumes
@@ -27,13 +29,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from drc.api import pullquery
 from drc.client import http
 from drc.client.errors import ProtocolError
 from drc.core.errors import BufferFullError, FencedError, RetriableError, SourceDivergedError
 from drc.core.scn import SCN
 from drc.core.term import check_append
 from drc.eventbuffer.reader import Record
+from drc.replicator.catch_up import catch_up
 from drc.replicator.fencing import GroupBuffer
 from drc.replicator.follower import Copier, ViaLeader
 from drc.replicator.group import GroupSettings, Halt, LeaderInfo, ZkGroup, halt_refusal
@@ -70,6 +72,9 @@ class GroupMemberRunner:
         self.leader: LeaderInfo | None = None
         self._leader_moved = threading.Event()  # set on kazoo's thread by _group_changed
         self._group: ZkGroup | None = None
+        # A leader answered (or this member led) since the process started: the group was
+        # running, so the members it does not reach at an election are down, not restarting.
+        self._saw_group_running = False
         buffer.fence = self._refuse  # until elected, nothing but the copier's checks
 
     def status(self) -> dict[str, Any]:
@@ -181,6 +186,7 @@ class GroupMemberRunner:
                 continue
             try:
                 self._copier.copy_once(leader.url, FOLLOW_WAIT_MS, leader.term, moved)
+                self._saw_group_running = True
             except (http.Transient, ProtocolError) as exc:
                 log.debug("copy from leader %s: %s", leader.url, exc)
                 stop.wait(RETRY_S)
@@ -301,22 +307,9 @@ class GroupMemberRunner:
             watcher.join()
 
     def _catch_up(self, group: ZkGroup, stop: threading.Event) -> None:
-        """Copy from the other members whatever they hold beyond this buffer, so the source
-        is read only from the newest SCN any member has."""
-        for member in group.members():
-            if member.member_id == self._me or stop.is_set():
-                continue
-            copied_any = False
-            while not stop.is_set():
-                try:
-                    copied = self._copier.copy_once(member.url, pullquery.WAIT_NONE)
-                except (http.Transient, ProtocolError) as exc:
-                    log.info("catch-up: member %s not reachable (%s)", member.member_id, exc)
-                    break
-                copied_any = copied_any or copied.records > 0
-                if copied.records == 0:
-                    break
-            if copied_any:
-                log.info("caught up from member %s to %s", member.member_id, self._buffer.last_scn)
-        if self._buffer.resume_scn is None:
-            log.info("no member holds records yet: capture starts the group's buffer")
+        """From the other members (drc.replicator.catch_up); waiting for the known ones that
+        do not answer only when this process never saw the group running (it restarted,
+        perhaps with the whole group): after a leader's failure they are down."""
+        wait_s = 0.0 if self._saw_group_running else self.settings.catch_up_wait_s
+        self._saw_group_running = True
+        catch_up(group, self._copier, self._buffer, self._clock, stop, wait_s)

@@ -23,7 +23,8 @@ from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.support.capture import ZERO
-from tests.support.servers import drop_everywhere, execute, master_position, query
+from tests.support.server_faults import purge_all_but_the_newest
+from tests.support.servers import drop_everywhere, execute, master_position
 
 SCHEMA = "purged_db"
 EXIT_TIMEOUT_S = 120.0  # generous: a loaded 2-core host; it exits within seconds
@@ -47,18 +48,6 @@ def _run_replicator(config: Path) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "drc.cli", "run", "--config", str(config), "--role",
             "replicator"]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, timeout=EXIT_TIMEOUT_S)
-
-
-def _purge_all_but_the_newest(server: ServerInfo) -> None:
-    """PURGE BINARY LOGS up to the current file, again until it took: a file a replica's dump
-    thread still reads is kept (the server-side thread of a replicator just stopped may linger)."""
-
-    def purged() -> bool:
-        newest = master_position(server)[0]
-        execute(server, f"PURGE BINARY LOGS TO '{newest}'")
-        return [row[0] for row in query(server, "SHOW BINARY LOGS")] == [newest]
-
-    assert wait_for(purged, 60, interval=0.5), query(server, "SHOW BINARY LOGS")
 
 
 def test_a_purged_binlog_stops_drc_run_naming_the_position_and_the_way_out(
@@ -86,7 +75,7 @@ def test_a_purged_binlog_stops_drc_run_naming_the_position_and_the_way_out(
     # Stopped, it misses these; then the source rotates and purges the file it resumes in.
     execute(dc1, *(f"INSERT INTO {SCHEMA}.t VALUES ({i})" for i in range(20, 40)))
     execute(dc1, "FLUSH BINARY LOGS")
-    _purge_all_but_the_newest(dc1)
+    purge_all_but_the_newest(dc1)
 
     started = time.monotonic()
     refused = _run_replicator(config)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from drc.sandbox.procs import pid_alive, wait_for
 from drc.sandbox.sandbox import Sandbox, ServerInfo
+from tests.support.servers import execute, master_position, query
 
 
 def _sandbox(server: ServerInfo) -> Sandbox:
@@ -37,3 +38,17 @@ def restart(server: ServerInfo) -> None:
     description = box.describe()
     assert description is not None
     box.up(datacenters=len(description.servers))
+
+
+def purge_all_but_the_newest(server: ServerInfo) -> str:
+    """PURGE BINARY LOGS up to the current file, again until it took (a file a replica's dump
+    thread still reads is kept: the server-side thread of a replicator just stopped may
+    linger); returns the one binlog left."""
+
+    def purged() -> bool:
+        newest = master_position(server)[0]
+        execute(server, f"PURGE BINARY LOGS TO '{newest}'")
+        return [row[0] for row in query(server, "SHOW BINARY LOGS")] == [newest]
+
+    assert wait_for(purged, 60, interval=0.5), query(server, "SHOW BINARY LOGS")
+    return str(master_position(server)[0])
