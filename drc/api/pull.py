@@ -80,6 +80,11 @@ class BackToSource:
         return self._buffer.last_scn
 
     def read_after(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]:
+        began = _began(self._buffer)
+        if began is not None and SCN.ZERO < after < began:
+            # Older than the buffer's beginning (a buffer started anew: after a purged binlog,
+            # say): what came between is the source's to serve, or 410, never skipped.
+            return self._backfill(after, began, max_records, max_bytes)
         try:
             return self._buffer.read_after(after, max_records=max_records, max_bytes=max_bytes)
         except ScnTooOldError as exc:
@@ -94,6 +99,16 @@ class BackToSource:
     def buffered(self) -> PullBuffer:
         """The buffer alone, without going back to the source."""
         return self._buffer
+
+
+def _began(buffer: PullBuffer) -> SCN | None:
+    """The SCN of a buffer's first record while retention has deleted none (the buffer then
+    holds nothing before it: capture started there, or a follower's first copy); None once it
+    has (retention's own limit, ``oldest_servable``, then applies) or while it is empty."""
+    if getattr(buffer, "oldest_servable", None) != SCN.ZERO:
+        return None
+    first = getattr(buffer, "first_scn", None)
+    return first if isinstance(first, SCN) else None
 
 
 class EpochMismatch(Exception):
@@ -146,6 +161,9 @@ class Pull:
         binlog, never more than a few records: it runs on the event loop); False if that was
         not enough, or the position is older than the buffer: :meth:`scan` in a thread then."""
         buffer = getattr(self.buffer, "buffered", self.buffer)
+        began = _began(buffer) if buffer is not self.buffer else None
+        if began is not None and SCN.ZERO < self.builder.next < began:
+            return False  # older than the buffer: the source's (BackToSource), in a thread
         try:
             done = _scan(buffer, self.builder, self._scan_records, INLINE_RECORDS, INLINE_BYTES)
         except ScnTooOldError:

@@ -182,6 +182,9 @@ class ApplyChannel:
                         self.actions.hold(self, exc)
                     finally:
                         self.progress.resumed(self._clock())
+                    # From the checkpoint as stored: a snapshot run while the channel was
+                    # stopped (its remote's stream lost) may have moved it.
+                    self._retrying(self._start)
         except Stopped:
             pass
         except BaseException as exc:

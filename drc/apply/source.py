@@ -6,7 +6,9 @@ changes the copy holds are dropped. Tables a snapshot joined that the config's `
 out are subscribed too (``rejoin``); a reload (drc.apply.actions) replaces the selection.
 
 The pull: a remote that does not answer is not an error (the subscriber fails over and
-retries); the channel shows it disconnected (drc.apply.progress) and goes on polling.
+retries); the channel shows it disconnected (drc.apply.progress) and goes on polling. A remote
+that no longer holds the channel's position (410), or whose buffer was rebuilt under it (409),
+stops the channel with :class:`RemoteStreamLostError`, which says how to continue.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from drc.apply.stages import Chain, Stage
 from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.client import ApiUnavailableError
+from drc.client.errors import BufferRebuiltError, PositionTooOldError
 from drc.config_channels import ChannelConfig
+from drc.core.errors import FatalError
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 
@@ -33,6 +37,33 @@ log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 1.0  # how long one get() may block before the stop flag is looked at again
 UNAVAILABLE_LOG_EVERY_S = 30.0
+
+
+class RemoteStreamLostError(FatalError):
+    """The remote cannot continue the channel's stream from its checkpoint: its buffer was
+    rebuilt (moved aside and started again, after a purged binlog or damage), or no longer
+    holds the position. The message says what to do (docs/operations.md, Binlog purged)."""
+
+
+def _stream_lost(name: str, exc: BufferRebuiltError | PositionTooOldError) -> RemoteStreamLostError:
+    copy = (
+        f"copy the channel's tables again: empty them on this target without writing the "
+        f"binlog (SET SESSION sql_log_bin = 0), run `drc snapshot --channel {name}` (it starts "
+        f"the channel at the copy), then `drc channel resume {name}` (docs/operations.md, "
+        "Binlog purged)"
+    )
+    if isinstance(exc, BufferRebuiltError):
+        return RemoteStreamLostError(
+            f"channel {name}: the buffer of {exc.url} was rebuilt (epoch {exc.expected} -> "
+            f"{exc.current}) while this channel read it after {exc.after}. If that replicator "
+            f"was started again on an empty buffer, the changes in between never reach this "
+            f"datacenter: {copy}. If the buffer was rebuilt without loss (copied again from "
+            f"another member of its group), `drc channel resume {name}` continues"
+        )
+    return RemoteStreamLostError(
+        f"channel {name}: the remote no longer holds the changes after {exc.after} (its "
+        f"oldest: {exc.oldest}); the channel never skips ahead: {copy}"
+    )
 
 
 class SubscriberLike(Protocol):
@@ -121,6 +152,8 @@ class ChannelSource:
         timeout = IDLE_POLL_S if due_in is None else min(due_in, IDLE_POLL_S)
         try:
             return subscriber.get(timeout=timeout)
+        except (BufferRebuiltError, PositionTooOldError) as exc:
+            raise _stream_lost(self.channel.name, exc) from exc
         except ApiUnavailableError as exc:
             now = self._clock()
             self._progress.unanswered(now, str(exc) if exc.errors else None)

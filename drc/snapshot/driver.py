@@ -11,8 +11,10 @@ copy (executors)    each chunk one consistent read, written with its journal row
                     (drc.snapshot.copier); a re-run copies only what did not commit
 join                one target transaction: each table's window (drc.apply.windows: changes
                     up to the earliest chunk read dropped, up to the latest applied
-                    converging), the checkpoint of a new channel, the journal deleted, the
-                    lease released. The channel then goes on from C with the tables joined
+                    converging), the checkpoint of a new channel (or of one whose checkpoint
+                    its remote no longer serves: its buffer was started again after a purged
+                    binlog), the journal deleted, the lease released. The channel then goes
+                    on from C (or the copy) with the tables joined
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from drc.api import pullquery
 from drc.apply import checkpoint, lease, windows
 from drc.apply.service import build_parts, target_settings
 from drc.apply.sink import TargetSession
 from drc.apply.stages import NameMap
 from drc.bulk.planner import list_tables, plan_table
+from drc.client import http
 from drc.client.status import fetch_status
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
@@ -152,6 +156,12 @@ class Snapshot:
         row = self.session.read_checkpoint(name)
         self.checkpoint_scn = None if row is None else row.scn
         self.session.commit()
+        if self.checkpoint_scn is not None and not _serves_after(self.channel, self.checkpoint_scn):
+            self.out(f"channel {name}'s checkpoint {self.checkpoint_scn} is no longer served by "
+                     "its remote (its buffer was started again, or retention deleted it): the "
+                     "channel starts at the copy, as a new one does; a table of it not copied "
+                     "now misses the changes in between")  # fmt: skip
+            self.checkpoint_scn = None
         if not resuming:
             self.session.execute(journal.start_run(name, run))
             self.session.commit()
@@ -420,6 +430,31 @@ def _names(
         asked = ", ".join(patterns) or ", ".join(channel.tables) or "*.*"
         raise SnapshotError(f"no table on the origin matches {asked}: nothing to copy")
     return names
+
+
+def _serves_after(channel: ChannelConfig, after: SCN) -> bool:
+    """False when every remote of the channel that answered said 410 for a pull after
+    ``after`` (its buffer, and its source's binlog, no longer hold that position); True when
+    one served it, or none answered (nothing is known: the checkpoint is kept)."""
+    token = channel.secret()
+    client = http.make_client(token, verify=channel.https_verify())
+    params = {pullquery.PARAM_AFTER: str(after), pullquery.PARAM_MAX_EVENTS: "1",
+              pullquery.PARAM_WAIT_MS: str(pullquery.WAIT_NONE)}  # fmt: skip
+    too_old = False
+    try:
+        for url in (u.rstrip("/") for u in channel.remote if u.startswith("http")):
+            try:
+                http.get_events(
+                    client, url, params, True, http.read_timeout(pullquery.WAIT_NONE), token
+                )
+                return True
+            except http.TooOld:
+                too_old = True
+            except Exception as exc:  # this one is unreachable: ask the next one
+                log.info("snapshot: %s did not answer a pull after %s: %s", url, after, exc)
+    finally:
+        http.close_client(client)
+    return not too_old
 
 
 def _stream(channel: ChannelConfig) -> Stream:
