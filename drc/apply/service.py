@@ -149,7 +149,7 @@ def build_parts(
     engine = ApplyEngine(
         session, channel.no_primary_key, None if handling is None else handling.engine
     )
-    single = GroupWriter(session, engine, actions.control, handling)
+    single = GroupWriter(session, engine, actions.control, handling, channel=channel.name)
     writer: GroupWriter | ParallelWriter = single
     if channel.parallel_workers > 1:
         writer = ParallelWriter(

@@ -11,9 +11,11 @@ changes find is a replay, neither logged nor counted as a conflict.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from drc.apply import applied_set
 from drc.apply.applied_set import PartRow
 from drc.apply.checkpoint import CheckpointRow
 from drc.apply.control import ChannelControl
@@ -25,6 +27,8 @@ from drc.conflicts.target import ConflictTarget
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.mysql.sql import Statement
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -39,7 +43,8 @@ class Written:
 
 class GroupWriter:
     """``control``: the channel's, whose replay window a rewind opens; ``conflicts``: the
-    channel's conflict handling, if any."""
+    channel's conflict handling, if any; ``channel``: the name of the channel it writes for
+    (None: a part of a parallel group's, drc.apply.parallel)."""
 
     def __init__(
         self,
@@ -47,11 +52,16 @@ class GroupWriter:
         engine: ApplyEngine,
         control: ChannelControl,
         conflicts: ConflictTarget | None = None,
+        channel: str | None = None,
     ) -> None:
         self.target = target
         self.engine = engine
         self.control = control
         self.conflicts = conflicts
+        self.channel = channel
+        # Committed beyond the checkpoint by the parts of a parallel group a stop left
+        # half-written, before the channel was set to one worker (drc.apply.applied_set).
+        self._done: set[SCN] = set()
 
     def write(
         self,
@@ -97,19 +107,37 @@ class GroupWriter:
     # A channel's writer on one connection (drc.apply.parallel.ParallelWriter has several).
 
     def applied(self, scn: SCN) -> bool:
-        """Whether ``scn``, beyond the checkpoint, was committed already: never, here."""
-        return False
+        """Whether ``scn``, beyond the checkpoint, was committed already (by a parallel group
+        before the channel was set to one worker)."""
+        return scn in self._done
 
     def recover(self, checkpoint: SCN) -> None:
-        """On start, after the checkpoint was read: nothing committed beyond it, here."""
+        """On start, after the checkpoint was read: what parts of a parallel group committed
+        beyond it, if the channel ran with ``parallel_workers`` > 1 before (a config change
+        with that group half-written): skipped, so each is applied once."""
+        if self.channel is None:
+            return
+        rows = self.target.query(applied_set.select(self.channel), "reading applied parts")
+        self._done = applied_set.beyond(rows, checkpoint)
+        if self._done:
+            log.info(
+                "channel %s: %d transactions beyond the checkpoint %s were committed by a "
+                "parallel group before a stop; they are skipped", self.channel,
+                len(self._done), checkpoint,
+            )  # fmt: skip
 
     def rewound(self) -> list[Statement]:
-        """What a rewind also writes: nothing, here."""
-        return []
+        """What a rewind also writes: the rows parallel parts left (their transactions are
+        applied again now, and must not be skipped at a later start)."""
+        if self.channel is None:
+            return []
+        self._done = set()
+        return [applied_set.delete(self.channel)]
 
     def half_written(self) -> bool:
-        """Whether transactions beyond the checkpoint were committed already: never, here."""
-        return False
+        """Whether transactions beyond the checkpoint were committed already (by a parallel
+        group, before the channel was set to one worker)."""
+        return bool(self._done)
 
     def splits(self, transactions: Sequence[Transaction]) -> bool:
         """Whether a group may go out in parts: never, here."""

@@ -9,6 +9,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from drc.apply import audit
 from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
@@ -93,9 +95,13 @@ class _Crash(Exception):
     """The process died between a group's parts and its checkpoint."""
 
 
+@pytest.mark.parametrize("workers_after", [3, 1], ids=["same-config", "one-worker-after"])
 def test_a_crash_between_the_parts_and_the_checkpoint_applies_nothing_twice(
-    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path, workers_after: int
 ) -> None:
+    """``one-worker-after``: the channel restarted with ``parallel_workers = 1`` (a config
+    change with that backlog pending) skips what the parts committed too (before: its one
+    writer read no parts, and applied them again)."""
     start = _create(dc1, dc2)
     _workload(dc1, 300, seed=4)
     with serving(dc1, tmp_path / "buf", [f"{SCHEMA}.*"], start) as (_, url):
@@ -125,6 +131,7 @@ def test_a_crash_between_the_parts_and_the_checkpoint_applies_nothing_twice(
         assert crashed.stats.parallel_parts > 0
         half = query(dc2, f"SELECT COUNT(*) FROM {SCHEMA}.t")[0][0]
 
+        config = config.model_copy(update={"parallel_workers": workers_after})
         reopened = build_channel(config, apply_user(dc2))
         checkpoint = reopened.open()
         assert reopened.writer.half_written()  # a catch-up now would apply them again
