@@ -182,9 +182,7 @@ class ApplyChannel:
                         self.actions.hold(self, exc)
                     finally:
                         self.progress.resumed(self._clock())
-                    # From the checkpoint as stored: a snapshot run while the channel was
-                    # stopped (its remote's stream lost) may have moved it.
-                    self._retrying(self._start)
+                    self._retrying(self._start)  # as stored: a snapshot may have moved it
         except Stopped:
             pass
         except BaseException as exc:

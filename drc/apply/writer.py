@@ -118,6 +118,7 @@ class GroupWriter:
         if self.channel is None:
             return
         rows = self.target.query(applied_set.select(self.channel), "reading applied parts")
+        self.target.commit()  # no read left open (a catch-up keeps this session idle)
         self._done = applied_set.beyond(rows, checkpoint)
         if self._done:
             log.info(
