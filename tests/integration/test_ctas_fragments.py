@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 
 from drc.apply.service import build_channel
+from drc.catchup.driver import run_catchup
+from drc.config import load_config
 from drc.core.codec import decode_transaction
 from drc.core.events import Transaction
 from drc.core.scn import SCN
@@ -47,6 +49,7 @@ from tests.support.apply import (
     serving,
 )
 from tests.support.capture import capturing
+from tests.support.catchup import checkpoint_of, config_for, prepare
 from tests.support.servers import connect, drop_everywhere, execute, position, query
 from tests.support.waits import mark_end, wait_end
 
@@ -214,6 +217,36 @@ def test_a_crash_between_the_create_and_its_rows_applies_them_once(
         assert running.stats.ddl == 0
         assert running.stats.duplicate_inserts == 0
         assert_same(dc1, dc2, SCHEMA)
+
+
+def test_bulk_catchup_of_a_ctas_spanning_fragments_and_segments_applies_it_once(
+    dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
+) -> None:
+    """drc catchup (executors in process): the CREATE is a DDL step of its own, the rows (in
+    fragments over several small segments) the span after it; then streaming goes on."""
+    prepare(dc1, dc2, SCHEMA)
+    start = _source(dc1, dc2)
+    execute(dc1, COPY, KEYED)
+    small = {"segment_bytes": 16384}
+    with serving(dc1, tmp_path / "buf", [f"{SCHEMA}.*"], start, small, fragments=FRAGMENTS) as (
+        capture,
+        url,
+    ):
+        capture.wait_for(position(dc1))
+        _assert_ctas_layout(capture.buffer, "copy", ROWS)
+        assert len(capture.buffer.segments()) > 3
+        last = capture.buffer.last_scn
+        config = load_config(config_for(tmp_path, dc2, url, "ctas-cu", SCHEMA))
+        summary = run_catchup(config, "ctas-cu", master=None, partitions=3, out=lambda _: None)
+        assert summary.to == last and checkpoint_of(dc2, "ctas-cu") == str(last)
+        assert summary.ddl == 4  # database, t, copy, keyed
+        assert_same(dc1, dc2, SCHEMA)
+        channel = build_channel(config.channels[0], config.target_or_source())
+        with Running(channel) as running:
+            execute(dc1, f"CREATE TABLE {SCHEMA}.again SELECT * FROM {SCHEMA}.t")
+            wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running, timeout=180)
+        assert channel.stats.idempotent_fixes == 0, "nothing applied twice"
+    assert_same(dc1, dc2, SCHEMA)
 
 
 KILL_ROWS = 40_000
