@@ -267,7 +267,7 @@ class ApplyChannel:
         if txn.ddl:
             self.stats.ddl_skipped = self.source.ddl_skipped
         if kept is not None and kept.ddl:
-            self._apply_ddl(kept, group)
+            self._apply_ddl(_last_fragment(kept), group)
             self.progress.taken(source_time_ms(txn), txn.gtid, txn.gtid_position)
             self.progress.applied()
             return
@@ -415,6 +415,21 @@ class ApplyChannel:
     def _retrying(self, attempt: Callable[[], Any]) -> Any:
         """``attempt`` as every target transaction of the channel runs (drc.apply.retrier)."""
         return self.retrier.run(attempt, self._stop)
+
+
+def _last_fragment(txn: Transaction) -> Transaction:
+    """``txn``, a transaction's fragment carrying DDL, which must be its last: the DDL moves
+    the checkpoint to its SCN, past the later fragments (the capture puts DDL only there,
+    drc.replicator.assembler). Stops the channel at it rather than lose them."""
+    if txn.last_fragment:
+        return txn
+    exc = FatalError(
+        f"the transaction at SCN {txn.scn} carries DDL in fragment {txn.fragment}, before its "
+        "last: applying it would drop its later fragments. The capture never stores DDL "
+        "there; check the remote replicator's version and its buffer (drc buffer inspect)"
+    )
+    exc.stoppage = Stoppage.at(txn.scn, exc, [txn])
+    raise exc
 
 
 def _isolated(

@@ -227,7 +227,8 @@ def _run(
             recorded = journal.start_run(channel.name, end, partitions, batch_changes, held.owner)
             session.execute(recorded, "recording the run")
             session.commit()
-        infos = [s for s in listing.segments if s.last_scn is not None and s.prev_scn < end]
+        # By first record: one going on with the range's last transaction has its SCN before it.
+        infos = [s for s in listing.segments if s.first_scn is not None and s.first_scn <= end]
         job = Job(channel, where.settings, where.conflicts, where.datacenter, held.owner,
                   listing.url, listing.epoch, token, partitions, batch_changes)  # fmt: skip
         master = plan.master or "in this process"
@@ -290,7 +291,7 @@ def _replay(
         span_began = time.monotonic()
         pieces = [
             (info, k, job.partitions) for info in infos for k in range(job.partitions)
-            if info.prev_scn < step.end and info.last_scn > step.after  # type: ignore[operator]
+            if step.overlaps(info.first_scn, info.last_scn)  # type: ignore[arg-type]
         ]  # fmt: skip
         what = f"span {done}/{spans}"
         decoded, results = (

@@ -143,7 +143,9 @@ class Transaction:
 
     Fragments: a source transaction too large for one record is stored as several Transactions
     sharing one SCN, numbered ``fragment`` 0, 1, ... in stream order, with ``last_fragment`` set
-    only on the final one. Row changes and DDL keep their order across fragments. A consumer
+    only on the final one. Row changes keep their order across fragments; DDL rides only on
+    the last fragment (drc.replicator.assembler: a CREATE TABLE ... SELECT is its CREATE, then
+    its rows under a later SCN), and a stream apply stops at DDL before it. A consumer
     applies the transaction only once it holds all fragments, as one target transaction, and
     resumes from the SCN only after the last fragment. An ordinary transaction is fragment 0 and
     its own last fragment.

@@ -65,6 +65,13 @@ class Span:
     def contains(self, scn: SCN) -> bool:
         return self.after < scn and (scn < self.end or (self.end_included and scn == self.end))
 
+    def overlaps(self, first: SCN, last: SCN) -> bool:
+        """Whether records with SCNs from ``first`` to ``last`` (a segment's) may hold some
+        of the span. Bounded by the segment's first record, not the SCN before it: a segment
+        that goes on with a large transaction's fragments has that transaction's SCN before
+        it, and may be all that holds the rest of the span's last transaction."""
+        return last > self.after and (first < self.end or (self.end_included and first == self.end))
+
 
 @dataclass(frozen=True, slots=True)
 class DdlStep:

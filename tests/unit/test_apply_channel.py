@@ -15,6 +15,7 @@ import pytest
 
 from drc.apply.channel import ApplyChannel
 from drc.apply.control import Request, Stoppage
+from drc.core.errors import FatalError
 from drc.core.events import SchemaChange
 from drc.core.target_errors import (
     ApplyError,
@@ -517,3 +518,20 @@ def test_the_gtids_passed_move_only_when_what_holds_them_is_committed() -> None:
     assert len(fake.committed) == 1
     # the echo (not applied here) counts as passed: the channel moved past it
     assert {d: str(g) for d, g in gtids.position().items()} == {1: "1-1-20"}
+
+
+def test_ddl_in_a_fragment_before_the_last_stops_the_channel_losing_nothing() -> None:
+    """The capture stores DDL only on a transaction's last fragment; DDL before it would move
+    the checkpoint to the SCN its later fragments share, and they would be dropped."""
+    create = (SchemaChange("db", "CREATE TABLE db.t2 (id INT)"),)
+    fake = target(checkpoints={"from-dc1": ("1:11:1:10", "dc1", None, None)})
+    batches = [
+        batch(1, txn(15, ins("t", id=9)),
+              txn(20, ins("t", id=1), ddl=create, last_fragment=False),
+              txn(20, ins("t", id=2), fragment=1), after=scn(10)),
+    ]  # fmt: skip
+    with pytest.raises(FatalError, match="DDL in fragment 0, before its last") as raised:
+        Harness(fake, batches).run()
+    assert isinstance(raised.value.stoppage, Stoppage) and raised.value.stoppage.scn == scn(20)
+    assert fake.ddl == [] and fake.committed == []
+    assert fake.checkpoints["from-dc1"] == ("1:11:1:10", "dc1", None, None)

@@ -161,3 +161,24 @@ def test_a_read_from_a_files_start_takes_its_position_from_the_gtid_list() -> No
     asm.feed(rows_event("shop", "t", 1))
     committed = asm.feed(Commit(7, 1, 3, 100))
     assert committed is not None and committed.gtid_position == "1-7-5,2-9-1"
+
+
+def test_create_table_select_is_its_create_then_its_rows_under_a_later_scn() -> None:
+    """MariaDB logs CREATE TABLE ... SELECT (ROW format) as one GTID group: the CREATE, then
+    the copied rows, then the commit. The CREATE is a transaction of its own at its position,
+    the rows a later one, fragmented like any: DDL never rides in a fragment before the last
+    (the apply would move its checkpoint to that SCN and drop the later fragments)."""
+    asm = assembler(rows=3)
+    asm.feed(Begin("1-7-9", 7, standalone=False))
+    create = asm.feed(Statement("shop", "CREATE TABLE `shop`.`t2` (`id` int)", 7, 42, 4, 300))
+    assert create is not None and create.scn == SCN(2, 7, 4, 300)
+    [ddl] = list(create.fragments())
+    assert [d.statement for d in ddl.ddl] == ["CREATE TABLE `shop`.`t2` (`id` int)"]
+    assert ddl.changes == () and ddl.last_fragment and ddl.gtid == "1-7-9"
+    for start in range(0, 10, 2):
+        assert asm.feed(rows_event("shop", "t2", start, start + 1)) is None
+    copied = asm.feed(Commit(7, 42, 4, 900))
+    assert copied is not None and copied.scn == SCN(2, 7, 4, 900) and copied.ddl == ()
+    fragments = list(copied.fragments())
+    assert len(fragments) > 2 and not any(f.ddl for f in fragments)
+    assert [c.after["id"] for f in fragments for c in f.changes] == list(range(10))

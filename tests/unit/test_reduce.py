@@ -289,6 +289,19 @@ def test_a_span_contains_exactly_its_scns() -> None:
     assert Span(scn(10), scn(20), end_included=True).contains(scn(20))
 
 
+def test_a_segment_going_on_with_the_spans_last_transaction_overlaps_it() -> None:
+    """Segments of (first record, last record): a large transaction at 20 whose fragments
+    fill several segments. Those after its first have 20 as the SCN before them, and hold the
+    rest of its rows (catch-up once left them out of a span ending at 20: rows lost)."""
+    last = Span(scn(10), scn(20), end_included=True)
+    assert last.overlaps(scn(20), scn(20)) and last.overlaps(scn(15), scn(20))
+    assert last.overlaps(scn(20), scn(30)) and not last.overlaps(scn(21), scn(30))
+    assert not last.overlaps(scn(5), scn(10))
+    before_ddl = Span(scn(10), scn(20), end_included=False)
+    assert not before_ddl.overlaps(scn(20), scn(20)) and before_ddl.overlaps(scn(19), scn(25))
+    assert before_ddl.overlaps(scn(11), scn(11)) and not before_ddl.overlaps(scn(1), scn(10))
+
+
 def test_a_range_that_ends_before_it_starts_is_refused() -> None:
     with pytest.raises(ValueError, match="before its start"):
         plan_steps(scn(9), scn(3), [])
