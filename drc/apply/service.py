@@ -45,7 +45,7 @@ from drc.apply.startup import ChannelStartup
 from drc.apply.status import ChannelStatus
 from drc.apply.transforms import Transforms
 from drc.apply.writer import GroupWriter
-from drc.client import ApiUnavailableError, Subscriber
+from drc.client import ApiUnavailableError, Subscriber, discovery
 from drc.client.status import fetch_position, fetch_status
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
@@ -342,7 +342,7 @@ def build_desk(
         wanted = by_name[channel.name]
         token, verify = wanted.secret(), wanted.https_verify()
         last: Exception | None = None
-        for url in wanted.remote:  # the first member that answers
+        for url in discovery.members(wanted.remote):  # the first member that answers
             try:
                 return question(url, token, verify)
             except ApiUnavailableError as exc:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drc.client import SegmentSource
+from drc.client import SegmentSource, discovery
 from drc.config_channels import ChannelConfig
 from drc.core.scn import SCN
 
@@ -38,7 +38,12 @@ CHECK_EVERY_S = 30.0
 def segment_backlog_mb(channel: ChannelConfig, after: SCN) -> float:
     """MB of the remote's segments that lie wholly after ``after`` (the first remote that
     answers; 0 when none does: no catch-up is started on a guess)."""
-    for url in channel.remote:
+    try:
+        urls = discovery.members(channel.remote)
+    except discovery.DiscoveryError as exc:
+        log.debug("backlog of %s not known: %s", channel.name, exc)
+        return 0.0
+    for url in urls:
         try:
             with SegmentSource(url, token=channel.secret(), verify=channel.https_verify()) as src:
                 listing = src.list(after=after)

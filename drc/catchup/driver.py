@@ -38,7 +38,7 @@ from drc.apply.service import build_channel, target_settings
 from drc.apply.sink import TargetSession
 from drc.catchup import executor, runners
 from drc.catchup.executor import Job, PartitionResult
-from drc.client import PositionTooOldError, SegmentInfo, SegmentList
+from drc.client import PositionTooOldError, SegmentInfo, SegmentList, discovery
 from drc.client.fragments import merge
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
@@ -391,7 +391,11 @@ def _finish(
 def _listing(channel: ChannelConfig, token: str | None, after: SCN, to: SCN | None) -> SegmentList:
     """The segments holding (after, to] from the first remote that answers."""
     failures = []
-    for url in channel.remote:
+    try:
+        urls = discovery.members(channel.remote)
+    except discovery.DiscoveryError as exc:
+        raise CatchupError(f"channel {channel.name}: {exc}") from exc
+    for url in urls:
         try:
             with executor.segment_source(channel, url, token) as source:
                 return source.list(after=after, to=to)

@@ -225,3 +225,38 @@ def expand(urls: Sequence[str], resolver: Callable[[str], list[str]] = resolve) 
             found = []
         out.extend(found or [url])
     return tuple(dict.fromkeys(out))
+
+
+def members(
+    urls: Sequence[str], resolver: Callable[[str], list[str]] | None = None
+) -> tuple[str, ...]:
+    """The API URLs a one-shot request asks (a snapshot's origin, a catch-up's segments, an
+    operator's action): static URLs as they are and ``zk://`` entries resolved now, in order,
+    without repeats. Unlike :func:`expand` a group that cannot be resolved is left out (there
+    is no later round to retry it in); DiscoveryError, naming each group and why, when that
+    leaves no URL at all."""
+    resolver = resolver or resolve
+    out: list[str] = []
+    problems: list[str] = []
+    for url in urls:
+        if not is_group(url):
+            out.append(url)
+            continue
+        try:
+            found = resolver(url)
+        except DiscoveryError as exc:
+            problems.append(f"{url}: {exc}")
+            continue
+        if not found:
+            problems.append(f"{url}: no replicator of that group is registered")
+        out.extend(found)
+    for problem in problems:
+        log.warning("cannot resolve %s", problem)
+    if problems and not out:
+        raise DiscoveryError(
+            "no replicator API URL to ask: "
+            + "; ".join(problems)
+            + ". Check that the group's ZooKeeper is reachable from here and that its "
+            "replicators are running (drc run), or list their http(s):// URLs instead"
+        )
+    return tuple(dict.fromkeys(out))

@@ -2,11 +2,14 @@
 
 For the status page: each remote URL of each channel is asked for its ``/v1/status`` with the
 channel's token and TLS settings, concurrently and briefly, and the answers are kept for a
-moment so a page polling every second or two costs the remotes one request per URL.
+moment so a page polling every second or two costs the remotes one request per URL. A
+``zk://`` group is asked for each of its members, found through its ZooKeeper (briefly, and
+again only every :data:`RESOLVE_EVERY_S`: a page left open must not hold ZooKeeper busy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -14,11 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from drc.client import discovery
 from drc.client.status import fetch_status
 from drc.core.errors import DrcError
 
 PEER_TIMEOUT_S = 1.5
 CACHE_S = 1.0
+RESOLVE_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,11 @@ class PeerStatus:
         peers: list[Peer],
         fetch: Callable[..., dict[str, Any]] = fetch_status,
         clock: Callable[[], float] = time.monotonic,
+        resolver: Callable[[str], list[str]] | None = None,
     ) -> None:
         self._peers = peers
+        self._resolver = resolver or (lambda spec: discovery.resolve(spec, PEER_TIMEOUT_S))
+        self._groups: dict[str, tuple[float, tuple[str, ...]]] = {}  # spec -> (when, URLs)
         self._fetch = fetch
         self._clock = clock
         self._lock = threading.Lock()
@@ -54,13 +62,27 @@ class PeerStatus:
             return self._last
 
     def _ask_all(self) -> list[dict[str, Any]]:
-        if not self._peers:
+        peers = [member for peer in self._peers for member in self._members(peer)]
+        if not peers:
             return []
-        with ThreadPoolExecutor(max_workers=min(8, len(self._peers))) as pool:
-            return list(pool.map(self._ask, self._peers))
+        with ThreadPoolExecutor(max_workers=min(8, len(peers))) as pool:
+            return list(pool.map(self._ask, peers))
+
+    def _members(self, peer: Peer) -> list[Peer]:
+        """The peer itself, or the members of its group (the group's URL while none is
+        known, shown unreachable)."""
+        if not discovery.is_group(peer.url):
+            return [peer]
+        taken_at, urls = self._groups.get(peer.url, (None, ()))
+        if taken_at is None or self._clock() - taken_at >= RESOLVE_EVERY_S:
+            urls = discovery.expand([peer.url], self._resolver)
+            self._groups[peer.url] = (self._clock(), urls)
+        return [dataclasses.replace(peer, url=url) for url in urls]
 
     def _ask(self, peer: Peer) -> dict[str, Any]:
         entry: dict[str, Any] = {"datacenter": peer.datacenter, "url": peer.url}
+        if discovery.is_group(peer.url):  # its ZooKeeper did not answer or names no member
+            return {**entry, "status": None, "error": discovery.DiscoveryError.__name__}
         try:
             entry["status"] = self._fetch(
                 peer.url, peer.token, timeout=PEER_TIMEOUT_S, verify=peer.verify

@@ -33,7 +33,7 @@ from drc.apply.service import build_parts, target_settings
 from drc.apply.sink import TargetSession
 from drc.apply.stages import NameMap
 from drc.bulk.planner import list_tables, plan_table
-from drc.client import http
+from drc.client import discovery, http
 from drc.client.status import fetch_status
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
@@ -442,7 +442,7 @@ def _serves_after(channel: ChannelConfig, after: SCN) -> bool:
               pullquery.PARAM_WAIT_MS: str(pullquery.WAIT_NONE)}  # fmt: skip
     too_old = False
     try:
-        for url in (u.rstrip("/") for u in channel.remote if u.startswith("http")):
+        for url in (u.rstrip("/") for u in _origin_urls(channel)):
             try:
                 http.get_events(
                     client, url, params, True, http.read_timeout(pullquery.WAIT_NONE), token
@@ -460,7 +460,7 @@ def _serves_after(channel: ChannelConfig, after: SCN) -> bool:
 def _stream(channel: ChannelConfig) -> Stream:
     """The origin replicator's change_id and server_id, from its last SCN."""
     failures = []
-    for url in channel.remote:
+    for url in _origin_urls(channel):
         try:
             status = fetch_status(url, channel.secret(), verify=channel.https_verify())
         except Exception as exc:  # this member is unreachable: ask the next one
@@ -475,3 +475,11 @@ def _stream(channel: ChannelConfig) -> Stream:
         scn = SCN.parse(str(last))
         return Stream(scn.change_id, scn.server_id)
     raise SnapshotError("no origin replicator answered: " + "; ".join(failures))
+
+
+def _origin_urls(channel: ChannelConfig) -> tuple[str, ...]:
+    """The channel's ``remote``, its ``zk://`` groups resolved to their members."""
+    try:
+        return discovery.members(channel.remote)
+    except discovery.DiscoveryError as exc:
+        raise SnapshotError(f"channel {channel.name}: {exc}") from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drc.client import Subscriber
-from drc.client.discovery import DiscoveryError, expand, is_group, split
+from drc.client.discovery import DiscoveryError, expand, is_group, members, split
 
 
 def test_a_group_url_names_the_ensemble_and_the_group_path() -> None:
@@ -38,3 +38,28 @@ def test_the_subscriber_takes_group_urls_and_refuses_malformed_ones() -> None:
         Subscriber(["zk://nohost"])
     with pytest.raises(ValueError, match="zk://HOSTS/PATH"):
         Subscriber(["ftp://x"])
+
+
+def test_a_one_shot_request_asks_the_members_and_leaves_out_an_unresolvable_group() -> None:
+    def resolver(spec: str) -> list[str]:
+        if "down" in spec:
+            raise DiscoveryError("ZooKeeper z:1 did not answer")
+        return [] if "empty" in spec else ["http://leader:1", "http://f1:1"]
+
+    got = members(
+        ["zk://z:1/drc/down", "zk://z:1/drc/dc1", "http://f1:1", "zk://z:1/e/empty"], resolver
+    )
+    assert got == ("http://leader:1", "http://f1:1")
+
+
+def test_a_one_shot_request_with_no_group_resolved_says_which_and_why() -> None:
+    def down(spec: str) -> list[str]:
+        raise DiscoveryError("ZooKeeper z:1 did not answer")
+
+    with pytest.raises(
+        DiscoveryError, match=r"zk://z:1/drc/dc1: ZooKeeper z:1 did not answer.*reachable"
+    ):
+        members(["zk://z:1/drc/dc1"], down)
+    with pytest.raises(DiscoveryError, match="no replicator of that group is registered"):
+        members(["zk://z:1/drc/dc1"], lambda spec: [])
+    assert members([]) == ()

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from drc.api.app import create_app
 from drc.api.deps import ApiDeps
 from drc.client.errors import ApiUnavailableError
-from drc.client.peers import CACHE_S, Peer, PeerStatus
+from drc.client.peers import CACHE_S, RESOLVE_EVERY_S, Peer, PeerStatus
 
 
 class _Buffer:
@@ -75,3 +75,32 @@ def test_peers_are_asked_once_per_moment_and_errors_say_only_their_type() -> Non
     now[0] += CACHE_S
     peers.snapshot()
     assert len(calls) == 4
+
+
+def test_a_group_peer_is_shown_as_its_members_resolved_now_and_then() -> None:
+    now = [100.0]
+    resolved: list[str] = []
+    members = [["http://leader:1", "http://f1:1"]]
+
+    def resolver(spec: str) -> list[str]:
+        resolved.append(spec)
+        return members[0]
+
+    peers = PeerStatus(
+        [Peer("dc2", "zk://z:1/drc/dc2", "tok")],
+        fetch=lambda url, token, **_: {"role": "leader" if "leader" in url else "follower"},
+        clock=lambda: now[0],
+        resolver=resolver,
+    )
+    assert [(e["url"], e["status"]) for e in peers.snapshot()] == [
+        ("http://leader:1", {"role": "leader"}),
+        ("http://f1:1", {"role": "follower"}),
+    ]
+    now[0] += CACHE_S
+    peers.snapshot()
+    assert resolved == ["zk://z:1/drc/dc2"]  # the members are kept a while
+    members[0] = []  # no member registered (or its ZooKeeper did not answer)
+    now[0] += RESOLVE_EVERY_S
+    assert peers.snapshot() == [
+        {"datacenter": "dc2", "url": "zk://z:1/drc/dc2", "status": None, "error": "DiscoveryError"}
+    ]
