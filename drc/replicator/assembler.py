@@ -137,10 +137,13 @@ class TransactionAssembler:
         spill_factory: Callable[[], Spill] = MemorySpill,
         gtid_position: GtidPosition | None = None,
         omit_drc_rows: bool = False,
+        xa_ignored_until: tuple[int, int] = (0, 0),
     ) -> None:
         """``gtid_position``: the source's GTID position before the first event fed; None
         takes it from the first GTID list event (a binlog read from a file's start).
-        ``omit_drc_rows``: store DRC-originated transactions without rows (module docstring)."""
+        ``omit_drc_rows``: store DRC-originated transactions without rows (module docstring).
+        ``xa_ignored_until``: a two-phase XA prepared up to this position is not refused but
+        assembled as empty (a re-read from a file's start, for positions never served)."""
         self._position = None if gtid_position is None else dict(gtid_position)
         self._server_id = source_server_id
         self._change_id = change_id
@@ -149,6 +152,7 @@ class TransactionAssembler:
         self._spill_factory = spill_factory
         self._open: _Open | None = None
         self._omit_drc_rows = omit_drc_rows
+        self._xa_ignored_until = xa_ignored_until
         self.account_statements_dropped = 0  # never stored: they may carry passwords
 
     def reset(self) -> None:
@@ -247,6 +251,10 @@ class TransactionAssembler:
         ``XA COMMIT`` (or never): storing them now could publish rows that roll back, and
         dropping them loses them, so capture stops when the filter keeps any of them."""
         txn = self._open
+        ignored = (event.log_index, event.log_pos) <= self._xa_ignored_until
+        if ignored and txn is not None:
+            txn.omit_rows()
+            txn.rows_omitted = False
         if not event.one_phase and txn is not None and (txn.changes or txn.spilled):
             where = f"{event.log_file or f'binlog #{event.log_index}'}:{event.log_pos}"
             tables = ", ".join(sorted(f"{schema}.{table}" for schema, table in txn.tables))

@@ -227,3 +227,15 @@ def test_a_one_phase_xa_prepare_event_commits_its_rows_there() -> None:
     committed = asm.feed(_xa_prepare(1093, one_phase=True))
     assert committed is not None and committed.scn == SCN(2, 7, 3, 1093)
     assert [c.after for t in committed.fragments() for c in t.changes] == [{"id": 1, "v": 10}]
+
+
+def test_a_two_phase_xa_up_to_the_ignored_position_is_empty_not_refused() -> None:
+    asm = TransactionAssembler(7, 2, TableFilter.build(["shop.*"]), xa_ignored_until=(3, 1093))
+    asm.feed(Begin("1-7-8", 7, standalone=False))
+    asm.feed(rows_event("shop", "t", 1))
+    prepared = asm.feed(_xa_prepare(1093))  # a back-to-source read before what it serves
+    assert prepared is not None and prepared.empty
+    asm.feed(Begin("1-7-10", 7, standalone=False))
+    asm.feed(rows_event("shop", "t", 2))
+    with pytest.raises(UnsupportedTransactionError):
+        asm.feed(_xa_prepare(1500))
