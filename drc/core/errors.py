@@ -18,6 +18,7 @@
         +-- BinlogPurgedError         the binlog needed to resume is gone (never skip ahead)
         +-- SourceDivergedError       a source lacks what the buffer holds, or is another DC's
         +-- UnsupportedColumnError    a column type the replicator cannot decode exactly
+        +-- UnsupportedTransactionError  a source transaction capture cannot store (two-phase XA)
         +-- ConfigError               a config file that is missing, unreadable or invalid
         +-- GaveUp (drc.core.retry)   a retriable failure outlasted its retry policy's limit
         +-- MetaStoreError            the schema history file cannot be used
@@ -107,6 +108,11 @@ class SourceDivergedError(FatalError):
 
 class UnsupportedColumnError(FatalError):
     """A column type the replicator cannot decode exactly; the message names table and column."""
+
+
+class UnsupportedTransactionError(FatalError):
+    """A source transaction capture cannot store exactly (a two-phase XA transaction): capture
+    stops at it rather than lose its rows; the message names its position, XA id and the fix."""
 
 
 class ConfigError(FatalError):

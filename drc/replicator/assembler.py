@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from drc.core import gtid as gtids
+from drc.core.errors import UnsupportedTransactionError
 from drc.core.events import Op, RowChange, SchemaChange, TableSchema, Transaction
 from drc.core.gtid import Gtid, GtidPosition
 from drc.core.markers import always_captured, is_marker_table
@@ -47,6 +48,7 @@ from drc.replicator.source_events import (
     SkippedRows,
     SourceEvent,
     Statement,
+    XaPrepare,
 )
 
 _PLACEHOLDER_POS = 0
@@ -135,10 +137,13 @@ class TransactionAssembler:
         spill_factory: Callable[[], Spill] = MemorySpill,
         gtid_position: GtidPosition | None = None,
         omit_drc_rows: bool = False,
+        xa_ignored_until: tuple[int, int] = (0, 0),
     ) -> None:
         """``gtid_position``: the source's GTID position before the first event fed; None
         takes it from the first GTID list event (a binlog read from a file's start).
-        ``omit_drc_rows``: store DRC-originated transactions without rows (module docstring)."""
+        ``omit_drc_rows``: store DRC-originated transactions without rows (module docstring).
+        ``xa_ignored_until``: a two-phase XA prepared up to this position is not refused but
+        assembled as empty (a re-read from a file's start, for positions never served)."""
         self._position = None if gtid_position is None else dict(gtid_position)
         self._server_id = source_server_id
         self._change_id = change_id
@@ -147,6 +152,7 @@ class TransactionAssembler:
         self._spill_factory = spill_factory
         self._open: _Open | None = None
         self._omit_drc_rows = omit_drc_rows
+        self._xa_ignored_until = xa_ignored_until
         self.account_statements_dropped = 0  # never stored: they may carry passwords
 
     def reset(self) -> None:
@@ -168,6 +174,8 @@ class TransactionAssembler:
             return self._commit(event.log_index, event.log_pos, event.timestamp)
         elif isinstance(event, Statement):
             return self._statement(event)
+        elif isinstance(event, XaPrepare):
+            return self._xa_prepare(event)
         elif isinstance(event, GtidList):
             if self._position is None:
                 self._position = gtids.position(map(Gtid.parse, event.gtids))
@@ -237,6 +245,30 @@ class TransactionAssembler:
         if txn.standalone or not (txn.changes or txn.spilled or txn.rows_omitted):
             return self._commit(event.log_index, event.log_pos, event.timestamp)
         return None
+
+    def _xa_prepare(self, event: XaPrepare) -> Committed | None:
+        """The end of an XA transaction's PREPARE group. Its rows commit only at a later
+        ``XA COMMIT`` (or never): storing them now could publish rows that roll back, and
+        dropping them loses them, so capture stops when the filter keeps any of them."""
+        txn = self._open
+        ignored = (event.log_index, event.log_pos) <= self._xa_ignored_until
+        if ignored and txn is not None:
+            txn.omit_rows()
+            txn.rows_omitted = False
+        if not event.one_phase and txn is not None and (txn.changes or txn.spilled):
+            where = f"{event.log_file or f'binlog #{event.log_index}'}:{event.log_pos}"
+            tables = ", ".join(sorted(f"{schema}.{table}" for schema, table in txn.tables))
+            raise UnsupportedTransactionError(
+                f"the source transaction ending at {where} (GTID {txn.gtid}, tables {tables}) "
+                f"is a two-phase XA transaction (XA PREPARE {event.xid}, committed later by "
+                "XA COMMIT): DRC does not support two-phase XA transactions yet, and capture "
+                "stops here rather than lose its rows. Retrying stops here again. Have the "
+                "application commit with XA COMMIT ... ONE PHASE or without XA; to get past "
+                "this transaction, see docs/operations.md, Two-phase XA transactions"
+            )
+        # One phase: committed here. Otherwise none of its rows is captured: its place is
+        # stored like a filtered-out transaction's, and its XA COMMIT's group is empty.
+        return self._commit(event.log_index, event.log_pos, event.timestamp)
 
     def _commit(self, log_index: int, log_pos: int, timestamp: int) -> Committed | None:
         txn, self._open = self._open, None

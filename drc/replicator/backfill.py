@@ -88,6 +88,7 @@ class BinlogBackfill:
             options.fragments,
             spill_factory=lambda: FileSpill(options.spill_dir),
             omit_drc_rows=options.omit_drc_rows,  # the records capture would have stored
+            xa_ignored_until=(after.log_index, after.log_pos),  # not served: never refused
         )
         stream = BinlogStream(
             start.settings,

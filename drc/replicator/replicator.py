@@ -57,13 +57,13 @@ from drc.replicator.source import (
     inspect_source,
     split_binlog_name,
 )
-from drc.replicator.source_events import Commit, Heartbeat, Statement
+from drc.replicator.source_events import Commit, Heartbeat, Statement, XaPrepare
 from drc.replicator.spill import FileSpill
 
 log = logging.getLogger(__name__)
 _QUEUE_DEPTH = 1024
 _MAX_EVENTS_PER_ITEM = 256  # a huge transaction still moves on in bounded pieces
-_FLUSH_AFTER = (Commit, Statement, Heartbeat)  # transaction ends, idle ticks: never held back
+_FLUSH_AFTER = (Commit, Statement, XaPrepare, Heartbeat)  # group ends, idle ticks: never held
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,7 @@ class CaptureOptions:
     retry_initial_s: float = 0.2
     retry_max_s: float = 2.0  # a source that is back is read again within this
     spill_dir: Path | None = None
-    # [replicator] drc_applied = "marker": DRC-originated transactions are stored without
-    # their rows, which are never decoded (drc.replicator.assembler).
-    omit_drc_rows: bool = False
+    omit_drc_rows: bool = False  # [replicator] drc_applied = "marker" (drc.replicator.assembler)
     mask: Masker | None = None  # [replicator] mask_columns, applied before storing
 
 
@@ -328,7 +326,11 @@ class Replicator:
         if isinstance(event, Heartbeat):
             self.stats.source_position = (event.log_index, event.log_pos)
         dropped = assembler.account_statements_dropped  # the assembler is new per session
-        committed = assembler.feed(event)
+        try:
+            committed = assembler.feed(event)
+        except Exception:  # e.g. a two-phase XA: store the transactions before it first
+            self._commit(batch)
+            raise
         self.stats.account_statements_dropped += assembler.account_statements_dropped - dropped
         if committed is not None:
             self._append(committed, batch)

@@ -60,6 +60,10 @@ _DECODED = (
 TABLE_MAPS = TableMaps()  # shared by every connection: the same bytes, the same parse
 _ER_MASTER_FATAL_READING_BINLOG = 1236
 _TRANSACTION_CONTROL = {"BEGIN", "XA START", "SAVEPOINT"}
+_CONTROL_PREFIXES = ("SAVEPOINT", "ROLLBACK TO", "XA START", "XA END")
+# The group that commits or rolls back a prepared XA transaction (whose rows were in the
+# PREPARE's group, drc.replicator.assembler): it holds nothing else, so it ends here.
+_XA_DECIDED = ("XA COMMIT", "XA ROLLBACK")
 
 
 @dataclass(frozen=True)
@@ -318,9 +322,9 @@ class BinlogStream:
         server_id, timestamp = event.packet.server_id, event.timestamp
         sql = event.query.strip() if isinstance(event.query, str) else event.query.decode().strip()
         word = sql.upper()
-        if word == "COMMIT":
+        if word == "COMMIT" or word.startswith(_XA_DECIDED):
             return Commit(server_id, timestamp, *position)
-        if word in _TRANSACTION_CONTROL or word.startswith(("SAVEPOINT", "ROLLBACK TO")):
+        if word in _TRANSACTION_CONTROL or word.startswith(_CONTROL_PREFIXES):
             return None
         schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         marked = bool(event.packet.flags & SKIP_REPLICATION)

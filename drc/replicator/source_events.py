@@ -64,6 +64,22 @@ class Commit:
 
 
 @dataclass(frozen=True, slots=True)
+class XaPrepare:
+    """MariaDB's XA_PREPARE event: it ends the group of a transaction's ``XA PREPARE`` (its rows
+    came before it), which commits later in a group of its own (``XA COMMIT xid``), or rolls
+    back. ``one_phase``: an ``XA COMMIT ... ONE PHASE`` that is committed here. ``xid``: as the
+    server writes it in ``XA COMMIT`` (``X'gtrid',X'bqual',formatID``, hex in lower case)."""
+
+    xid: str
+    one_phase: bool
+    server_id: int
+    timestamp: int
+    log_file: str | None
+    log_index: int
+    log_pos: int
+
+
+@dataclass(frozen=True, slots=True)
 class GtidList:
     """MariaDB's GTID list at the start of a binlog file: the binlog state before its first
     event group (``domain-server_id-seq_no`` texts, one per domain and server id)."""
@@ -79,4 +95,4 @@ class Heartbeat:
     log_pos: int
 
 
-SourceEvent = Begin | Rows | SkippedRows | Statement | Commit | Heartbeat | GtidList
+SourceEvent = Begin | Rows | SkippedRows | Statement | Commit | XaPrepare | Heartbeat | GtidList

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
+
+from drc.core.errors import UnsupportedTransactionError
 from drc.core.gtid import Gtid
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import TransactionAssembler
-from drc.replicator.source_events import Begin, Commit, GtidList, Heartbeat, Statement
+from drc.replicator.source_events import (
+    Begin,
+    Commit,
+    GtidList,
+    Heartbeat,
+    Statement,
+    XaPrepare,
+)
 from tests.support.assembler import assembler, rows_event
 
 
@@ -182,3 +192,50 @@ def test_create_table_select_is_its_create_then_its_rows_under_a_later_scn() -> 
     fragments = list(copied.fragments())
     assert len(fragments) > 2 and not any(f.ddl for f in fragments)
     assert [c.after["id"] for f in fragments for c in f.changes] == list(range(10))
+
+
+def _xa_prepare(pos: int, one_phase: bool = False) -> XaPrepare:
+    return XaPrepare("X'6131',X'',1", one_phase, 7, 5, "mysql-bin.000003", 3, pos)
+
+
+def test_a_two_phase_xa_of_a_captured_table_stops_capture_naming_where_and_which() -> None:
+    asm = assembler(TableFilter.build(["shop.*"]))
+    asm.feed(Begin("1-7-8", 7, standalone=False))
+    asm.feed(rows_event("shop", "t", 1))
+    with pytest.raises(UnsupportedTransactionError) as info:
+        asm.feed(_xa_prepare(1093))
+    message = str(info.value)
+    assert "mysql-bin.000003:1093" in message and "X'6131',X'',1" in message
+    assert "1-7-8" in message and "shop.t" in message and "not support" in message
+
+
+def test_a_two_phase_xa_of_tables_left_out_is_stored_as_a_marker_and_its_commit_too() -> None:
+    asm = assembler(TableFilter.build(["shop.*"]))
+    asm.feed(Begin("1-7-8", 7, standalone=False))
+    asm.feed(rows_event("other", "t", 1))
+    prepared = asm.feed(_xa_prepare(1093))
+    assert prepared is not None and prepared.empty and prepared.scn == SCN(2, 7, 3, 1093)
+    asm.feed(Begin("1-7-9", 7, standalone=False))
+    committed = asm.feed(Commit(7, 5, 3, 1223))  # the adapter's XA COMMIT 'xid'
+    assert committed is not None and committed.empty and committed.gtid == "1-7-9"
+
+
+def test_a_one_phase_xa_prepare_event_commits_its_rows_there() -> None:
+    asm = assembler(TableFilter.build(["shop.*"]))
+    asm.feed(Begin("1-7-8", 7, standalone=False))
+    asm.feed(rows_event("shop", "t", 1))
+    committed = asm.feed(_xa_prepare(1093, one_phase=True))
+    assert committed is not None and committed.scn == SCN(2, 7, 3, 1093)
+    assert [c.after for t in committed.fragments() for c in t.changes] == [{"id": 1, "v": 10}]
+
+
+def test_a_two_phase_xa_up_to_the_ignored_position_is_empty_not_refused() -> None:
+    asm = TransactionAssembler(7, 2, TableFilter.build(["shop.*"]), xa_ignored_until=(3, 1093))
+    asm.feed(Begin("1-7-8", 7, standalone=False))
+    asm.feed(rows_event("shop", "t", 1))
+    prepared = asm.feed(_xa_prepare(1093))  # a back-to-source read before what it serves
+    assert prepared is not None and prepared.empty
+    asm.feed(Begin("1-7-10", 7, standalone=False))
+    asm.feed(rows_event("shop", "t", 2))
+    with pytest.raises(UnsupportedTransactionError):
+        asm.feed(_xa_prepare(1500))

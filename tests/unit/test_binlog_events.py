@@ -18,7 +18,7 @@ from drc.replicator.binlog.events import (
     TableMaps,
 )
 from drc.replicator.binlog.rows import RowDecodeError
-from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows
+from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, XaPrepare
 
 SCHEMA = TableSchema("shop", "t", (Column("id", "int", False),), ("id",))
 LAYOUT = layout_of("shop", "t", [SimpleNamespace(type=T.LONG, name="id", unsigned=False)])
@@ -49,6 +49,16 @@ def test_gtid_and_xid_frame_a_transaction() -> None:
     gtid = packet(162, struct.pack("<QIB", 5, 1, 0x01) + b"\0" * 6, flags=0x8000)
     assert dec.decode(gtid) == Begin("1-7-5", 7, standalone=True, skip_replication=True)
     assert dec.decode(packet(16, b"\0" * 8, timestamp=42, log_pos=555)) == Commit(7, 42, 3, 555)
+
+
+def test_xa_prepare_names_its_xid_as_xa_commit_writes_it() -> None:
+    body = struct.pack("<BIII", 0, 1, 2, 1) + b"a\x01z"
+    prepared = decoder().decode(packet(38, body, timestamp=42, log_pos=777))
+    assert prepared == XaPrepare("X'6101',X'7a',1", False, 7, 42, "mysql-bin.000003", 3, 777)
+    one_phase = decoder().decode(packet(38, struct.pack("<BIII", 1, 0, 0, 0)))
+    assert isinstance(one_phase, XaPrepare) and one_phase.one_phase
+    with pytest.raises(RowDecodeError, match="XA id of 9 bytes"):
+        decoder().decode(packet(38, struct.pack("<BIII", 0, 1, 5, 4) + b"abc"))
 
 
 def test_rotate_moves_positions_and_a_real_one_forgets_table_ids() -> None:

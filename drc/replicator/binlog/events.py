@@ -15,6 +15,8 @@
                         rotation (timestamp not 0) forgets the table ids, which a restarted
                         server reuses
     HEARTBEAT (27)                                                        -> Heartbeat
+    XA_PREPARE (38)     body: one_phase u8, formatID u32, gtrid length u32, bqual length
+                        u32, gtrid, bqual                                 -> XaPrepare
 
 :data:`FOR_LIBRARY` asks the caller to have python-mysql-replication parse the packet: a
 TABLE_MAP not seen before (the caller hands its parse back through :meth:`remember`), QUERY,
@@ -39,18 +41,30 @@ from drc.core.events import Op, TableSchema
 from drc.core.scn import split_binlog_name
 from drc.replicator.binlog.columns import RowLayout
 from drc.replicator.binlog.rows import RowDecodeError, decode_rows
-from drc.replicator.source_events import Begin, Commit, Heartbeat, Rows, SkippedRows, SourceEvent
+from drc.replicator.source_events import (
+    Begin,
+    Commit,
+    Heartbeat,
+    Rows,
+    SkippedRows,
+    SourceEvent,
+    XaPrepare,
+)
 
 HEADER = struct.Struct("<xIBIIIH")  # the OK byte, then the 19-byte event header
 HEADER_SIZE = 20
 _GTID = struct.Struct("<QIB")
+_XA = struct.Struct("<BIII")
 QUERY, ROTATE, FORMAT_DESCRIPTION, XID, TABLE_MAP, HEARTBEAT = 2, 4, 15, 16, 19, 27
+XA_PREPARE = 38
 MARIADB_GTID, MARIADB_GTID_LIST = 162, 163
 ROWS: Final = {23: Op.INSERT, 24: Op.UPDATE, 25: Op.DELETE}  # MariaDB writes these
 ROWS.update({30: Op.INSERT, 31: Op.UPDATE, 32: Op.DELETE})  # MySQL's v2
 ROWS_V2: Final = frozenset({30, 31, 32})
 # Types decoded here from their body, with the least body they have.
-_WITH_BODY: Final = {XID: 8, MARIADB_GTID: 13, TABLE_MAP: 8, ROTATE: 8, **dict.fromkeys(ROWS, 8)}
+_WITH_BODY: Final = {
+    XID: 8, MARIADB_GTID: 13, TABLE_MAP: 8, ROTATE: 8, XA_PREPARE: 13, **dict.fromkeys(ROWS, 8)
+}  # fmt: skip
 _PARSED_BY_LIBRARY = frozenset({QUERY, FORMAT_DESCRIPTION, MARIADB_GTID_LIST})
 # Header flag MariaDB sets on every event of a session with skip_replication=1. Apply sessions set
 # it, so DDL (which has no transaction to carry the checkpoint write) is recognised as DRC's too.
@@ -149,6 +163,11 @@ class EventDecoder:
             return None
         if kind == HEARTBEAT:
             return Heartbeat(self.log_index, log_pos)
+        if kind == XA_PREPARE:
+            one_phase, xid = self._xid(data, end)
+            return XaPrepare(
+                xid, one_phase, server_id, timestamp, self.log_file, self.log_index, log_pos
+            )
         if kind == ROTATE:
             self._rotate(data[HEADER_SIZE + 8 : end].decode(), timestamp)
             return None
@@ -186,6 +205,22 @@ class EventDecoder:
         op = ROWS.get(kind, Op.DELETE)
         images = decode_rows(entry.layout, op, data, body, end)
         return Rows(entry.schema, op, images, end - HEADER_SIZE)
+
+    def _xid(self, data: bytes, end: int) -> tuple[bool, str]:
+        """An XA_PREPARE event's one_phase flag and XA id, written as ``XA COMMIT`` writes it."""
+        pos = HEADER_SIZE + self._post_header(XA_PREPARE, 0)
+        if pos + _XA.size > end:
+            raise RowDecodeError(f"XA_PREPARE event at {self.log_file} is too short")
+        one_phase, format_id, gtrid_length, bqual_length = _XA.unpack_from(data, pos)
+        pos += _XA.size
+        if pos + gtrid_length + bqual_length > end:
+            raise RowDecodeError(
+                f"XA_PREPARE event at {self.log_file} declares an XA id of "
+                f"{gtrid_length + bqual_length} bytes, longer than the event"
+            )
+        gtrid = data[pos : pos + gtrid_length].hex()
+        bqual = data[pos + gtrid_length : pos + gtrid_length + bqual_length].hex()
+        return bool(one_phase), f"X'{gtrid}',X'{bqual}',{format_id}"
 
     def _post_header(self, kind: int, default: int) -> int:
         """The post-header length the FORMAT_DESCRIPTION declared for ``kind``."""
