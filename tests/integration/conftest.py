@@ -19,8 +19,10 @@ from drc.core.errors import SandboxError
 from drc.sandbox import rabbitmq as rabbitmq_sandbox
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo, log_tails
 from tests.support.rabbitmq import Broker
+from tests.support.servers import execute
 
 SANDBOX_FIXTURES = ("sandbox", "dc1", "dc2")
+_STARTED: list[SandboxDescription] = []  # the session's sandbox, once a test started it
 
 
 @pytest.fixture(scope="session")
@@ -33,11 +35,41 @@ def sandbox() -> Iterator[SandboxDescription]:
     except SandboxError as exc:
         box.down()
         pytest.fail(f"sandbox did not start (run `make setup`): {exc}", pytrace=False)
+    _STARTED.append(description)
     try:
         yield description
     finally:
+        _STARTED.clear()
         box.down()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _forget_drc_state() -> None:
+    """Each test deploys DRC afresh on the shared servers (new buffers, the same channel names),
+    so the earlier test's checkpoints and journals go (out of the binlog). Left in place, a
+    channel would resume from a checkpoint its fresh remote buffer never served, and the
+    remote rightly reads that gap from its binlog (docs/operations.md, Binlog purged): the
+    earlier tests' own set-up writes (DROP DATABASE ...) would replay into this one."""
+    for description in _STARTED:
+        for server in description.servers:
+            execute(server, "DROP DATABASE IF EXISTS drc", log_bin=False)
+
+
+def _shares_nodes_across_tests(module: object) -> bool:
+    # A module whose module- or class-scoped fixtures run nodes keeps its state between tests.
+    source = Path(str(getattr(module, "__file__", ""))).read_text()
+    return 'scope="module"' in source or 'scope="class"' in source
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_drc_state_per_module() -> None:
+    _forget_drc_state()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_drc_state_per_test(request: pytest.FixtureRequest) -> None:
+    if not _shares_nodes_across_tests(request.module):
+        _forget_drc_state()
 
 
 @pytest.fixture(scope="session")
