@@ -19,7 +19,7 @@ from drc.core.errors import SandboxError
 from drc.sandbox import rabbitmq as rabbitmq_sandbox
 from drc.sandbox.sandbox import Sandbox, SandboxDescription, ServerInfo, log_tails
 from tests.support.rabbitmq import Broker
-from tests.support.servers import execute
+from tests.support.servers import forget_drc_state
 
 SANDBOX_FIXTURES = ("sandbox", "dc1", "dc2")
 _STARTED: list[SandboxDescription] = []  # the session's sandbox, once a test started it
@@ -45,14 +45,8 @@ def sandbox() -> Iterator[SandboxDescription]:
 
 
 def _forget_drc_state() -> None:
-    """Each test deploys DRC afresh on the shared servers (new buffers, the same channel names),
-    so the earlier test's checkpoints and journals go (out of the binlog). Left in place, a
-    channel would resume from a checkpoint its fresh remote buffer never served, and the
-    remote rightly reads that gap from its binlog (docs/operations.md, Binlog purged): the
-    earlier tests' own set-up writes (DROP DATABASE ...) would replay into this one."""
     for description in _STARTED:
-        for server in description.servers:
-            execute(server, "DROP DATABASE IF EXISTS drc", log_bin=False)
+        forget_drc_state(*description.servers)
 
 
 def _shares_nodes_across_tests(module: object) -> bool:

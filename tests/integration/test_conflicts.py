@@ -39,7 +39,7 @@ from drc.sandbox.sandbox import SandboxDescription, ServerInfo
 from tests.integration.resolvers import merge_max, newest
 from tests.support.apply import running_nodes
 from tests.support.config import conflict_rule, conflicts_toml
-from tests.support.servers import connect, fresh_database, query
+from tests.support.servers import connect, forget_drc_state, fresh_database, query
 
 SCHEMA = "cf_db"
 CONFLICTS = conflicts_toml(
@@ -152,6 +152,7 @@ def run(
     """Both nodes, their channels on one connection or on three (drc.apply.parallel: the
     decisions must be the same)."""
     for server in (sandbox.server("dc1"), sandbox.server("dc2")):
+        forget_drc_state(server)  # each param deploys afresh: no checkpoint of the one before
         fresh_database(server, SCHEMA, *TABLES)
         _forget_conflicts(server)
     configs = write_configs(

@@ -34,6 +34,7 @@ from tests.support.servers import (
     connect,
     drop_everywhere,
     execute,
+    forget_drc_state,
     fresh_database,
     position,
     retrying,
@@ -93,6 +94,7 @@ def run(
     request: pytest.FixtureRequest,
 ) -> Iterator[Run]:
     for server in (sandbox.server("dc1"), sandbox.server("dc2")):
+        forget_drc_state(server)  # each param deploys afresh: no checkpoint of the one before
         fresh_database(server, SCHEMA, STOCK)
         _forget_conflicts(server)
     configs = write_configs(

@@ -78,6 +78,16 @@ def execute(server: ServerInfo, *statements: str, log_bin: bool = True, **kwargs
     conn.close()
 
 
+def forget_drc_state(*servers: ServerInfo) -> None:
+    """Drop DRC's own database (checkpoints, journals, logs) on ``servers``, out of the binlog:
+    a test deploying DRC afresh on the shared sandbox (new buffers, the same channel names)
+    must not resume from a checkpoint its fresh remote buffer never served, since the remote
+    rightly reads that gap from its binlog (docs/operations.md, Binlog purged) and would replay
+    the earlier tests' set-up writes."""
+    for server in servers:
+        execute(server, "DROP DATABASE IF EXISTS drc", log_bin=False)
+
+
 def drop_everywhere(schema: str, *servers: ServerInfo) -> None:
     """Drop database ``schema`` on each of ``servers`` (through the binlog)."""
     for server in servers:
