@@ -23,15 +23,11 @@ errors (type and message) of changes a table cannot take."""
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import pickle
 import random
-import sys
 from decimal import Decimal
 from typing import Any
 
-from drc import native
 from drc.apply import plan
 from drc.apply.engine import ApplyEngine, KnownTables
 from drc.apply.stages import Chain, Idempotency, KeepTables, MapNames, NameMap, SkipDrcOriginated
@@ -43,6 +39,7 @@ from drc.core.target_table import TargetTable
 from drc.core.values import Bit, ZeroDate
 from drc.mysql import sql
 from drc.mysql.errors import DuplicateKey
+from tests.support.native_digest import attempt, report
 
 COLUMNS = ("id", "n", "s", "b", "d", "f", "g", "day", "at", "span", "z", "bit", "tags", "doc")
 TABLES = {
@@ -162,7 +159,7 @@ def outputs(seed: int = 26, count: int = 300, group: int = 25) -> list[Any]:
     for no_pk in ("refuse", "match_whole_row"):
         engine = ApplyEngine(known, no_primary_key=no_pk)  # type: ignore[arg-type]
         for start in range(0, len(kept), group):
-            found.append(_attempt(lambda s=start, e=engine: _group(e, kept[s : s + group])))
+            found.append(attempt(lambda s=start, e=engine: _group(e, kept[s : s + group])))
         for start in range(0, len(kept), group):
             try:
                 writes = list(engine.decide(engine.prepare(kept[start : start + group])).writes)
@@ -173,12 +170,12 @@ def outputs(seed: int = 26, count: int = 300, group: int = 25) -> list[Any]:
                 statement = write.statement()
                 found.append((statement, pickle.loads(pickle.dumps(write)) == write))
                 for escape in rendering:
-                    found.append(_attempt(lambda s=statement, e=escape: _rendered(s, e)))
+                    found.append(attempt(lambda s=statement, e=escape: _rendered(s, e)))
                 found.append(plan.settled(write, script.rng.randrange(3)))
-                found.append(_attempt(lambda w=write: plan.run(w, script)))
+                found.append(attempt(lambda w=write: plan.run(w, script)))
     found.append(script.ran)
     missing = RowChange("tgt", "keyed", Op.INSERT, None, {"id": 1, "nope": 2})
-    found.append(_attempt(lambda: list(plan.Planner().add(missing, TABLES["keyed"]))))
+    found.append(attempt(lambda: list(plan.Planner().add(missing, TABLES["keyed"]))))
     return found
 
 
@@ -195,22 +192,5 @@ def _group(engine: ApplyEngine, txns: list[Transaction]) -> Any:
     return writes, decision.counts
 
 
-def _attempt(work: Any) -> Any:
-    try:
-        return work()
-    except Exception as exc:  # noqa: BLE001 - the failure is the output compared
-        return f"{type(exc).__name__}: {exc}"
-
-
-def main() -> None:
-    if "--show" in sys.argv:
-        for item in outputs():
-            print(repr(item))
-        return
-    text = repr(outputs()).encode()
-    state = native.STATE
-    print(json.dumps({"compiled": state.compiled, "digest": hashlib.sha256(text).hexdigest()}))
-
-
 if __name__ == "__main__":
-    main()
+    report(outputs)

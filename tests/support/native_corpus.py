@@ -11,13 +11,9 @@ message), so both paths must also fail alike on corrupt bodies."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import sys
 from types import SimpleNamespace
 from typing import Any
 
-from drc import native
 from drc.core import codec
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
@@ -25,6 +21,7 @@ from drc.replicator.binlog.columns import full_bitmap, layout_of
 from drc.replicator.binlog.rowpack import keys_of, pack_rows
 from drc.replicator.binlog.rows import decode_rows
 from tests.support.binlog_cases import CASES
+from tests.support.native_digest import attempt, report
 
 
 def outputs() -> list[Any]:
@@ -43,9 +40,9 @@ def outputs() -> list[Any]:
         bitmaps = full_bitmap(len(CASES)) * (2 if op is Op.UPDATE else 1)
         body = bytes([len(CASES)]) + bitmaps + b"".join(images * (2 if op is Op.UPDATE else 1))
         for data in (body, body[:-1], body + b"\x00"):  # and two corrupt ones
-            found.append(_attempt(lambda d=data, o=op: decode_rows(layout, o, d, 0, len(d))))
+            found.append(attempt(lambda d=data, o=op: decode_rows(layout, o, d, 0, len(d))))
             found.append(
-                _attempt(lambda d=data, o=op: pack_rows(layout, keys_of(layout), o, d, 0, len(d)))
+                attempt(lambda d=data, o=op: pack_rows(layout, keys_of(layout), o, d, 0, len(d)))
             )
         for before, after in decode_rows(layout, op, body, 0, len(body)):
             changes.append(RowChange("shop", "orders", op, before, after))
@@ -55,22 +52,5 @@ def outputs() -> list[Any]:
     return found
 
 
-def _attempt(work: Any) -> Any:
-    try:
-        return work()
-    except Exception as exc:  # noqa: BLE001 - the failure is the output compared
-        return f"{type(exc).__name__}: {exc}"
-
-
-def main() -> None:
-    if "--show" in sys.argv:
-        for item in outputs():
-            print(repr(item))
-        return
-    text = repr(outputs()).encode()
-    state = native.STATE
-    print(json.dumps({"compiled": state.compiled, "digest": hashlib.sha256(text).hexdigest()}))
-
-
 if __name__ == "__main__":
-    main()
+    report(outputs)
