@@ -12,7 +12,7 @@ from typing import Any
 from drc import native
 
 
-def attempt(work: Callable[[], Any]) -> Any:
+def attempt(work: Callable[..., Any]) -> Any:
     """The work's result, or its failure as text: a failure is an output compared too."""
     try:
         return work()
