@@ -26,7 +26,8 @@ from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.eventbuffer.reader import Record
 from drc.replicator.assembler import Committed, TransactionAssembler
-from drc.replicator.replicator import Replicator, SessionStart
+from drc.replicator.replicator import Replicator
+from drc.replicator.session_start import SessionStart
 from drc.replicator.source import BinlogStream, inspect_source
 from drc.replicator.spill import FileSpill
 

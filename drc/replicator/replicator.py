@@ -10,7 +10,8 @@ transaction boundary by construction (the SCN is the position after the commit e
 after any crash or dropped connection reading resumes exactly after the last transaction the
 buffer holds: no gap, no duplicate. On another server of the source's replication group (a
 failover, drc.replicator.failover) it resumes by the GTID position stored with that SCN, with
-change_id + 1. Every record keeps the source's GTID position (drc.core.gtid), markers too.
+change_id + 1 (both chosen by drc.replicator.session_start). Every record keeps the source's
+GTID position (drc.core.gtid), markers too.
 Transactions the capture filter empties are not stored, but before each group commit an empty
 marker is appended for the newest one, so the restart position keeps up with a filtered-out
 workload.
@@ -30,33 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drc.core import gtid as gtids
-from drc.core.codec import decode_transaction, encode_transaction
+from drc.core.codec import encode_transaction
 from drc.core.ddl import ddl_tables
-from drc.core.errors import (
-    ScnTooOldError,
-    SourceConfigError,
-    SourceUnavailableError,
-)
 from drc.core.events import SchemaChange, TableSchema, Transaction
-from drc.core.gtid import Gtid
 from drc.core.heartbeat import source_time_ms
 from drc.core.masking import Masker
 from drc.core.retry import Backoff, Policy, Retrying, Stopped, retry
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.replicator.assembler import Committed, FragmentLimits, TransactionAssembler
-from drc.replicator.failover import Candidate, choose
 from drc.replicator.room import RoomWait
-from drc.replicator.source import (
-    BinlogStream,
-    SourceInfo,
-    SourceSettings,
-    binlog_gtid_pos,
-    check_not_purged,
-    inspect_source,
-    split_binlog_name,
-)
+from drc.replicator.session_start import SessionStart, session_start
+from drc.replicator.source import BinlogStream, SourceSettings
 from drc.replicator.source_events import Commit, Heartbeat, Statement, XaPrepare
 from drc.replicator.spill import FileSpill
 
@@ -101,20 +87,6 @@ class CaptureStats:
     source_server: str | None = None  # host:port of the server read now
     change_id: int | None = None
     source_switches: int = 0  # sessions started on another server than the last SCN's
-
-
-@dataclass(frozen=True)
-class SessionStart:
-    """Where a capture session reads: the server, its change_id, and the start (a binlog
-    coordinate, or ``gtid`` the @slave_connect_state), with the GTID position before it."""
-
-    settings: SourceSettings
-    info: SourceInfo
-    change_id: int
-    log_file: str | None
-    log_pos: int | None
-    gtid: str | None
-    position: dict[int, Gtid]
 
 
 class Replicator:
@@ -182,6 +154,10 @@ class Replicator:
         if self._buffer.resume_scn is None:
             self._start()
 
+    def _start(self) -> SessionStart:
+        """The server and position to read next (drc.replicator.session_start)."""
+        return session_start(self._sources, self._buffer, self._options.start_from, self._room)
+
     def run_session(self, stop: threading.Event) -> None:
         """One connection: from the buffer's restart position until ``stop`` or an error."""
         start = self._start()
@@ -226,82 +202,6 @@ class Replicator:
             stream.close()
             reader.join(timeout=10)
             assembler.reset()
-
-    def _start(self) -> SessionStart:
-        """Inspect the configured servers, choose one (drc.replicator.failover) and fix where
-        reading starts on it; an empty buffer gets its start stored first."""
-        last: SCN | None = self._buffer.resume_scn
-        reachable: dict[Candidate, tuple[SourceSettings, SourceInfo]] = {}
-        failures: list[SourceUnavailableError] = []
-        for settings in self._sources:
-            try:
-                info = inspect_source(settings)
-            except SourceUnavailableError as exc:
-                failures.append(exc)
-                continue
-            reachable[_candidate(settings, info)] = (settings, info)
-        if not reachable:
-            raise (
-                failures[0]
-                if len(failures) == 1
-                else SourceUnavailableError(
-                    "no source server reachable: " + "; ".join(map(str, failures))
-                )
-            )
-        plan = choose(list(reachable), last, stored_position(self._buffer, last))
-        settings, info = reachable[plan.candidate]
-        if last is None:
-            log_file, log_pos = self._initial_position(info)
-            check_not_purged(info, log_file, log_pos, "the configured start")
-            position = _parse_position(binlog_gtid_pos(settings, log_file, log_pos))
-            self._persist_start(info, log_file, log_pos, position)
-            return SessionStart(settings, info, 1, log_file, log_pos, None, position)
-        if plan.gtid is not None:
-            log.warning(
-                "source failover: buffer ends at %s (server_id %d); continuing on %r "
-                "(server_id %d) from GTID position %s with change_id %d",
-                last,
-                last.server_id,
-                settings,
-                info.server_id,
-                plan.gtid,
-                plan.change_id,
-            )
-            assert plan.position is not None
-            return SessionStart(
-                settings, info, plan.change_id, None, None, plan.gtid, plan.position
-            )
-        log_file = info.file_name(last.log_index)
-        check_not_purged(info, log_file, last.log_pos, f"SCN {last}")
-        known = plan.position
-        if known is None:  # a buffer from before positions were kept: its server knows
-            known = _parse_position(binlog_gtid_pos(settings, log_file, last.log_pos))
-        return SessionStart(settings, info, plan.change_id, log_file, last.log_pos, None, known)
-
-    def _persist_start(
-        self, info: SourceInfo, log_file: str, log_pos: int, position: dict[int, Gtid]
-    ) -> None:
-        """Store the chosen start as an empty marker, so a restart before the first transaction
-        resumes there instead of at a newer "current" position (which would skip changes)."""
-        scn = SCN(1, info.server_id, split_binlog_name(log_file)[1], log_pos)
-        gtid, gtid_position = gtids.record_fields(position, None)
-        start = Transaction(scn, info.server_id, gtid, 0, (), gtid_position=gtid_position)
-        self._room.call(lambda: self._buffer.append(scn, encode_transaction(start), 0))
-        self._room.call(self._buffer.commit)
-
-    def _initial_position(self, info: SourceInfo) -> tuple[str, int]:
-        start = self._options.start_from
-        if start == "current":
-            return info.current_file, info.current_pos
-        if start == "earliest":
-            return info.binlogs[0], 4
-        name, sep, pos = start.rpartition(":")
-        if not sep or not name or not pos.isdigit():
-            raise SourceConfigError(
-                f"start_from {start!r} must be 'current', 'earliest' or 'FILE:POS' "
-                "(e.g. mysql-bin.000003:4)"
-            )
-        return name, int(pos)
 
     def _consume(
         self, stop: threading.Event, events: _Handoff, assembler: TransactionAssembler
@@ -421,36 +321,6 @@ class _Batch:
         if self.transactions == 0:
             self.started = now
         self.transactions += 1
-
-
-def _candidate(settings: SourceSettings, info: SourceInfo) -> Candidate:
-    return Candidate(
-        f"{settings.host}:{settings.port}",
-        info.server_id,
-        info.read_only,
-        gtids.parse_gtids(info.gtid_binlog_state),
-        info.gtid_binlog_pos,
-    )
-
-
-def _parse_position(text: str) -> dict[int, Gtid]:
-    return gtids.position(gtids.parse_gtids(text))
-
-
-def stored_position(buffer: Any, last: SCN | None) -> dict[int, Gtid] | None:
-    """The GTID position stored with the buffer's record at ``last`` (None: no such record,
-    or one written before DRC kept positions)."""
-    if last is None or last.log_pos == 0:
-        return None
-    before = SCN(last.change_id, last.server_id, last.log_index, last.log_pos - 1)
-    try:
-        records = buffer.read_after(before, max_records=1, max_bytes=1)
-    except ScnTooOldError:
-        return None
-    if not records or records[-1].scn != last:
-        return None
-    txn, _ = decode_transaction(records[-1].payload)
-    return gtids.stored_position(txn.gtid, txn.gtid_position)
 
 
 class _Handoff:

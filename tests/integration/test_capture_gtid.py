@@ -8,7 +8,8 @@ from pathlib import Path
 
 from drc.core import gtid as gtids
 from drc.core.tablefilter import TableFilter
-from drc.replicator.replicator import CaptureOptions, stored_position
+from drc.replicator.replicator import CaptureOptions
+from drc.replicator.session_start import stored_position
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.capture import capturing, read_all, source_transactions
 from tests.support.servers import connect, master_position
