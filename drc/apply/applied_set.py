@@ -22,13 +22,16 @@ marker (drc.core.markers.is_marker_table).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from drc.core.markers import APPLIED_PARTS_TABLE, CHECKPOINT_SCHEMA
 from drc.core.scn import SCN
 from drc.mysql.sql import Statement, ident
 
+log = logging.getLogger(__name__)
 _TABLE = f"{ident(CHECKPOINT_SCHEMA)}.{ident(APPLIED_PARTS_TABLE)}"
 
 
@@ -77,3 +80,27 @@ def beyond(rows: Iterable[tuple[object, ...]], checkpoint: SCN) -> set[SCN]:
             continue
         found.update(s for s in (SCN.parse(t) for t in str(scns).split()) if s > checkpoint)
     return found
+
+
+class Queries(Protocol):
+    """What reading the rows needs of a target session (drc.apply.target.Target has it)."""
+
+    def query(self, statement: Statement, what: str) -> list[tuple[Any, ...]]: ...
+
+
+def read(session: Queries, channel: str, after: SCN) -> set[SCN]:
+    """The SCNs ``channel``'s parts committed beyond ``after``, read on ``session`` (whose
+    transaction the caller ends)."""
+    return beyond(session.query(select(channel), "reading applied parts"), after)
+
+
+def recover(session: Queries, channel: str, checkpoint: SCN) -> set[SCN]:
+    """On start, after the checkpoint was read: the transactions a parallel group left
+    half-written committed beyond it, logged; the writer skips them, so each is applied once."""
+    done = read(session, channel, checkpoint)
+    if done:
+        log.info(
+            "channel %s: %d transactions beyond the checkpoint %s were committed by a "
+            "parallel group before a stop; they are skipped", channel, len(done), checkpoint,
+        )  # fmt: skip
+    return done

@@ -23,7 +23,6 @@ after the channel forgot them.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +39,6 @@ from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.core.target_errors import TargetUnavailableError
 from drc.mysql.sql import Statement
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -86,14 +83,7 @@ class ParallelWriter:
     def recover(self, checkpoint: SCN) -> None:
         """On start, after the checkpoint was read: the transactions a group left half-written
         committed beyond it (drc.apply.applied_set)."""
-        rows = self.target.query(applied_set.select(self.channel), "reading applied parts")
-        self._done = applied_set.beyond(rows, checkpoint)
-        if self._done:
-            log.info(
-                "channel %s: %d transactions beyond the checkpoint %s were committed by a "
-                "parallel group before a stop; they are skipped", self.channel,
-                len(self._done), checkpoint,
-            )  # fmt: skip
+        self._done = applied_set.recover(self.target, self.channel, checkpoint)
 
     def half_written(self) -> bool:
         """Whether parts committed transactions beyond the checkpoint (a group a stop left
@@ -114,9 +104,8 @@ class ParallelWriter:
         """One attempt, as GroupWriter.write; the parts that commit stay committed."""
         if self._unsure and self._workers:  # read on a worker: the channel's snapshot is older
             reader = self._workers[0].target
-            rows = reader.query(applied_set.select(self.channel), "reading applied parts")
+            self._done |= applied_set.read(reader, self.channel, SCN.zero())
             reader.commit()
-            self._done |= applied_set.beyond(rows, SCN.zero())
             self._unsure = False
         todo = [t for t in transactions if t.scn not in self._done]
         if before_commit is not None or not self.splits(todo):

@@ -11,7 +11,6 @@ changes find is a replay, neither logged nor counted as a conflict.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,8 +26,6 @@ from drc.conflicts.target import ConflictTarget
 from drc.core.events import Transaction
 from drc.core.scn import SCN
 from drc.mysql.sql import Statement
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -117,15 +114,8 @@ class GroupWriter:
         with that group half-written): skipped, so each is applied once."""
         if self.channel is None:
             return
-        rows = self.target.query(applied_set.select(self.channel), "reading applied parts")
+        self._done = applied_set.recover(self.target, self.channel, checkpoint)
         self.target.commit()  # no read left open (a catch-up keeps this session idle)
-        self._done = applied_set.beyond(rows, checkpoint)
-        if self._done:
-            log.info(
-                "channel %s: %d transactions beyond the checkpoint %s were committed by a "
-                "parallel group before a stop; they are skipped", self.channel,
-                len(self._done), checkpoint,
-            )  # fmt: skip
 
     def rewound(self) -> list[Statement]:
         """What a rewind also writes: the rows parallel parts left (their transactions are
