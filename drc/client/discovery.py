@@ -214,15 +214,9 @@ def expand(urls: Sequence[str], resolver: Callable[[str], list[str]] = resolve) 
     entry whose ZooKeeper does not answer (or names no member yet) stays as it is, so the
     caller sees it fail like an unreachable URL and resolves again later."""
     out: list[str] = []
-    for url in urls:
-        if not is_group(url):
-            out.append(url)
-            continue
-        try:
-            found = resolver(url)
-        except DiscoveryError as exc:
-            log.warning("cannot resolve %s: %s", url, exc)
-            found = []
+    for url, found, error in _resolved(urls, resolver):
+        if error is not None:
+            log.warning("cannot resolve %s: %s", url, error)
         out.extend(found or [url])
     return tuple(dict.fromkeys(out))
 
@@ -235,19 +229,12 @@ def members(
     without repeats. Unlike :func:`expand` a group that cannot be resolved is left out (there
     is no later round to retry it in); DiscoveryError, naming each group and why, when that
     leaves no URL at all."""
-    resolver = resolver or resolve
     out: list[str] = []
     problems: list[str] = []
-    for url in urls:
-        if not is_group(url):
-            out.append(url)
-            continue
-        try:
-            found = resolver(url)
-        except DiscoveryError as exc:
-            problems.append(f"{url}: {exc}")
-            continue
-        if not found:
+    for url, found, error in _resolved(urls, resolver or resolve):
+        if error is not None:
+            problems.append(f"{url}: {error}")
+        elif not found:
             problems.append(f"{url}: no replicator of that group is registered")
         out.extend(found)
     for problem in problems:
@@ -260,3 +247,20 @@ def members(
             "replicators are running (drc run), or list their http(s):// URLs instead"
         )
     return tuple(dict.fromkeys(out))
+
+
+def _resolved(
+    urls: Sequence[str], resolver: Callable[[str], list[str]]
+) -> list[tuple[str, list[str], DiscoveryError | None]]:
+    """Each entry with the URLs it stands for: a static URL itself, a ``zk://`` entry its
+    group's members now, or none and why when its ZooKeeper did not answer."""
+    entries: list[tuple[str, list[str], DiscoveryError | None]] = []
+    for url in urls:
+        if not is_group(url):
+            entries.append((url, [url], None))
+            continue
+        try:
+            entries.append((url, resolver(url), None))
+        except DiscoveryError as exc:
+            entries.append((url, [], exc))
+    return entries

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from drc.client import Subscriber
@@ -63,3 +65,18 @@ def test_a_one_shot_request_with_no_group_resolved_says_which_and_why() -> None:
     with pytest.raises(DiscoveryError, match="no replicator of that group is registered"):
         members(["zk://z:1/drc/dc1"], lambda spec: [])
     assert members([]) == ()
+
+
+@pytest.mark.parametrize("take", [expand, members])
+def test_each_group_entry_is_resolved_once_in_order_and_static_urls_never(
+    take: Callable[..., tuple[str, ...]],
+) -> None:
+    asked: list[str] = []
+
+    def resolver(spec: str) -> list[str]:
+        asked.append(spec)
+        return [f"http://{spec.rsplit('/', 1)[1]}:1"]
+
+    urls = ["zk://z:1/drc/b", "http://static:1", "zk://z:1/drc/a"]
+    assert take(urls, resolver) == ("http://b:1", "http://static:1", "http://a:1")
+    assert asked == ["zk://z:1/drc/b", "zk://z:1/drc/a"]
