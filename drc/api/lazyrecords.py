@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import struct
 import zlib
+from abc import abstractmethod
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, overload
@@ -68,7 +69,28 @@ def peek_head(records: bytes, offset: int) -> tuple[Head, int]:
     return head, end
 
 
-class LazyTransactions(Sequence[Transaction]):
+class _ReadByIndex(Sequence[Transaction]):
+    """A sequence whose transactions are read one index at a time (:meth:`_at`, given any
+    index a sequence takes, negative ones too); a slice is a list of such reads."""
+
+    __slots__ = ()
+
+    @overload
+    def __getitem__(self, index: int) -> Transaction: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Transaction]: ...
+
+    def __getitem__(self, index: int | slice) -> Transaction | Sequence[Transaction]:
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(len(self))[index]]
+        return self._at(index)
+
+    @abstractmethod
+    def _at(self, index: int) -> Transaction: ...
+
+
+class LazyTransactions(_ReadByIndex):
     """The transactions of ``records`` (whole codec records), each decoded when read."""
 
     __slots__ = ("_records", "_starts", "heads")
@@ -94,15 +116,7 @@ class LazyTransactions(Sequence[Transaction]):
     def __len__(self) -> int:
         return len(self._starts)
 
-    @overload
-    def __getitem__(self, index: int) -> Transaction: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Transaction]: ...
-
-    def __getitem__(self, index: int | slice) -> Transaction | Sequence[Transaction]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(len(self))[index]]
+    def _at(self, index: int) -> Transaction:
         return decode_transaction(self._records, self._starts[index])[0]
 
     def __iter__(self) -> Iterator[Transaction]:
@@ -110,7 +124,7 @@ class LazyTransactions(Sequence[Transaction]):
             yield decode_transaction(self._records, start)[0]
 
 
-class Joined(Sequence[Transaction]):
+class Joined(_ReadByIndex):
     """Several frames' transactions as one sequence, none decoded by joining them."""
 
     __slots__ = ("_parts", "_offsets", "heads")
@@ -123,15 +137,7 @@ class Joined(Sequence[Transaction]):
     def __len__(self) -> int:
         return self._offsets[-1] if self._offsets else 0
 
-    @overload
-    def __getitem__(self, index: int) -> Transaction: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Transaction]: ...
-
-    def __getitem__(self, index: int | slice) -> Transaction | Sequence[Transaction]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(len(self))[index]]
+    def _at(self, index: int) -> Transaction:
         if index < 0:
             index += len(self)
         part = bisect_right(self._offsets, index)

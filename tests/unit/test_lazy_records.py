@@ -58,3 +58,15 @@ def test_a_damaged_record_is_refused_when_the_page_is_read() -> None:
     damaged[-2] ^= 0xFF  # in the last row image: the head reads, the CRC does not match
     with pytest.raises(CorruptRecordError, match="CRC"):
         LazyTransactions.of(bytes(damaged))
+
+
+def test_both_lazy_sequences_slice_and_take_negative_indexes_as_a_tuple_does() -> None:
+    txns, data = records(4)
+    lazy, _ = LazyTransactions.of(data)
+    more = (txn(30, ins("t", id=99)),)
+    for seq, expected in ((lazy, tuple(txns)), (lazyrecords.join([lazy, more]), (*txns, *more))):
+        for cut in (slice(1, 3), slice(None, None, -2), slice(-2, None), slice(9, 12)):
+            assert list(seq[cut]) == list(expected[cut])
+        assert seq[-1] == expected[-1] and seq[-len(expected)] == expected[0]
+        with pytest.raises(IndexError):
+            seq[len(expected)]
