@@ -9,9 +9,6 @@ database exists). Then kill -9 of the applying process while the target rebuilds
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,25 +18,22 @@ from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import (
     APPLY_USER,
+    ApplyProcess,
     Running,
     apply_process_config,
     apply_user,
     assert_same,
     channel_config,
+    journal_done,
+    just_before,
     serving,
+    set_checkpoint,
 )
 from tests.support.servers import connect, drop_everywhere, execute, position, query
 from tests.support.waits import mark_end, wait_end
 
 SCHEMA = "ddl_once"
 RENAME = f"ALTER TABLE {SCHEMA}.t RENAME COLUMN b TO b2"
-
-
-def _journal(target: ServerInfo, channel: str, like: str) -> tuple[str, int]:
-    rows = query(target, "SELECT scn, seq FROM drc.ddl_journal WHERE channel = %s AND "
-                 "statement LIKE %s AND state = 'done'", (channel, like))  # fmt: skip
-    assert len(rows) == 1, rows
-    return str(rows[0][0]), int(rows[0][1])
 
 
 def _apply(source: ServerInfo, target: ServerInfo, url: str, channel: str) -> Running:
@@ -70,9 +64,9 @@ def test_the_journal_says_whether_a_ddl_ran(
         first = _apply(dc1, dc2, url, channel)
         assert first.stats.ddl == 5  # database, two tables, rename, index
         assert_same(dc1, dc2, SCHEMA)
-        renamed, seq = _journal(dc2, channel, "%RENAME COLUMN%")
-        created, _ = _journal(dc2, channel, f"CREATE TABLE {SCHEMA}.u %")
-        before_rename = _just_before(renamed)  # where a crash during the rename leaves it
+        renamed, seq = journal_done(dc2, channel, "%RENAME COLUMN%")
+        created, _ = journal_done(dc2, channel, f"CREATE TABLE {SCHEMA}.u %")
+        before_rename = just_before(renamed)  # where a crash during the rename leaves it
 
         # 1. The rename ran, then the process died before marking it done.
         _set(dc2, channel, renamed, seq, "running", checkpoint=before_rename, pending=renamed)
@@ -88,15 +82,10 @@ def test_the_journal_says_whether_a_ddl_ran(
         assert_same(dc1, dc2, SCHEMA)
 
         # 3. Rewound past CREATE TABLE u and CREATE INDEX: both are there already, skipped.
-        _set(dc2, channel, created, 0, "done", checkpoint=_just_before(created), pending=None)
+        _set(dc2, channel, created, 0, "done", checkpoint=just_before(created), pending=None)
         again = _apply(dc1, dc2, url, channel)
         assert again.stats.ddl == 0
         assert_same(dc1, dc2, SCHEMA)
-
-
-def _just_before(scn: str) -> str:
-    change_id, server_id, index, pos = scn.split(":")
-    return f"{change_id}:{server_id}:{index}:{int(pos) - 1}"
 
 
 def _set(target: ServerInfo, channel: str, scn: str, seq: int, state: str, *, checkpoint: str,
@@ -107,8 +96,7 @@ def _set(target: ServerInfo, channel: str, scn: str, seq: int, state: str, *, ch
             "UPDATE drc.ddl_journal SET state = %s WHERE channel = %s AND scn = %s AND seq = %s",
             (state, channel, scn, seq),
         )
-        cur.execute("UPDATE drc.checkpoint SET scn = %s, pending_ddl_scn = %s WHERE channel = %s",
-                    (checkpoint, pending, channel))  # fmt: skip
+        set_checkpoint(cur, channel, checkpoint, pending)
     conn.close()
 
 
@@ -153,18 +141,10 @@ def test_kill_9_during_each_kind_of_ddl_applies_it_once(
         "pad CHAR(200) NOT NULL DEFAULT 'x')",
         f"INSERT INTO {KILL_SCHEMA}.big (b) SELECT seq FROM {KILL_SCHEMA}.seq_1_to_60000",
     )
-    argv = [sys.executable, "-m", "drc.apply", "--config", "", "--stats-every", "1"]
-    log = tmp_path / "apply.log"
-
-    def launch() -> subprocess.Popen[bytes]:
-        with open(log, "ab") as out:
-            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
     killed = 0
     with serving(dc1, tmp_path / "buf", [f"{KILL_SCHEMA}.*"], start) as (_, url):
-        argv[4] = str(_kill_config(tmp_path, dc2, url))
-        proc = launch()
-        try:
+        config = _kill_config(tmp_path, dc2, url)
+        with ApplyProcess(config, tmp_path / "apply.log", "--stats-every", "1") as apply:
             wait_end(dc2, KILL_SCHEMA, mark_end(dc1, KILL_SCHEMA), timeout=180)
             for ddl in KILL_DDL:
                 execute(dc1, ddl.format(s=KILL_SCHEMA))
@@ -173,14 +153,10 @@ def test_kill_9_during_each_kind_of_ddl_applies_it_once(
                     time.sleep(0.01)
                 if _ddl_running(dc2):  # mid-DDL (a quick one may already be over: after it)
                     killed += 1
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                proc = launch()
+                apply.kill()
+                apply.start()
             wait_end(dc2, KILL_SCHEMA, mark_end(dc1, KILL_SCHEMA), timeout=180)
-            assert proc.poll() is None, log.read_text()[-3000:]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+            assert apply.alive(), apply.tail()
     assert killed >= len(KILL_DDL) // 2, f"only {killed} kills landed during a DDL"
     assert_same(dc1, dc2, KILL_SCHEMA)
     create = [query(s, f"SHOW CREATE TABLE {KILL_SCHEMA}.big2")[0][1] for s in (dc1, dc2)]

@@ -10,9 +10,6 @@ across kill -9 of the applying process.
 from __future__ import annotations
 
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +19,7 @@ import pytest
 from drc.apply.service import build_channel
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import (
+    ApplyProcess,
     Running,
     apply_process_config,
     apply_user,
@@ -121,30 +119,18 @@ def test_identical_rows_survive_kill_9_of_the_apply_process(
     apply_user(dc2)
     start = position(dc1)
     execute(dc1, f"CREATE DATABASE {KILL_SCHEMA}", f"CREATE TABLE {KILL_SCHEMA}.log {TABLE}")
-    log = tmp_path / "apply.log"
-    argv = [sys.executable, "-m", "drc.apply", "--config", "", "--stats-every", "0.5"]
     with serving(dc1, tmp_path / "buf", [f"{KILL_SCHEMA}.*"], start) as (_, url):
-        argv[4] = str(_kill_config(tmp_path, dc2, url))
+        config = _kill_config(tmp_path, dc2, url)
         writer = threading.Thread(target=_kill_workload, args=(dc1,), daemon=True)
         rng = random.Random(20261123)
-
-        def launch() -> subprocess.Popen[bytes]:
-            with open(log, "ab") as out:
-                return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
-        proc = launch()
-        writer.start()
-        try:
+        with ApplyProcess(config, tmp_path / "apply.log", "--stats-every", "0.5") as apply:
+            writer.start()
             for _ in range(4):
                 time.sleep(rng.uniform(0.3, 0.9))
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                proc = launch()
+                apply.kill()
+                apply.start()
             writer.join(timeout=300)
             wait_end(dc2, KILL_SCHEMA, mark_end(dc1, KILL_SCHEMA), timeout=120)
-            assert proc.poll() is None, log.read_text()[-3000:]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+            assert apply.alive(), apply.tail()
     assert query(dc1, f"SELECT COUNT(*) > 300 FROM {KILL_SCHEMA}.log") == [(1,)]
     assert_same(dc1, dc2, KILL_SCHEMA)

@@ -19,9 +19,6 @@ a keyed one with a column of its own checks the explicit-definition form.
 from __future__ import annotations
 
 import logging
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,12 +38,16 @@ from drc.replicator.replicator import CaptureOptions
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import ServerInfo
 from tests.support.apply import (
+    ApplyProcess,
     Running,
     apply_process_config,
     apply_user,
     assert_same,
     channel_config,
+    journal_done,
+    just_before,
     serving,
+    set_checkpoint,
 )
 from tests.support.capture import capturing
 from tests.support.catchup import checkpoint_of, config_for, prepare
@@ -170,19 +171,6 @@ def test_ctas_spanning_fragments_applies_every_row_once(
     _assert_not_echoed(dc2, since, tmp_path / "dc2-buf")
 
 
-def _created(target: ServerInfo, channel: str, table: str) -> str:
-    like = f"CREATE TABLE `{SCHEMA}`.`{table}`%"
-    rows = query(target, "SELECT scn FROM drc.ddl_journal WHERE channel = %s AND statement "
-                 "LIKE %s AND state = 'done'", (channel, like))  # fmt: skip
-    assert len(rows) == 1, rows
-    return str(rows[0][0])
-
-
-def _just_before(scn: str) -> str:
-    change_id, server_id, index, pos = scn.split(":")
-    return f"{change_id}:{server_id}:{index}:{int(pos) - 1}"
-
-
 def _crashed(target: ServerInfo, channel: str, checkpoint: str, pending: str | None) -> None:
     """dc2 as a crash leaves it after ``keyed``'s CREATE ran (journalled done) and before its
     rows committed: the rows gone, the checkpoint at ``checkpoint`` (``pending``: its DDL)."""
@@ -191,8 +179,7 @@ def _crashed(target: ServerInfo, channel: str, checkpoint: str, pending: str | N
         cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute(f"DELETE FROM {SCHEMA}.keyed")
         cur.execute(f"DELETE FROM {SCHEMA}.done")
-        cur.execute("UPDATE drc.checkpoint SET scn = %s, pending_ddl_scn = %s WHERE channel = %s",
-                    (checkpoint, pending, channel))  # fmt: skip
+        set_checkpoint(cur, channel, checkpoint, pending)
     conn.commit()
     conn.close()
 
@@ -206,9 +193,9 @@ def test_a_crash_between_the_create_and_its_rows_applies_them_once(
     with Running(build_channel(config, apply_user(dc2))) as running:
         wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running, timeout=180)
     assert_same(dc1, dc2, SCHEMA)
-    created = _created(dc2, name, "keyed")
+    created, _ = journal_done(dc2, name, f"CREATE TABLE `{SCHEMA}`.`keyed`%")
     # 1. After the CREATE ran, before the checkpoint moved to it; 2. after it moved there.
-    for checkpoint, pending in ((_just_before(created), created), (created, None)):
+    for checkpoint, pending in ((just_before(created), created), (created, None)):
         _crashed(dc2, name, checkpoint, pending)
         with Running(build_channel(config, apply_user(dc2))) as running:
             wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), running, timeout=180)
@@ -270,37 +257,24 @@ def test_kill_9_while_the_ctas_rows_are_open_applies_them_once(
     dc1: ServerInfo, dc2: ServerInfo, tmp_path: Path
 ) -> None:
     start = _source(dc1, dc2, KILL_ROWS)
-    argv = [sys.executable, "-m", "drc.apply", "--config", ""]
-    log = tmp_path / "apply.log"
-
-    def launch() -> subprocess.Popen[bytes]:
-        with open(log, "ab") as out:
-            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
     fragments = FragmentLimits(rows=1000, bytes=8 << 20)
     with serving(dc1, tmp_path / "buf", [f"{SCHEMA}.*"], start, fragments=fragments) as (_, url):
         config = apply_process_config(
             tmp_path, dc2, url, "ctas-kill", [f"{SCHEMA}.*"], max_bytes_per_commit_mb=0.1,
             no_primary_key=KEYLESS,
         )  # fmt: skip
-        argv[4] = str(config)
-        proc = launch()
-        try:
+        with ApplyProcess(config, tmp_path / "apply.log") as apply:
             wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), timeout=300)
             since = position(dc2)
             execute(dc1, COPY)
             # The copy exists on dc2 (its CREATE applied) and its rows' transaction is open.
             assert wait_for(lambda: 0 < _uncommitted(dc2) < KILL_ROWS, 300, 0.2), (
-                _uncommitted(dc2), log.read_text()[-3000:])  # fmt: skip
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+                _uncommitted(dc2), apply.tail())  # fmt: skip
+            apply.kill()
             assert query(dc2, f"SELECT COUNT(*) FROM {SCHEMA}.copy")[0][0] == 0
-            proc = launch()
+            apply.start()
             wait_end(dc2, SCHEMA, mark_end(dc1, SCHEMA), timeout=300)
-            assert proc.poll() is None, log.read_text()[-3000:]
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-    assert "piece by piece" in log.read_text()
+            assert apply.alive(), apply.tail()
+    assert "piece by piece" in apply.log.read_text()
     assert_same(dc1, dc2, SCHEMA)
     _assert_not_echoed(dc2, since, tmp_path / "dc2-buf")

@@ -9,6 +9,9 @@ privileges drc/apply/channel.py documents (no SUPER, so read_only applies to it)
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -205,3 +208,60 @@ def running_nodes(
         stop.set()
         for node in nodes.values():
             node.close()
+
+
+class ApplyProcess:
+    """``python -m drc.apply --config CONFIG ARGS`` in a child process, its output appended to
+    ``log``: started on entry, :meth:`kill` -ed (-9) and :meth:`start` -ed again by a test,
+    stopped (SIGTERM) on exit."""
+
+    def __init__(self, config: Path, log: Path, *args: str) -> None:
+        self.argv = [sys.executable, "-m", "drc.apply", "--config", str(config), *args]
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self) -> str:
+        """The end of the log, for an assertion's message."""
+        return self.log.read_text()[-3000:]
+
+    def __enter__(self) -> ApplyProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+
+
+def journal_done(target: ServerInfo, channel: str, like: str) -> tuple[str, int]:
+    """(scn, seq) of the one DDL ``channel`` journalled done whose statement is LIKE ``like``."""
+    rows = query(target, "SELECT scn, seq FROM drc.ddl_journal WHERE channel = %s AND "
+                 "statement LIKE %s AND state = 'done'", (channel, like))  # fmt: skip
+    assert len(rows) == 1, rows
+    return str(rows[0][0]), int(rows[0][1])
+
+
+def just_before(scn: str) -> str:
+    """The position just before ``scn``: where a crash during its DDL leaves the checkpoint."""
+    change_id, server_id, index, pos = scn.split(":")
+    return f"{change_id}:{server_id}:{index}:{int(pos) - 1}"
+
+
+def set_checkpoint(cur: Any, channel: str, scn: str, pending: str | None) -> None:
+    """Put ``channel``'s checkpoint row at ``scn``, ``pending`` its DDL in progress (as a crash
+    leaves it), on the open cursor ``cur``."""
+    cur.execute("UPDATE drc.checkpoint SET scn = %s, pending_ddl_scn = %s WHERE channel = %s",
+                (scn, pending, channel))  # fmt: skip
