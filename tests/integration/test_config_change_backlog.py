@@ -21,20 +21,17 @@ idempotent fix hid a duplicate.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from drc.config import load_config
 from drc.node import Node
 from drc.sandbox.demo import write_configs
 from drc.sandbox.procs import wait_for
 from drc.sandbox.sandbox import SandboxDescription, ServerInfo
+from tests.support.apply import running_nodes
 from tests.support.ledger import stored_changes
 from tests.support.servers import drop_everywhere, execute, query
 
@@ -69,24 +66,6 @@ def _configs(
             channel += f'tables = ["{SCHEMA}.{second}"]\n'
         path.write_text(head + "[[channels]]" + channel)
     return configs
-
-
-@contextmanager
-def _running(
-    configs: dict[str, Path], roles: dict[str, str] | None = None
-) -> Iterator[dict[str, Node]]:
-    """Both nodes (``roles[dc]``: another role than "all")."""
-    stop = threading.Event()
-    roles = roles or {}
-    nodes = {dc: Node(load_config(path), roles.get(dc, "all")) for dc, path in configs.items()}
-    try:
-        for node in nodes.values():
-            node.start(stop)
-        yield nodes
-    finally:
-        stop.set()
-        for node in nodes.values():
-            node.close()
 
 
 class Writes:
@@ -163,7 +142,7 @@ def test_a_backlog_pending_across_config_changes_applies_once_or_stops_clearly(
         "dc2": f'tables = [{CHANNEL_TABLES}]\nno_primary_key = "match_whole_row"\n',
     }
     configs = _configs(sandbox, tmp_path, first)
-    with _running(configs) as nodes:
+    with running_nodes(configs) as nodes:
         writes.write("dc1", 30, "k")
         writes.write("dc2", 30, "k")
         _converged(servers, nodes, ["t", "k"])
@@ -175,7 +154,7 @@ def test_a_backlog_pending_across_config_changes_applies_once_or_stops_clearly(
     # A change the backlog cannot take: dc2's channel now refuses tables without a key.
     refusing = {**first, "dc2": f'tables = [{CHANNEL_TABLES}]\nno_primary_key = "refuse"\n'}
     configs = _configs(sandbox, tmp_path, refusing)
-    with _running(configs, roles={"dc1": "replicator"}) as nodes:  # dc1's channel: still down
+    with running_nodes(configs, roles={"dc1": "replicator"}) as nodes:  # dc1's channel: still down
 
         def stopped() -> bool:
             return nodes["dc2"].channel_status()[0]["state"] == "stopped"
@@ -198,7 +177,7 @@ def test_a_backlog_pending_across_config_changes_applies_once_or_stops_clearly(
     }
     configs = _configs(sandbox, tmp_path, changed, second="t3")
     started = time.monotonic()
-    with _running(configs) as nodes:
+    with running_nodes(configs) as nodes:
         _converged(servers, nodes, ["t", "t2", "t3", "k"])
         caught_up = time.monotonic() - started
         writes.write("dc1", 20, "k", "t2", "t3")

@@ -186,18 +186,20 @@ wait_ms = 100
 
 @contextmanager
 def running_nodes(
-    configs: dict[str, Path], clocks: dict[str, Callable[[], float]] | None = None
+    configs: dict[str, Path],
+    clocks: dict[str, Callable[[], float]] | None = None,
+    roles: dict[str, str] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Each datacenter's ``drc run`` (drc.node.Node, role all) in this process, stopped and
-    closed on exit; yields the nodes by datacenter. ``clocks``: a datacenter's wall clock, when
-    not the real one (clock skew)."""
+    """Each datacenter's ``drc run`` (drc.node.Node) in this process, stopped and closed on
+    exit; yields the nodes by datacenter. ``clocks``: a datacenter's wall clock, when not the
+    real one (clock skew); ``roles``: a datacenter's role, when not "all"."""
     from drc.config import load_config
     from drc.node import Node
 
     stop = threading.Event()
-    clocks = clocks or {}
+    clocks, roles = clocks or {}, roles or {}
     nodes = {
-        dc: Node(load_config(path), wall_clock=clocks.get(dc, time.time))
+        dc: Node(load_config(path), roles.get(dc, "all"), wall_clock=clocks.get(dc, time.time))
         for dc, path in configs.items()
     }
     try:
