@@ -1,12 +1,15 @@
 """Config text for tests: the smallest valid datacenter config, sections that reach a sandbox
-server, [conflicts] rules, and a helper that writes config text to a file."""
+server, [conflicts] rules, and a helper that writes config text to a file; the smallest config
+object with channels."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from drc.config import DrcConfig
 from drc.sandbox.sandbox import ServerInfo
 
 BASE = """
@@ -73,3 +76,15 @@ def conflicts_toml(*rules: str, priority: Sequence[str] = ("dc1", "dc2")) -> str
     return f"\n[conflicts]\npriority = {json.dumps(list(priority))}\n" + "".join(
         f"\n{rule}" for rule in rules
     )
+
+
+def with_channels(*channels: dict[str, Any]) -> DrcConfig:
+    """dc1's smallest config with one channel per entry of ``channels`` (its keys over the
+    defaults: named c0, c1, ..., from dc2, dc3, ...)."""
+    return DrcConfig.model_validate({
+        "datacenter": {"name": "dc1"},
+        "source": {"user": "drc", "password": "pw"},
+        "replicator": {"buffer_dir": "/tmp/x"},
+        "channels": [{"name": f"c{i}", "origin": f"dc{i + 2}", "remote": ["http://dc2:8641"],
+                      **keys} for i, keys in enumerate(channels)],
+    })  # fmt: skip

@@ -6,16 +6,12 @@ tests/integration/test_online_schema_change.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from drc.apply.osc_pending import TABLE, ReplayOnlineSchemaChange, image, parse, select
 from drc.apply.service import build_parts
-from drc.apply.trigger_guard import LocalTriggerGuard
 from drc.catchup.executor import Job, _TableNames, ddl_chain
 from drc.config import DrcConfig
 from drc.config_channels import ChannelConfig
@@ -35,6 +31,8 @@ from drc.core.osc_replay import (
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.mysql.driver import TargetSettings
+from tests.support.config import with_channels
+from tests.support.guard_session import GuardSession, guarded
 
 
 def _scn(n: int) -> SCN:
@@ -278,13 +276,7 @@ def test_quoted_names_stay_quoted_in_the_cut_over_alter() -> None:
 
 
 def _config(*modes: str) -> DrcConfig:
-    return DrcConfig.model_validate({
-        "datacenter": {"name": "dc1"},
-        "source": {"user": "drc", "password": "pw"},
-        "replicator": {"buffer_dir": "/tmp/x"},
-        "channels": [{"name": f"c{i}", "origin": f"dc{i + 2}", "remote": ["http://dc2:8641"],
-                      "online_schema_change": mode} for i, mode in enumerate(modes)],
-    })  # fmt: skip
+    return with_channels(*({"online_schema_change": mode} for mode in modes))
 
 
 def test_channels_must_agree_on_the_mode() -> None:
@@ -295,48 +287,12 @@ def test_channels_must_agree_on_the_mode() -> None:
         _config("replay", "copy")
 
 
-class _GuardSession:
-    """The trigger guard's session: the trigger still has ``body``; what it runs is kept."""
-
-    def __init__(self, body: str) -> None:
-        self.body = body
-        self.ran: list[SchemaChange] = []
-
-    def query(self, statement: Any, what: str) -> list[tuple[Any, ...]]:
-        return [(self.body,)]
-
-    def commit(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    @contextmanager
-    def ddl_session(self, what: str) -> Iterator[Any]:
-        yield self
-
-    def run(self, change: SchemaChange, timestamp: int = 0) -> None:
-        self.ran.append(change)
-
-
-@dataclass
-class _GuardStats:
-    triggers_guarded: int = 0
-    triggers_unguarded: int = 0
-
-
 def test_the_tools_triggers_stay_unguarded_only_where_channels_replay() -> None:
     tool = PT_OSC_RUN[2]
-    for replays, guarded in ((True, 0), (False, 1)):
-        session, stats = _GuardSession(tool[tool.index("DELETE IGNORE") :]), _GuardStats()
-        guard = LocalTriggerGuard(
-            lambda s=session: s,  # type: ignore[misc]
-            stats,
-            replays_tools=replays,
-        )
-        guard.submit(SchemaChange("db", tool))
-        guard.close()
-        assert (stats.triggers_guarded, len(session.ran)) == (guarded, guarded)
+    for replays, rewritten in ((True, 0), (False, 1)):
+        session = GuardSession(tool[tool.index("DELETE IGNORE") :])
+        stats = guarded(session, tool, schema="db", replays_tools=replays)
+        assert (stats.triggers_guarded, len(session.ran)) == (rewritten, rewritten)
 
 
 def test_a_replaying_channel_selects_the_shadow_tables_of_its_tables() -> None:
