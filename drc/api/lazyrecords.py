@@ -141,7 +141,7 @@ class Joined(_ReadByIndex):
         if index < 0:
             index += len(self)
         part = bisect_right(self._offsets, index)
-        if part >= len(self._parts):
+        if index < 0 or part >= len(self._parts):
             raise IndexError(index)
         return self._parts[part][index - (self._offsets[part - 1] if part else 0)]
 

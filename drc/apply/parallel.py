@@ -84,6 +84,7 @@ class ParallelWriter:
         """On start, after the checkpoint was read: the transactions a group left half-written
         committed beyond it (drc.apply.applied_set)."""
         self._done = applied_set.recover(self.target, self.channel, checkpoint)
+        self.target.commit()  # no read left open (a catch-up keeps this session idle)
 
     def half_written(self) -> bool:
         """Whether parts committed transactions beyond the checkpoint (a group a stop left

@@ -70,3 +70,5 @@ def test_both_lazy_sequences_slice_and_take_negative_indexes_as_a_tuple_does() -
         assert seq[-1] == expected[-1] and seq[-len(expected)] == expected[0]
         with pytest.raises(IndexError):
             seq[len(expected)]
+        with pytest.raises(IndexError):  # never wrapped around twice
+            seq[-len(expected) - 1]
