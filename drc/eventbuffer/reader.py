@@ -33,6 +33,10 @@ from drc.eventbuffer.format import (
 )
 from drc.eventbuffer.segment import Segment
 
+# Record.segment of a record not read from a buffer (the source binlog's, drc.replicator.backfill):
+# a position inside its transaction could not be read again, so a batch never ends inside it.
+SOURCE_SEGMENT = -1
+
 
 @dataclass(frozen=True, slots=True)
 class Record:
