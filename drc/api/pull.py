@@ -15,6 +15,11 @@ Waits are cut into slices of at most :data:`STOP_CHECK_S` so that a stopping ser
 client that went away (``stopped()``) ends the pull early.
 One pass scans at most ``scan_records`` stored records, so a subscriber of a quiet table over a
 long busy stretch gets an answer (an empty batch with ``next`` moved on) in bounded time.
+
+Split pages (``split``, drc.api.batching): the position is (``next``, ``within``); each read
+passes both to the buffer, which then cuts the first transaction at the read's byte bound, so
+a large transaction costs at most a read's bytes at a time, sent or filtered out. A position
+inside a transaction is never served from the source binlog (:class:`BackToSource`: 410).
 """
 
 from __future__ import annotations
