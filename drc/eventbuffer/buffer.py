@@ -26,7 +26,7 @@ from pathlib import Path
 
 from drc.core.errors import BufferStateError, RetriableError
 from drc.core.scn import SCN
-from drc.eventbuffer.reader import Record, SegmentGone, View, too_old
+from drc.eventbuffer.reader import Record, SegmentGone, View, deleted, too_old
 from drc.eventbuffer.retention import KEEP_ALL, Retention
 from drc.eventbuffer.segment import Segment
 from drc.eventbuffer.views import Published, Rescanned, Views
@@ -189,7 +189,7 @@ class EventBuffer:
             except SegmentGone:
                 continue  # retention deleted a segment mid-read: look again with a fresh view
         oldest = self._views.current().oldest_servable
-        if after < oldest or (within and after == oldest):
+        if deleted(after, within, oldest):
             raise too_old(self._directory, after, oldest)
         raise RetriableError(
             f"EventBuffer {self._directory}: retention kept deleting segments during the read "

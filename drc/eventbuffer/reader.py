@@ -106,10 +106,8 @@ def read_batch(
         raise ValueError(f"max_records and max_bytes must be >= 1, got {max_records}, {max_bytes}")
     if within < 0:
         raise ValueError(f"within must be >= 0, got {within}")
-    oldest = view.oldest_servable
-    # Inside a transaction at the oldest servable SCN: retention deleted its first records.
-    if after < oldest or (within and after == oldest and oldest != SCN.ZERO):
-        raise too_old(view.directory, after, oldest)
+    if deleted(after, within, view.oldest_servable):
+        raise too_old(view.directory, after, view.oldest_servable)
     if not view.segments:
         if within:
             raise _not_held(view, after, within)
@@ -169,6 +167,12 @@ def _not_held(view: View, after: SCN, within: int) -> PositionError:
         f"{after}: that position did not come from this buffer; continue from the last "
         "position it answered (or after a whole transaction, within=0)"
     )
+
+
+def deleted(after: SCN, within: int, oldest: SCN) -> bool:
+    """Whether retention deleted records a read at (``after``, ``within``) needs: inside a
+    transaction at the oldest servable SCN, its first records went with an older segment."""
+    return after < oldest or (within > 0 and after == oldest and oldest != SCN.ZERO)
 
 
 def too_old(directory: Path, after: SCN, oldest: SCN) -> ScnTooOldError:

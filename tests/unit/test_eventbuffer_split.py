@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from drc.core.errors import PositionError, ScnTooOldError
 from drc.core.scn import SCN
-from drc.eventbuffer import EventBuffer
+from drc.eventbuffer import EventBuffer, reader
 from tests.support.eventbuffer import SEG, Item, as_items, fill, payload, scn
 
 BIG = 12  # records of the transaction at scn(2)
@@ -110,3 +111,29 @@ def test_inside_a_transaction_retention_deleted_the_start_of_is_too_old(tmp_path
         with pytest.raises(ScnTooOldError):
             buf.read_after(scn(2), 100, 1 << 20, within=BIG - 1)
         assert as_items(buf.read_after(scn(2), 100, 1 << 20)) == items()[-1:]
+
+
+def test_a_read_only_buffer_reads_inside_a_transaction_too(buf: EventBuffer) -> None:
+    with buf, EventBuffer.open_read_only(buf.directory, index_every_bytes=256) as reader:
+        got = reader.read_after(scn(2), 100, 2000, within=4, split=True)
+        assert as_items(got) == items()[5:7]
+        with pytest.raises(PositionError):
+            reader.read_after(scn(2), 100, 2000, within=BIG, split=True)
+
+
+def test_a_position_past_its_transaction_is_refused_without_reading_on(
+    buf: EventBuffer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The skip stops at the first record of another SCN: a huge ``within`` costs no scan of
+    the buffer behind the transaction."""
+    frames = []
+    decode = reader.decode_frame
+
+    def counting(*args: Any) -> Any:
+        frames.append(args[1])
+        return decode(*args)
+
+    monkeypatch.setattr(reader, "decode_frame", counting)
+    with buf, pytest.raises(PositionError):
+        buf.read_after(scn(1), 100, 1 << 20, within=10**6)
+    assert len(frames) <= 3  # scn(1)'s record and scn(2)'s first
