@@ -29,9 +29,10 @@ buffer is above its high-water mark (64 KiB) before each; the next page is read 
 only once the last piece has drained from that buffer into the socket (an empty ``send``), and
 only when the reader budget has room (else the stream waits, sending heartbeats). A page is at
 most the budget's share of one stream (:meth:`ReaderBudget.stream_page_bytes`, and the client's
-``max_bytes``) or one transaction. So a client that stopped reading holds one page, charged to
-the budget until it is written, and about two pieces of transport buffer, however far behind
-it is.
+``max_bytes``) or one transaction; with ``split``, one stored record where that alone is more
+(a page then ends inside its transaction). So a client that stopped reading holds one page,
+charged to the budget until it is written, and about two pieces of transport buffer, however
+far behind it is.
 """
 
 from __future__ import annotations
