@@ -38,8 +38,9 @@ from drc.api.pull import (
     render_records,
 )
 from drc.api.pullquery import BadQuery, PullQuery, parse_pull_query
-from drc.core.errors import PositionError, RetriableError, ScnTooOldError, shown
+from drc.core.errors import RetriableError, ScnTooOldError, shown
 from drc.core.rowfilter import RowFilterColumnError
+from drc.eventbuffer.reader import PositionError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 OFFERED = (wire.MEDIA_JSON, wire.MEDIA_RECORDS)  # the first is the default

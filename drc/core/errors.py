@@ -142,12 +142,6 @@ class ScnTooOldError(FatalError):
         self.oldest = oldest
 
 
-class PositionError(FatalError, ValueError):
-    """A position inside a transaction, ``(after, within)``, that the EventBuffer does not hold:
-    no transaction at ``after``, or one of fewer records than ``within`` and one. Such a position
-    did not come from this buffer (the pull API's 400)."""
-
-
 class BufferLockedError(RetriableError):
     """Another writer holds an EventBuffer directory's lock; retry once it has stopped."""
 

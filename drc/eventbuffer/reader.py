@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 
-from drc.core.errors import CorruptRecordError, PositionError, ScnTooOldError
+from drc.core.errors import CorruptRecordError, FatalError, ScnTooOldError
 from drc.core.scn import SCN
 from drc.eventbuffer.format import (
     FLAG_MORE,
@@ -78,6 +78,13 @@ class View:
             if seg.first_scn is not None:
                 return SCN.from_bytes(seg.first_scn)
         return None
+
+
+class PositionError(FatalError, ValueError):
+    """A position inside a transaction, ``(after, within)``, that the buffer does not hold: no
+    transaction at ``after``, or one of ``within`` records or fewer. Such a position did not
+    come from this buffer (the pull API's 400). Here rather than in drc.core.errors, which the
+    compiled modules' build digests (docs/compiled.md)."""
 
 
 class SegmentGone(Exception):

@@ -14,12 +14,12 @@ from drc.api.batching import BatchBuilder
 from drc.api.pull import BackToSource, Batch, batch_headers, pull, render_json
 from drc.api.pullquery import BadQuery, Limits, PullQuery, Selection, ServerLimits, parse_pull_query
 from drc.core.codec import decode_transaction, encode_transaction
-from drc.core.errors import PositionError, ScnTooOldError
+from drc.core.errors import ScnTooOldError
 from drc.core.events import Op, RowChange, Transaction
 from drc.core.scn import SCN
 from drc.core.tablefilter import TableFilter
 from drc.eventbuffer import EventBuffer
-from drc.eventbuffer.reader import SOURCE_SEGMENT, Record
+from drc.eventbuffer.reader import SOURCE_SEGMENT, PositionError, Record
 from tests.support.api import ORDERS, ins, scn, store, txn
 
 EVERYTHING = Selection()

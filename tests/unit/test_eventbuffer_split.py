@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from drc.core.errors import PositionError, ScnTooOldError
+from drc.core.errors import ScnTooOldError
 from drc.core.scn import SCN
 from drc.eventbuffer import EventBuffer, reader
+from drc.eventbuffer.reader import PositionError
 from tests.support.eventbuffer import SEG, Item, as_items, fill, payload, scn
 
 BIG = 12  # records of the transaction at scn(2)
