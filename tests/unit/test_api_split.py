@@ -4,9 +4,13 @@ transaction too big for max_bytes, at a position (next, within) the next pull co
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from drc.api import pull as pull_module
 from drc.api import wire
@@ -331,3 +335,66 @@ def test_a_pull_inside_the_newest_transaction_reads_its_rest(buffer: EventBuffer
     batch = pull(buffer, query)  # next is the newest SCN, yet not at the end
     assert [decode_transaction(i.record())[0] for i in batch.items] == big(2)[1:]
     assert (batch.next, batch.within) == (scn(2), 0)
+
+
+# -- any stream, any limits: split pages carry exactly what whole batches carry ------------------
+
+
+@st.composite
+def shop(draw: st.DrawFn) -> list[Transaction]:
+    out: list[Transaction] = []
+    for n in range(1, draw(st.integers(1, 8)) + 1):
+        frags = draw(st.integers(1, 5))
+        drc = draw(st.booleans())
+        for f in range(frags):
+            tables = draw(st.lists(st.sampled_from(["orders", "items"]), max_size=3))
+            rows = [ins(t, n * 100 + f * 10 + k) for k, t in enumerate(tables)]
+            out.append(txn(n, *rows, drc=drc, fragment=f, last=f == frags - 1))
+    return out
+
+
+def _paged(
+    buffer: EventBuffer, selection: Selection, limits: Limits, scan: int, split: bool
+) -> list[Transaction]:
+    out: list[Transaction] = []
+    after, within = SCN.ZERO, 0
+    for _ in range(1000):
+        query = PullQuery(after, selection, limits, -1, None, split=split, within=within)
+        batch = pull(buffer, query, scan_records=scan)
+        got = [decode_transaction(i.record())[0] for i in batch.items]
+        if batch.within:
+            assert not got or (got[-1].scn == batch.next and not got[-1].last_fragment)
+        out += got
+        after, within = batch.next, batch.within
+        if after == buffer.last_scn and not within:
+            return out
+    raise AssertionError("the pages never reached the end")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shop(),
+    st.integers(1, 4),
+    st.integers(1, 600),
+    st.integers(1, 6),
+    st.sampled_from(["all", "orders", "skip_drc"]),
+)
+def test_split_pages_carry_what_whole_batches_carry(
+    stream: list[Transaction], max_events: int, max_bytes: int, scan: int, which: str
+) -> None:
+    selection = {
+        "all": Selection(),
+        "orders": Selection(ORDERS),
+        "skip_drc": Selection(ORDERS, skip_drc=True),
+    }[which]
+    with tempfile.TemporaryDirectory() as tmp, EventBuffer.open(Path(tmp) / "buf") as buffer:
+        store(buffer, *stream)
+        whole = _paged(buffer, selection, Limits(100, 1 << 20), 10_000, split=False)
+        split = _paged(buffer, selection, Limits(max_events, max_bytes), scan, split=True)
+    if which == "all":
+        assert split == stream
+    # the same fragments with the same rows, each once, in order ...
+    assert [t for t in split if t.changes] == [t for t in whole if t.changes]
+    # ... and every transaction a fragment of which was sent ends with its last fragment
+    for scn_sent in {t.scn for t in split}:
+        assert [t for t in split if t.scn == scn_sent][-1].last_fragment
