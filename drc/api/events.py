@@ -40,12 +40,20 @@ from drc.api.pull import (
 from drc.api.pullquery import BadQuery, PullQuery, parse_pull_query
 from drc.core.errors import RetriableError, ScnTooOldError, shown
 from drc.core.rowfilter import RowFilterColumnError
+from drc.eventbuffer.reader import PositionError
 
 router = APIRouter(dependencies=[Depends(require_token)])
 OFFERED = (wire.MEDIA_JSON, wire.MEDIA_RECORDS)  # the first is the default
 GONE_STATUS = 499  # never sent: the client hung up
 # What a read may raise that answers the pull (pull_failure); a stream ends with it.
-READ_FAILURES = (RowsOmitted, EpochMismatch, ScnTooOldError, RetriableError, RowFilterColumnError)
+READ_FAILURES = (
+    RowsOmitted,
+    EpochMismatch,
+    ScnTooOldError,
+    PositionError,
+    RetriableError,
+    RowFilterColumnError,
+)
 
 
 @router.get(wire.PATH_EVENTS)
@@ -227,6 +235,8 @@ def pull_failure(deps: ApiDeps, query: PullQuery, exc: Exception) -> ApiError:
             "restored or re-seeded",
             epoch=exc.current,
         )
+    if isinstance(exc, PositionError):
+        return ApiError(400, f"{pullquery.PARAM_WITHIN}: {exc}")
     if isinstance(exc, ScnTooOldError):
         # With back to source, the backfill's message says why the binlog cannot serve it.
         message = (

@@ -15,6 +15,11 @@ Waits are cut into slices of at most :data:`STOP_CHECK_S` so that a stopping ser
 client that went away (``stopped()``) ends the pull early.
 One pass scans at most ``scan_records`` stored records, so a subscriber of a quiet table over a
 long busy stretch gets an answer (an empty batch with ``next`` moved on) in bounded time.
+
+Split pages (``split``, drc.api.batching): the position is (``next``, ``within``); each read
+passes both to the buffer, which then cuts the first transaction at the read's byte bound, so
+a large transaction costs at most a read's bytes at a time, sent or filtered out. A position
+inside a transaction is never served from the source binlog (:class:`BackToSource`: 410).
 """
 
 from __future__ import annotations
@@ -54,7 +59,15 @@ class PullBuffer(Protocol):
     @property
     def last_scn(self) -> SCN | None: ...
 
-    def read_after(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]: ...
+    def read_after(
+        self,
+        after: SCN,
+        max_records: int,
+        max_bytes: int,
+        *,
+        within: int = 0,
+        split: bool = False,
+    ) -> list[Record]: ...
 
     def wait_for_commit(self, after: SCN, timeout_s: float) -> bool: ...
 
@@ -79,16 +92,28 @@ class BackToSource:
     def last_scn(self) -> SCN | None:
         return self._buffer.last_scn
 
-    def read_after(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]:
+    def read_after(
+        self,
+        after: SCN,
+        max_records: int,
+        max_bytes: int,
+        *,
+        within: int = 0,
+        split: bool = False,
+    ) -> list[Record]:
         began = _began(self._buffer)
         if began is not None and SCN.ZERO < after < began:
+            if within:  # came from a buffer, yet older than it: never re-served whole
+                raise _inside_too_old(after, began)
             # Older than the buffer's beginning (a buffer started anew: after a purged binlog,
             # say): what came between is the source's to serve, or 410, never skipped.
             return self._backfill(after, began, max_records, max_bytes)
         try:
-            return self._buffer.read_after(after, max_records=max_records, max_bytes=max_bytes)
+            return self._buffer.read_after(
+                after, max_records=max_records, max_bytes=max_bytes, within=within, split=split
+            )
         except ScnTooOldError as exc:
-            if exc.oldest is None:
+            if exc.oldest is None or within:
                 raise
             return self._backfill(after, exc.oldest, max_records, max_bytes)
 
@@ -99,6 +124,15 @@ class BackToSource:
     def buffered(self) -> PullBuffer:
         """The buffer alone, without going back to the source."""
         return self._buffer
+
+
+def _inside_too_old(after: SCN, began: SCN) -> ScnTooOldError:
+    return ScnTooOldError(
+        f"a position inside the transaction at SCN {after} is older than this buffer, which "
+        f"begins at SCN {began}: it cannot be served again from the source binlog part way; "
+        "resume after a whole transaction or from a snapshot",
+        began,
+    )
 
 
 def _began(buffer: PullBuffer) -> SCN | None:
@@ -126,6 +160,7 @@ class Batch:
     next: SCN
     newest: SCN | None
     transactions: int
+    within: int = 0  # > 0: ``next`` is inside a transaction, its first ``within`` records taken
 
 
 class Pull:
@@ -146,7 +181,9 @@ class Pull:
             raise EpochMismatch(self.epoch)
         self.buffer = buffer
         self.query = query
-        self.builder = BatchBuilder(query.selection, query.limits, query.after)
+        self.builder = BatchBuilder(
+            query.selection, query.limits, query.after, query.within, query.split
+        )
         self._clock = clock
         self._deadline = clock() + query.wait_s
         self._scan_records = scan_records
@@ -194,7 +231,12 @@ class Pull:
     def batch(self) -> Batch:
         builder = self.builder
         return Batch(
-            self.epoch, builder.items, builder.next, self.buffer.last_scn, builder.transactions
+            self.epoch,
+            builder.items,
+            builder.next,
+            self.buffer.last_scn,
+            builder.transactions,
+            builder.within,
         )
 
 
@@ -237,7 +279,7 @@ def _scan(
         if builder.examined >= scan_records:
             return False
         if everything:  # the stored records are the batch: read just what fits
-            count, size = builder.limits.room(builder.transactions, builder.bytes)
+            count, size = builder.room()
         else:
             count, size = min(READ_RECORDS, scan_records - builder.examined), READ_BYTES
         if budget_records is not None:
@@ -245,9 +287,15 @@ def _scan(
                 return None
             count, size = min(count, budget_records), min(size, budget_bytes)
         last = buffer.last_scn
-        if last is not None and builder.next >= last:
+        if last is not None and builder.next >= last and not builder.within:
             return True  # at the end: a read would seek and find nothing (a commit wakes us)
-        records = buffer.read_after(builder.next, max_records=count, max_bytes=size)
+        records = buffer.read_after(
+            builder.next,
+            max_records=count,
+            max_bytes=size,
+            within=builder.within,
+            split=builder.split,
+        )
         if not records:
             return True
         builder.add(records)
@@ -262,19 +310,24 @@ def render_records(batch: Batch) -> bytes:
 
 
 def render_json(batch: Batch) -> bytes:
-    body = {
+    body: dict[str, object] = {
         "epoch": batch.epoch,
         "next": str(batch.next),
         "newest": None if batch.newest is None else str(batch.newest),
         "transactions": [transaction_to_json(item.transaction()) for item in batch.items],
     }
+    if batch.within:
+        body["next_within"] = batch.within
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def batch_headers(batch: Batch) -> dict[str, str]:
-    return {
+    headers = {
         wire.HEADER_EPOCH: batch.epoch,
         wire.HEADER_NEXT: str(batch.next),
         wire.HEADER_NEWEST: "" if batch.newest is None else str(batch.newest),
         wire.HEADER_COUNT: str(len(batch.items)),
     }
+    if batch.within:
+        headers[wire.HEADER_NEXT_WITHIN] = str(batch.within)
+    return headers

@@ -21,6 +21,12 @@ replicator in marker mode refuses the pull at once, and any replicator refuses a
 would hold such a record, with 409 ``rows_omitted``, so no subscriber takes a transaction
 without its rows for one that wrote nothing.
 
+``split`` and ``within`` (split pages): without ``split=1`` every batch holds whole
+transactions. With it, a batch whose first transaction does not fit ``max_bytes`` on its own
+ends inside it, after the records that fit (at least one), and says where with ``next`` (that
+transaction's SCN) and ``next_within`` (how many of its stored records were examined, sent or
+filtered out); the client continues with ``after=next&within=next_within`` (drc.api.wire).
+
 ``wait_ms``: ``-1`` answers with what is there now; ``>0`` waits up to that many ms but answers
 as soon as one matching transaction is there (latency first); ``0`` waits until the batch is
 full (``max_events`` transactions or ``max_bytes`` record bytes), at most the server's
@@ -60,6 +66,11 @@ DRC_APPLIED_MARKER = "marker"
 # (drc.core.rowfilter; the first pattern a table matches wins).
 PARAM_ROWS = "rows"
 MAX_ROWS_PARAM = 16384  # characters of its value
+# Split pages: with split=1 the client takes batches that end inside a transaction (its first
+# transaction cut after the records that fit max_bytes), and within=N (only with split=1)
+# continues inside the transaction at ``after``, its first N stored records examined already.
+PARAM_SPLIT = "split"
+PARAM_WITHIN = "within"
 _KNOWN = (
     PARAM_AFTER,
     PARAM_TABLES,
@@ -70,6 +81,8 @@ _KNOWN = (
     PARAM_SKIP_DRC,
     PARAM_DRC_APPLIED,
     PARAM_ROWS,
+    PARAM_SPLIT,
+    PARAM_WITHIN,
 )
 
 # wait_ms values with a special meaning; any other positive value waits up to that many ms
@@ -231,6 +244,8 @@ class PullQuery:
     wait_ms: int  # WAIT_NONE, WAIT_FULL, or a positive wait (clamped)
     epoch: str | None
     max_wait_ms: int = 0  # the longest this pull may wait, whatever the mode
+    split: bool = False  # batches may end inside a transaction
+    within: int = 0  # > 0 (with split only): inside the transaction at ``after``
 
     @property
     def waits(self) -> bool:
@@ -257,6 +272,14 @@ def parse_pull_query(params: Sequence[tuple[str, str]], server: ServerLimits) ->
     max_events = _int(values, PARAM_MAX_EVENTS, 1, min(DEFAULT_MAX_EVENTS, server.max_events))
     max_bytes = _int(values, PARAM_MAX_BYTES, 1, server.max_bytes)
     wait_ms = _int(values, PARAM_WAIT_MS, WAIT_NONE, WAIT_NONE)
+    split = _bool(values, PARAM_SPLIT)
+    within = _int(values, PARAM_WITHIN, 0, 0)
+    if within and not split:
+        raise BadQuery(
+            f"{PARAM_WITHIN}={within} is a position inside a transaction, which only a pull "
+            f"with {PARAM_SPLIT}=1 gets and may continue from: add {PARAM_SPLIT}=1 or leave "
+            f"{PARAM_WITHIN} out"
+        )
     return PullQuery(
         after=after,
         selection=Selection(
@@ -269,6 +292,8 @@ def parse_pull_query(params: Sequence[tuple[str, str]], server: ServerLimits) ->
         wait_ms=min(wait_ms, server.max_wait_ms) if wait_ms > 0 else wait_ms,
         epoch=_epoch(values),
         max_wait_ms=_longest_wait(wait_ms, server.max_wait_ms),
+        split=split,
+        within=within,
     )
 
 

@@ -6,6 +6,10 @@ more CPU than the transaction it carries; a stream pays it once. Frames are
 each frame), with ``wait_ms`` the heartbeat period (default and at most the server's
 ``max_wait_ms``; -1 and 0 take the default :data:`HEARTBEAT_MS`).
 
+With ``split=1`` the stream's position is (``next``, ``within``) like a split pull's: a batch
+frame may end inside a transaction too big for a page, and its frames (and heartbeats while
+the position is inside one) say ``within`` (:mod:`drc.api.streamwire`).
+
 Like a pull, and with the pull's statuses before the first byte: the bearer token (401), a
 long-poll slot held for the whole stream (429/503), the epoch (409), an SCN older than the
 buffer (410), DRC-applied transactions without their rows (409). Later the stream reads after
@@ -25,9 +29,10 @@ buffer is above its high-water mark (64 KiB) before each; the next page is read 
 only once the last piece has drained from that buffer into the socket (an empty ``send``), and
 only when the reader budget has room (else the stream waits, sending heartbeats). A page is at
 most the budget's share of one stream (:meth:`ReaderBudget.stream_page_bytes`, and the client's
-``max_bytes``) or one transaction. So a client that stopped reading holds one page, charged to
-the budget until it is written, and about two pieces of transport buffer, however far behind
-it is.
+``max_bytes``) or one transaction; with ``split``, one stored record where that alone is more
+(a page then ends inside its transaction). So a client that stopped reading holds one page,
+charged to the budget until it is written, and about two pieces of transport buffer, however
+far behind it is.
 """
 
 from __future__ import annotations
@@ -127,6 +132,7 @@ class StreamLoop:
         self.query = dataclasses.replace(query, limits=Limits(query.limits.max_events, page))
         self.heartbeat_s = heartbeat_s(query, deps.limits.max_wait_ms)
         self.next = query.after
+        self.within = query.within  # > 0 (split streams): inside the transaction at ``next``
         self.newest: SCN | None = None
         self.buffer = deps.pull_buffer()
         self.charge = Charge(deps.budget)  # the page read and not yet written
@@ -149,7 +155,14 @@ class StreamLoop:
         pages = self.deps.pages
         key = None
         if self._epoch is None and self._shared:
-            key = (self.next, self.buffer.last_scn, self.query.selection, self.query.limits)
+            key = (
+                self.next,
+                self.within,
+                self.buffer.last_scn,
+                self.query.selection,
+                self.query.limits,
+                self.query.split,
+            )
             page = pages.ready(key)
             if page is not None:
                 return self._charged(page)
@@ -177,7 +190,9 @@ class StreamLoop:
 
     def _scan_inline(self) -> tuple[Pull, Scanned | None]:
         """The scan, if a few records made it (no await: on the event loop)."""
-        query = dataclasses.replace(self.query, after=self.next, epoch=self._epoch)
+        query = dataclasses.replace(
+            self.query, after=self.next, within=self.within, epoch=self._epoch
+        )
         state = Pull(self.buffer, query)
         self._epoch = None
         if state.scan_inline():
@@ -217,13 +232,14 @@ class StreamLoop:
                 if scanned.count:
                     await self._send_batch(scanned, send)
                     last_sent = self._clock()
-                self.next, self.newest, more = scanned.next, scanned.newest, scanned.more
+                self.next, self.within = scanned.next, scanned.within
+                self.newest, more = scanned.newest, scanned.more
                 scanned = None
             if self._clock() - last_sent >= self.heartbeat_s:
-                await send(streamwire.heartbeat_frame(self.next, self.newest))
+                await send(streamwire.heartbeat_frame(self.next, self.newest, self.within))
                 last_sent = self._clock()
             try:
-                if not more:
+                if not more and not self.within:  # inside a transaction: its rest is there
                     due = last_sent + self.heartbeat_s - self._clock()
                     with metrics.waiting():
                         await self.commits.wait(self.next, max(min(due, STOP_CHECK_S), 0))
@@ -256,7 +272,9 @@ class StreamLoop:
             self.deps.metrics.compressed(scanned.size, len(data))
         else:  # the head, then the records as they are: no copy of the page
             data = scanned.records
-            head = streamwire.batch_head(scanned.next, scanned.newest, scanned.count, len(data))
+            head = streamwire.batch_head(
+                scanned.next, scanned.newest, scanned.count, len(data), scanned.within
+            )
         await send(head + data[:CHUNK_BYTES])
         for start in range(CHUNK_BYTES, len(data), CHUNK_BYTES):
             await anyio.lowlevel.checkpoint()  # one piece per stream per turn of the loop
@@ -274,7 +292,7 @@ class StreamLoop:
         scanned: list[Scanned] = []
         failed: list[Exception] = []
         done = anyio.Event()
-        next_scn = self.next
+        next_scn, within = self.next, self.within
 
         async def scan() -> None:
             try:
@@ -290,7 +308,7 @@ class StreamLoop:
                 with anyio.move_on_after(self.heartbeat_s):
                     await done.wait()
                 if not done.is_set():
-                    await send(streamwire.heartbeat_frame(next_scn, newest))
+                    await send(streamwire.heartbeat_frame(next_scn, newest, within))
         if failed:
             raise failed[0]
         return scanned[0]
@@ -324,6 +342,7 @@ class Scanned:
     count: int
     more: bool  # the scan stopped before the buffer's end: read on at once
     records: bytes
+    within: int = 0  # > 0: ``next`` is inside a transaction (split streams)
     _packed: bytes | None = None  # the compressed frame, once a stream asked for it
 
     @property
@@ -335,14 +354,15 @@ class Scanned:
         streams sharing this page."""
         if self._packed is None:
             self._packed = streamwire.batch_frame(
-                self.next, self.newest, self.count, self.records, compress=True
+                self.next, self.newest, self.count, self.records, True, self.within
             )
         return self._packed
 
     @classmethod
     def of(cls, state: Pull) -> Scanned:
         batch = state.batch()
-        return cls(batch.next, batch.newest, len(batch.items), state.more, render_records(batch))
+        records = render_records(batch)
+        return cls(batch.next, batch.newest, len(batch.items), state.more, records, batch.within)
 
 
 def _scan(state: Pull) -> Scanned:

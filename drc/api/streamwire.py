@@ -9,18 +9,24 @@ each ``kind (1 byte) | length (4 bytes, big-endian) | body (length bytes)``:
 - :data:`BATCH` ``B``: ``meta length (2 bytes) | "next newest count" (ASCII) | records``, the
   records exactly as a records-form pull returns them (drc.core.codec records, whole
   transactions, in SCN order); ``next`` and ``newest`` mean what the pull's ``X-DRC-Next`` and
-  ``X-DRC-Newest`` mean (``-``: the buffer is empty), ``count`` is the number of records.
+  ``X-DRC-Newest`` mean (``-``: the buffer is empty), ``count`` is the number of records. On a
+  stream with ``split=1`` a batch may end inside a transaction: its meta is then
+  ``"next newest count within"``, ``within`` (> 0) meaning what the pull's
+  ``X-DRC-Next-Within`` means (the batch's records end with a fragment that is not the last).
 - :data:`COMPRESSED` ``Z``: a batch frame's body LZ4-compressed (drc.api.wire.compress_body),
   sent only on a stream whose client asked for it (``X-DRC-Compression: lz4``, repeated on the
   answer) and only when it shrinks the frame.
 - :data:`HEARTBEAT` ``H``: ``"next newest"``, sent when no batch went out for ``wait_ms``:
   ``next`` has moved past transactions the filter left out, ``newest`` is the replicator's last
-  committed SCN (liveness and lag while nothing matches).
+  committed SCN (liveness and lag while nothing matches); ``"next newest within"`` while the
+  stream's position is inside a transaction (a split stream filtering a large one out).
 - :data:`END` ``E``: the JSON error body of the pull API (``{"error": code, "message": ...}``),
   last: the server is stopping, its group's term or this member's role changed, or reading
   failed (a reconnect from the last ``next`` gets the pull's own status for it).
 
-A subscriber continues from the ``next`` of the last frame it took, exactly as from a pull's.
+A subscriber continues from the ``next`` (and ``within``) of the last frame it took, exactly as
+from a pull's. A parser reads both forms of each meta; :attr:`Frame.within` is 0 for the short
+one.
 """
 
 from __future__ import annotations
@@ -74,13 +80,19 @@ class Frame:
     end: dict[str, Any] | None = None
     records: bytes = b""  # the records as sent, for copies (group followers)
     ends: tuple[int, ...] = ()  # where each record ends in ``records``
+    within: int = 0  # > 0: ``next`` is inside a transaction, its first ``within`` records taken
 
 
 def batch_frame(
-    next_scn: SCN, newest: SCN | None, count: int, records: bytes, compress: bool = False
+    next_scn: SCN,
+    newest: SCN | None,
+    count: int,
+    records: bytes,
+    compress: bool = False,
+    within: int = 0,
 ) -> bytes:
     """A batch frame; with ``compress``, a COMPRESSED one when that makes it smaller."""
-    meta = f"{next_scn} {_scn_text(newest)} {count}".encode("ascii")
+    meta = _meta(next_scn, newest, count, within)
     body_len = _META.size + len(meta) + len(records)
     if compress:
         packed = wire.compress_body(b"".join((_META.pack(len(meta)), meta, records)))
@@ -89,17 +101,36 @@ def batch_frame(
     return b"".join((_HEAD.pack(BATCH, body_len), _META.pack(len(meta)), meta, records))
 
 
-def batch_head(next_scn: SCN, newest: SCN | None, count: int, records_len: int) -> bytes:
+def batch_head(
+    next_scn: SCN, newest: SCN | None, count: int, records_len: int, within: int = 0
+) -> bytes:
     """An uncompressed batch frame up to its records, which follow it (the server sends them
     in pieces)."""
-    meta = f"{next_scn} {_scn_text(newest)} {count}".encode("ascii")
+    meta = _meta(next_scn, newest, count, within)
     body_len = _META.size + len(meta) + records_len
     return b"".join((_HEAD.pack(BATCH, body_len), _META.pack(len(meta)), meta))
 
 
-def heartbeat_frame(next_scn: SCN, newest: SCN | None) -> bytes:
-    meta = f"{next_scn} {_scn_text(newest)}".encode("ascii")
+def heartbeat_frame(next_scn: SCN, newest: SCN | None, within: int = 0) -> bytes:
+    meta = f"{next_scn} {_scn_text(newest)}{_within_text(within)}".encode("ascii")
     return _HEAD.pack(HEARTBEAT, len(meta)) + meta
+
+
+def _meta(next_scn: SCN, newest: SCN | None, count: int, within: int) -> bytes:
+    return f"{next_scn} {_scn_text(newest)} {count}{_within_text(within)}".encode("ascii")
+
+
+def _within_text(within: int) -> str:
+    return f" {within}" if within else ""
+
+
+def _within(tokens: list[str], short: int) -> int:
+    """The optional last token of a meta of ``short`` tokens or one more."""
+    if len(tokens) == short:
+        return 0
+    if len(tokens) != short + 1 or not tokens[-1].isascii() or not tokens[-1].isdigit():
+        raise BrokenStream(f"a frame meta of {len(tokens)} tokens: {' '.join(tokens)[:80]!r}")
+    return int(tokens[-1])
 
 
 def end_frame(code: str, message: str, **extra: Any) -> bytes:
@@ -154,17 +185,27 @@ def parse_frame(kind: bytes, body: memoryview) -> Frame:
         if kind == BATCH:
             (meta_len,) = _META.unpack_from(body)
             start = _META.size + meta_len
-            next_text, newest_text, count_text = bytes(body[_META.size : start]).decode().split()
+            tokens = bytes(body[_META.size : start]).decode().split()
+            within = _within(tokens, 3)
+            next_text, newest_text, count_text = tokens[:3]
             records = bytes(body[start:])
             txns, ends = _split(records)
             if len(txns) != int(count_text):
                 raise BrokenStream(f"a batch frame says {count_text} records but holds {len(txns)}")
             return Frame(
-                SCN.parse(next_text), _scn(newest_text), txns, len(records), None, records, ends
+                SCN.parse(next_text),
+                _scn(newest_text),
+                txns,
+                len(records),
+                None,
+                records,
+                ends,
+                within,
             )
         if kind == HEARTBEAT:
-            next_text, newest_text = bytes(body).decode().split()
-            return Frame(SCN.parse(next_text), _scn(newest_text))
+            tokens = bytes(body).decode().split()
+            within = _within(tokens, 2)
+            return Frame(SCN.parse(tokens[0]), _scn(tokens[1]), within=within)
         if kind == END:
             data = json.loads(bytes(body))
             if not isinstance(data, dict):

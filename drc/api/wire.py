@@ -8,7 +8,8 @@ of a pull (parameters, their values, defaults and meaning) is :mod:`drc.api.pull
 - JSON (default, :data:`MEDIA_JSON`)::
 
       {"epoch": "<buffer uuid>", "next": "c:s:i:p", "newest": "c:s:i:p" | null,
-       "transactions": [drc.core.jsonwire.transaction_to_json(txn), ...]}
+       "transactions": [drc.core.jsonwire.transaction_to_json(txn), ...],
+       "next_within": N}   (only when N > 0, see split pages below)
 
 - Records (``Accept: application/x-drc-records``, :data:`MEDIA_RECORDS`; the Accept header is
   negotiated with q-values and wildcards, JSON on a tie, 406 when neither form is acceptable,
@@ -25,6 +26,12 @@ A transaction is complete at its ``last_fragment`` record; with a table filter, 
 empty are dropped (so ``fragment`` numbers may skip) but the last one is always sent.
 With no ``tables`` and no ``skip_drc`` every stored record is sent as stored, including the
 replicator's empty progress markers (no changes, no DDL), so followers copy the buffer exactly.
+
+Split pages (a pull with ``split=1``, drc.api.pullquery): a batch may end inside a transaction
+too big for ``max_bytes``; then ``next`` is that transaction's SCN and ``next_within`` (JSON)
+or :data:`HEADER_NEXT_WITHIN` (records form) the number of its stored records examined so far,
+sent or filtered out, in this and earlier batches. Both are absent when it is 0 (the batch ends
+after a whole transaction). The next pull passes ``after=next&within=next_within``.
 
 Compression (for long, thin links): a client that sends :data:`HEADER_COMPRESSION` ``lz4``
 may get a records body LZ4-compressed (:func:`compress_body`: the LZ4 block format with its
@@ -66,6 +73,9 @@ HEADER_EPOCH = "X-DRC-Epoch"
 HEADER_NEXT = "X-DRC-Next"
 HEADER_NEWEST = "X-DRC-Newest"
 HEADER_COUNT = "X-DRC-Count"
+# With split=1: the batch ends inside the transaction at X-DRC-Next, its first N stored records
+# examined (the next pull's ``within``); sent only when N > 0.
+HEADER_NEXT_WITHIN = "X-DRC-Next-Within"
 # The leadership term of the replicator group under which the serving member's buffer was
 # last written (drc.core.term); absent when the replicator runs without a group.
 HEADER_TERM = "X-DRC-Term"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from drc.core.errors import BufferStateError, RetriableError
 from drc.core.scn import SCN
-from drc.eventbuffer.reader import Record, SegmentGone, View, too_old
+from drc.eventbuffer.reader import Record, SegmentGone, View, deleted, too_old
 from drc.eventbuffer.retention import KEEP_ALL, Retention
 from drc.eventbuffer.segment import Segment
 from drc.eventbuffer.views import Published, Rescanned, Views
@@ -163,23 +163,33 @@ class EventBuffer:
     # -- reading -------------------------------------------------------------------------
 
     def read_after(
-        self, after: SCN, max_records: int = 1000, max_bytes: int = 4 << 20
+        self,
+        after: SCN,
+        max_records: int = 1000,
+        max_bytes: int = 4 << 20,
+        *,
+        within: int = 0,
+        split: bool = False,
     ) -> list[Record]:
-        """The committed records with SCN > ``after``: whole transactions, bounded by
-        ``max_records`` and ``max_bytes`` except that the first is always returned whole.
+        """The committed records after the position ``(after, within)`` (``within`` > 0: inside
+        the transaction at ``after``, its first ``within`` records taken): whole transactions,
+        bounded by ``max_records`` and ``max_bytes`` except that the first is always returned
+        whole; with ``split`` the first is cut after the records that fit ``max_bytes``
+        (drc.eventbuffer.reader).
 
-        Raises ScnTooOldError if retention deleted records after ``after`` and
-        CorruptRecordError (naming segment file and offset) for a record failing its checks.
+        Raises ScnTooOldError if retention deleted records after ``after``, PositionError for
+        a ``within`` the transaction at ``after`` does not have, and CorruptRecordError (naming
+        segment file and offset) for a record failing its checks.
         """
         if not isinstance(after, SCN):
             raise TypeError(f"after must be an SCN, got {type(after).__name__}")
         for _ in range(_READ_RETRIES):
             try:
-                return self._views.read(after, max_records, max_bytes)
+                return self._views.read(after, max_records, max_bytes, within, split)
             except SegmentGone:
                 continue  # retention deleted a segment mid-read: look again with a fresh view
         oldest = self._views.current().oldest_servable
-        if after < oldest:
+        if deleted(after, within, oldest):
             raise too_old(self._directory, after, oldest)
         raise RetriableError(
             f"EventBuffer {self._directory}: retention kept deleting segments during the read "

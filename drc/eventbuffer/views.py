@@ -43,8 +43,10 @@ class Views:
         """The newest View there is (the current one, unless another process writes)."""
         return self.current()
 
-    def read(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]:
-        return read_batch(self.current(), after, max_records, max_bytes)
+    def read(
+        self, after: SCN, max_records: int, max_bytes: int, within: int = 0, split: bool = False
+    ) -> list[Record]:
+        return read_batch(self.current(), after, max_records, max_bytes, within=within, split=split)
 
     def wait_past(self, after: SCN, deadline: float) -> bool:
         """Whether a record with SCN > ``after`` is committed by ``deadline`` (monotonic)."""
@@ -139,9 +141,13 @@ class Rescanned(Views):
             self.view = scanned_view(directory, self._meta, segments)
             return self.view
 
-    def read(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]:
+    def read(
+        self, after: SCN, max_records: int, max_bytes: int, within: int = 0, split: bool = False
+    ) -> list[Record]:
         with self._lock:
-            return read_batch(self.fresh(), after, max_records, max_bytes)
+            return read_batch(
+                self.fresh(), after, max_records, max_bytes, within=within, split=split
+            )
 
     def wait_past(self, after: SCN, deadline: float) -> bool:
         while True:

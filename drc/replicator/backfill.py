@@ -24,14 +24,13 @@ from drc.core.codec import encode_transaction
 from drc.core.errors import ScnTooOldError
 from drc.core.events import Transaction
 from drc.core.scn import SCN
-from drc.eventbuffer.reader import Record
+from drc.eventbuffer.reader import SOURCE_SEGMENT, Record
 from drc.replicator.assembler import Committed, TransactionAssembler
 from drc.replicator.replicator import Replicator
 from drc.replicator.session_start import SessionStart
 from drc.replicator.source import BinlogStream, inspect_source
 from drc.replicator.spill import FileSpill
 
-SOURCE_SEGMENT = -1  # Record.segment of a record read from the source, not the buffer
 _FILE_START = 4
 
 

@@ -96,16 +96,21 @@ def _workload(server: ServerInfo, seed: int) -> None:
     conn.close()
 
 
-def _pull_all(url: str, binary: bool, **params: Any) -> list[Transaction]:
-    """Every transaction from SCN zero to the replicator's newest, in batches."""
+def _pull_all(
+    url: str, binary: bool, cuts: list[int] | None = None, **params: Any
+) -> list[Transaction]:
+    """Every transaction from SCN zero to the replicator's newest, in batches (with
+    ``split=1``, batches that may end inside a transaction: continued with ``within``)."""
     headers = {**AUTH, "Accept": wire.MEDIA_RECORDS} if binary else AUTH
     out: list[Transaction] = []
-    after, epoch = "0:0:0:0", None
+    after, epoch, within = "0:0:0:0", None, 0
     with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
         while True:
             query = {"after": after, "max_events": 37, **params}
             if epoch is not None:  # the buffer must stay the one read so far
                 query["epoch"] = epoch
+            if within:
+                query["within"] = within
             response = client.get(wire.PATH_EVENTS, params=query)
             assert response.status_code == 200, response.text
             if binary:
@@ -115,12 +120,18 @@ def _pull_all(url: str, binary: bool, **params: Any) -> list[Transaction]:
                     response.headers[wire.HEADER_EPOCH],
                 )
                 newest = response.headers[wire.HEADER_NEWEST]
+                within = int(response.headers.get(wire.HEADER_NEXT_WITHIN, "0"))
             else:
                 body = response.json()
                 batch = [transaction_from_json(t) for t in body["transactions"]]
                 after, epoch, newest = body["next"], body["epoch"], body["newest"]
+                within = body.get("next_within", 0)
+            if within:  # the batch ends inside the transaction at next
+                assert batch and str(batch[-1].scn) == after and not batch[-1].last_fragment
+                if cuts is not None:
+                    cuts.append(within)
             out += batch
-            if after == newest:
+            if after == newest and not within:
                 return out
 
 
@@ -180,11 +191,23 @@ def test_subscribers_read_exactly_the_source_stream(
     big = [t for t in as_json if t.scn == next(t.scn for t in as_json if t.fragment > 0)]
     assert len(big) >= 5 and [t.last_fragment for t in big] == [False] * (len(big) - 1) + [True]
     assert any("CREATE TABLE api_db.d" in d.statement for t in as_json for d in t.ddl)
+    # split pages: the big transaction in pages of about max_bytes, the same stream
+    small = {"split": 1, "max_bytes": 1500}
+    cuts: list[int] = []
+    assert _pull_all(url, binary=True, cuts=cuts, **small) == as_json
+    assert cuts == list(range(1, len(big))), "one fragment a page"
+    assert _pull_all(url, binary=False, **small) == as_json
 
     only_u = [(g, [r for r in rows if r[0] == "u"]) for g, rows in expected]
     filtered = _pull_all(url, binary=True, tables="api_db.u")
     assert _by_transaction(filtered) == [(g, rows) for g, rows in only_u if rows]
     assert _pull_all(url, binary=False, tables="api_db.u") == filtered
+    split_t = _pull_all(url, binary=True, tables="api_db.t", **small)
+    assert _by_transaction(split_t) == [
+        (g, [r for r in rows if r[0] == "t"])
+        for g, rows in expected
+        if any(r[0] == "t" for r in rows)
+    ]
 
     only_t = [(g, [r for r in rows if r[0] == "t"]) for g, rows in expected]
     assert _by_transaction(live) == [(g, rows) for g, rows in only_t if rows]

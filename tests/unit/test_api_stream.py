@@ -230,8 +230,8 @@ def test_a_slow_client_holds_the_stream_to_one_frame(buffer: EventBuffer) -> Non
     reads: list[int] = []
     read_after = buffer.read_after
 
-    def counting(after: SCN, max_records: int, max_bytes: int) -> Any:
-        found = read_after(after, max_records=max_records, max_bytes=max_bytes)
+    def counting(after: SCN, max_records: int, max_bytes: int, **position: Any) -> Any:
+        found = read_after(after, max_records=max_records, max_bytes=max_bytes, **position)
         reads.append(len(found))
         return found
 
@@ -292,7 +292,7 @@ def test_a_position_the_buffer_no_longer_holds_ends_with_the_pulls_410(
     async def main() -> None:
         scanned = await loop.scan()
 
-        def too_old(after: SCN, max_records: int, max_bytes: int) -> Any:
+        def too_old(after: SCN, max_records: int, max_bytes: int, **_position: Any) -> Any:
             from drc.core.errors import ScnTooOldError
 
             raise ScnTooOldError("gone", scn(1))

@@ -17,7 +17,9 @@ class _Buffer:
     epoch = "e"
     last_scn = SCN(1, 1, 3, 900)
 
-    def read_after(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]:
+    def read_after(
+        self, after: SCN, max_records: int, max_bytes: int, *, within: int = 0, split: bool = False
+    ) -> list[Record]:
         if after < OLDEST:
             raise ScnTooOldError("too old", OLDEST)
         return [Record(SCN(1, 1, 3, 900), b"buffer", 0, False, 1, 64)]

@@ -26,7 +26,9 @@ class Buffer:
     last_scn: SCN | None = None
     reads: list[SCN] = field(default_factory=list)
 
-    def read_after(self, after: SCN, max_records: int, max_bytes: int) -> list[Record]:
+    def read_after(
+        self, after: SCN, max_records: int, max_bytes: int, *, within: int = 0, split: bool = False
+    ) -> list[Record]:
         self.reads.append(after)
         return [Record(scn(500), b"x", 0, False, 0, 0)]
 
