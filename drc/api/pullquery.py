@@ -59,6 +59,8 @@ DRC_APPLIED_MARKER = "marker"
 # A subscriber's row filters: a JSON object {"db.table pattern": "predicate"}
 # (drc.core.rowfilter; the first pattern a table matches wins).
 PARAM_ROWS = "rows"
+PARAM_SPLIT = "split"
+PARAM_WITHIN = "within"
 MAX_ROWS_PARAM = 16384  # characters of its value
 _KNOWN = (
     PARAM_AFTER,

@@ -74,6 +74,7 @@ class Frame:
     end: dict[str, Any] | None = None
     records: bytes = b""  # the records as sent, for copies (group followers)
     ends: tuple[int, ...] = ()  # where each record ends in ``records``
+    within: int = 0  # > 0: ``next`` is inside that transaction (a split page)
 
 
 def batch_frame(

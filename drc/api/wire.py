@@ -64,6 +64,7 @@ MEDIA_SEGMENT = "application/x-drc-segment"  # a segment file's bytes (drc.event
 
 HEADER_EPOCH = "X-DRC-Epoch"
 HEADER_NEXT = "X-DRC-Next"
+HEADER_NEXT_WITHIN = "X-DRC-Next-Within"  # a split page ends inside a transaction (pullquery)
 HEADER_NEWEST = "X-DRC-Newest"
 HEADER_COUNT = "X-DRC-Count"
 # The leadership term of the replicator group under which the serving member's buffer was
