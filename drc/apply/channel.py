@@ -212,7 +212,8 @@ class ApplyChannel:
         group = Group(checkpoint=self._applied)
         self._large.reset()  # rolled back with the attempt that failed, or never opened
         while not self._stop.is_set():
-            self.actions.obey(self, group)
+            if group.inside is None:  # requests wait for the end of a split transaction
+                self.actions.obey(self, group)
             batch = self.source.get(subscriber, group.remaining_s(self._limits, self._clock()))
             if batch is None:
                 if group.due(self._limits, self._clock()):
@@ -225,11 +226,15 @@ class ApplyChannel:
             for txn in batch.transactions:
                 self._take(txn, self._through(chain, txn, group), group)
             subscriber.ack(batch)
-            group.consumed(batch.next, batch.epoch)
+            if not group.consumed(batch.next, batch.epoch, getattr(batch, "within", 0)):
+                continue  # it ended inside a transaction (split pages): nothing to commit
             caught_up = batch.newest is None or batch.next >= batch.newest
             if caught_up or group.due(self._limits, self._clock()):
                 self._flush(group)
             self._maintain(group)
+        if group.inside is not None:  # stopped inside a transaction: none of it lands
+            self._large.abandon(Stopped())
+            group.drop(group.inside)
         self._flush(group)  # on stop: what was received is complete transactions; keep it
 
     def _through(self, chain: Stage, txn: Transaction, group: Group) -> Transaction | None:
@@ -364,14 +369,8 @@ class ApplyChannel:
         self.source.read_windows()
 
     def _record(self, group: Group, written: Written) -> None:
-        stats = self.stats
-        stats.commits += 1 + written.parts
-        stats.parallel_parts += written.parts
-        stats.transactions += group.complete
-        stats.add(written.effects)
-        stats.add_conflicts(written.conflict_tables, written.replays)
-        stats.last_scn = self._applied
-        stats.ddl_skipped = self.source.ddl_skipped
+        self.stats.committed(written, group.complete, self._applied)
+        self.stats.ddl_skipped = self.source.ddl_skipped
 
     # ------------------------------------------------------------------ operator actions
 

@@ -60,6 +60,9 @@ class Group:
     opened_at: float | None = None
     checkpoint: SCN | None = None
     epoch: str | None = None
+    # The last batch ended inside this source transaction (split pages, drc.client.subscriber):
+    # the group may not close before its last fragment, whatever its delay.
+    inside: SCN | None = None
 
     def add(self, txn: Transaction, now: float) -> None:
         """Queue what the chain left of one fragment (or whole transaction) for writing."""
@@ -109,11 +112,17 @@ class Group:
         if wrote:
             self.complete += 1
 
-    def consumed(self, next_scn: SCN, epoch: str) -> None:
-        """A batch was taken whole: everything up to its ``next`` is accounted for."""
+    def consumed(self, next_scn: SCN, epoch: str, within: int = 0) -> bool:
+        """A batch was taken whole: everything up to its ``next`` is accounted for; False if
+        it ended inside the transaction at ``next`` (``within`` > 0), which is then no
+        position to record."""
+        self.epoch = epoch
+        self.inside = next_scn if within else None
+        if within:
+            return False
         if self.checkpoint is None or next_scn > self.checkpoint:
             self.checkpoint = next_scn
-        self.epoch = epoch
+        return True
 
     @property
     def writes(self) -> bool:
@@ -123,10 +132,11 @@ class Group:
         return self.complete >= limits.max_txns or self.bytes >= limits.max_bytes
 
     def due(self, limits: GroupLimits, now: float) -> bool:
-        return self.opened_at is not None and now - self.opened_at >= limits.max_delay_s
+        opened = self.opened_at
+        return opened is not None and self.inside is None and now - opened >= limits.max_delay_s
 
     def remaining_s(self, limits: GroupLimits, now: float) -> float | None:
-        if self.opened_at is None:
+        if self.opened_at is None or self.inside is not None:
             return None
         return max(0.0, limits.max_delay_s - (now - self.opened_at))
 

@@ -78,6 +78,8 @@ def default_subscriber(channel: ChannelConfig, after: SCN) -> SubscriberLike:
         verify=channel.https_verify(),
         stream=channel.transport == "stream",
         compression=channel.compression,
+        # A large transaction in pages of max_bytes: neither side holds all of it.
+        split=True,
     )
 
 

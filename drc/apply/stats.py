@@ -4,9 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from drc.apply.plan import Effects
 from drc.core.scn import SCN
+
+
+class Committed(Protocol):
+    """What one committed group did (drc.apply.writer.Written)."""
+
+    @property
+    def effects(self) -> Effects: ...
+    @property
+    def conflict_tables(self) -> list[str]: ...
+    @property
+    def replays(self) -> int: ...
+    @property
+    def parts(self) -> int: ...
 
 
 @dataclass
@@ -32,6 +46,15 @@ class ApplyStats(Effects):
     @property
     def idempotent_fixes(self) -> int:
         return self.fixes
+
+    def committed(self, written: Committed, transactions: int, last_scn: SCN) -> None:
+        """A group of ``transactions`` source transactions committed up to ``last_scn``."""
+        self.commits += 1 + written.parts
+        self.parallel_parts += written.parts
+        self.transactions += transactions
+        self.add(written.effects)
+        self.add_conflicts(written.conflict_tables, written.replays)
+        self.last_scn = last_scn
 
     def add_conflicts(self, tables: Iterable[str], replays: int) -> None:
         """Where a committed group's conflicts were (``db.table`` each), and its replays."""

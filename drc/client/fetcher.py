@@ -40,6 +40,12 @@ hung, behind a half-open link) for a timeout once ZooKeeper has given up on it.
 Pages are checked against the contract before they are returned: transactions after the
 requested SCN, in SCN order, fragments of one SCN in order and complete within the page, and
 ``next`` not behind them. A page that breaks it raises ProtocolError rather than risking a gap.
+
+Split pages (``split=1`` in the parameters, drc.api.pullquery): a page may end inside a large
+transaction, saying so with ``within`` (the records of it taken so far); the next page is asked
+for after the same SCN with that ``within`` and starts with the rest of that transaction. So a
+transaction of any size crosses in pages of ``max_bytes``, and a reconnect in the middle of one
+asks only for what did not arrive.
 """
 
 from __future__ import annotations
@@ -55,7 +61,12 @@ import httpx
 
 from drc.api import lazyrecords, pullquery
 from drc.client import discovery, http
-from drc.client.errors import BufferRebuiltError, PositionTooOldError, ProtocolError
+from drc.client.errors import (
+    ApiRequestError,
+    BufferRebuiltError,
+    PositionTooOldError,
+    ProtocolError,
+)
 from drc.client.stream import StreamSource, stream_params
 from drc.core.retry import Backoff
 from drc.core.scn import SCN
@@ -113,6 +124,7 @@ class Fetcher:
         self._current = 0
         self._epochs: dict[str, str] = {}
         self._busy_until: dict[str, float] = {}  # URL -> when to long-poll it again
+        self._whole_pages: set[str] = set()  # URLs that refused split pages (older servers)
         self.last_errors: dict[str, str] = {}
         self.failing_since: float | None = None
         # When a URL last answered: a request that timed out was silent since then, not
@@ -122,8 +134,12 @@ class Fetcher:
         self._watches = [watch(spec, self._leader_moved) for spec in groups]
         self.urls = discovery.expand(urls, self._resolve) if groups else self._specs
 
-    def fetch(self, after: SCN, cancelled: threading.Event) -> tuple[str, http.Page]:
-        """The next page after ``after`` and the URL that served it; retries until it has one."""
+    def fetch(
+        self, after: SCN, cancelled: threading.Event, within: int = 0
+    ) -> tuple[str, http.Page]:
+        """The next page after ``after`` (inside its transaction, after ``within`` records,
+        when > 0: a split page's position) and the URL that served it; retries until it has
+        one."""
         delays = self._backoff.delays()  # waits after whole rounds of failures
         failed_in_round, too_old, later = 0, {}, 0.0
         while True:
@@ -133,7 +149,7 @@ class Fetcher:
                 self._rediscover()
             url = self.current_url
             try:
-                return url, self._try(url, after, cancelled)
+                return url, self._try(url, after, cancelled, within)
             except http.Busy as exc:
                 if self._note_busy(url, exc):
                     continue  # at once: the next attempt does not wait, so it is not refused
@@ -199,26 +215,37 @@ class Fetcher:
         with self._lock:
             return self._epochs.get(url)
 
-    def _try(self, url: str, after: SCN, cancelled: threading.Event) -> http.Page:
+    def _try(self, url: str, after: SCN, cancelled: threading.Event, within: int = 0) -> http.Page:
         if discovery.is_group(url):
             raise http.Transient(f"no member of the group {url} found in its ZooKeeper yet")
-        for _ in range(2):  # a second pass only after forgetting a rebuilt buffer's epoch
+        for _ in range(3):  # again after forgetting a rebuilt buffer's epoch, or split pages
             expected = self.epoch(url)
             params = dict(self._params, **{pullquery.PARAM_AFTER: str(after)})
+            if within:
+                params[pullquery.PARAM_WITHIN] = str(within)
+            if url in self._whole_pages:
+                params.pop(pullquery.PARAM_SPLIT, None)
             if expected is not None:
                 params[pullquery.PARAM_EPOCH] = expected
             busy = self._busy(url)
             if busy:
                 params[pullquery.PARAM_WAIT_MS] = str(pullquery.WAIT_NONE)
             try:
-                page = self._get(url, after, params, busy, cancelled)
+                page = self._get(url, after, params, busy, cancelled, within)
             except http.EpochMismatch as exc:
                 self._rebuilt(url, expected or "", exc.current, after)
+                continue
+            except ApiRequestError as exc:
+                if within or not _refuses_split(exc, params):
+                    raise
+                # A server older than split pages (an upgrade under way): whole pages there.
+                log.info("%s does not split large transactions: taking them whole", url)
+                self._whole_pages.add(url)
                 continue
             if expected is not None and page.epoch != expected:  # server did not check it
                 self._rebuilt(url, expected, page.epoch, after)
                 continue
-            check_page(after, page, url)
+            check_page(after, page, url, within)
             self._succeeded(url, page.epoch)
             if busy and not page.transactions:  # polling instead of waiting: not too often
                 self._wait(self._backoff.initial_s, cancelled)
@@ -232,11 +259,12 @@ class Fetcher:
         params: dict[str, str],
         busy: bool,
         cancelled: threading.Event,
+        within: int = 0,
     ) -> http.Page:
         """The page after ``after``: off the stream when the server has one (and is not
         refusing long polls now, which a stream counts as), else pulled."""
         source = self._stream
-        if source is not None and not busy and self._may_stream(source, url):
+        if source is not None and not busy and source.may_stream(url, self._clock()):
             opener = partial(
                 http.open_stream,
                 self._client,
@@ -246,7 +274,7 @@ class Fetcher:
                 self._token,
             )
             try:
-                page = source.page(url, after, opener, cancelled.is_set)
+                page = source.page(url, after, opener, cancelled.is_set, within)
             except http.NoStream as exc:
                 source.unsupported[url] = self._clock() + NO_STREAM_RETRY_S
                 log.info("%s serves no stream (%s): pulling from it", url, exc)
@@ -256,29 +284,20 @@ class Fetcher:
                 return page
         return self._pull_timeout.get_events(self._client, url, params, self._binary, self._token)
 
-    def _may_stream(self, source: StreamSource, url: str) -> bool:
-        """False for a while after ``url`` answered that it has no stream (an older server,
-        which an upgrade may replace: then it is streamed from again)."""
-        until = source.unsupported.get(url)
-        if until is None:
-            return True
-        if self._clock() < until:
-            return False
-        del source.unsupported[url]
-        return True
-
-    def stream_ready(self, after: SCN, timeout_s: float | None) -> tuple[str, http.Page] | None:
-        """The page after ``after`` off the open stream, in the calling thread (no fetch, no
-        hand-off): see StreamSource.ready; None: fetch it."""
+    def stream_ready(
+        self, after: SCN, timeout_s: float | None, within: int = 0
+    ) -> tuple[str, http.Page] | None:
+        """The page after ``after`` (and ``within``) off the open stream, in the calling
+        thread (no fetch, no hand-off): see StreamSource.ready; None: fetch it."""
         if self._stream is None:
             return None
-        ready = self._stream.ready(after, timeout_s)
+        ready = self._stream.ready(after, timeout_s, within)
         if ready is not None:
-            check_page(after, ready[1], ready[0])
+            check_page(after, ready[1], ready[0], within)
         return ready
 
-    def streaming(self, after: SCN) -> bool:
-        return self._stream is not None and self._stream.streaming(after)
+    def streaming(self, after: SCN, within: int = 0) -> bool:
+        return self._stream is not None and self._stream.streaming(after, within)
 
     def close(self) -> None:
         """Close the open stream, if any, and the groups' watches."""
@@ -288,20 +307,11 @@ class Fetcher:
             self._stream.close()
 
     def _rebuilt(self, url: str, expected: str, current: str | None, after: SCN) -> None:
-        text = (
-            f"the EventBuffer behind {url} was rebuilt (epoch {expected} -> {current}) since "
-            f"this subscriber read it"
-        )
+        error = _rebuilt_error(url, expected, current, after)
         if self._on_rebuild == "raise":
-            raise BufferRebuiltError(
-                f"{text}; decide how to continue: accept_rebuilt_buffer() resumes after {after} "
-                "(SCNs are shared, so normally safe), or resynchronise from a snapshot",
-                url,
-                expected,
-                current,
-                after,
-            )
-        log.warning("%s; continuing after %s as configured (on_rebuild=continue)", text, after)
+            raise error
+        log.warning("%s; continuing after %s as configured (on_rebuild=continue)",
+                    str(error).split(";")[0], after)  # fmt: skip
         with self._lock:
             self._epochs.pop(url, None)
 
@@ -369,6 +379,18 @@ class Fetcher:
             return "; ".join(f"{url}: {text}" for url, text in self.last_errors.items())
 
 
+def _rebuilt_error(url: str, expected: str, current: str | None, after: SCN) -> BufferRebuiltError:
+    return BufferRebuiltError(
+        f"the EventBuffer behind {url} was rebuilt (epoch {expected} -> {current}) since this "
+        f"subscriber read it; decide how to continue: accept_rebuilt_buffer() resumes after "
+        f"{after} (SCNs are shared, so normally safe), or resynchronise from a snapshot",
+        url,
+        expected,
+        current,
+        after,
+    )
+
+
 def _too_old_error(after: SCN, answers: dict[str, http.TooOld]) -> PositionTooOldError:
     oldest = [a.oldest for a in answers.values() if a.oldest is not None]
     best = max(oldest) if oldest else None
@@ -382,11 +404,15 @@ def _too_old_error(after: SCN, answers: dict[str, http.TooOld]) -> PositionTooOl
     )
 
 
-def check_page(after: SCN, page: http.Page, url: str) -> None:
-    """Raise ProtocolError unless the page continues ``after`` without reorder or split."""
+def check_page(after: SCN, page: http.Page, url: str, within: int = 0) -> None:
+    """Raise ProtocolError unless the page continues ``after`` (inside its transaction when
+    ``within`` > 0) without reorder, and ends after a whole transaction unless it says where
+    inside one (``page.within``, a split page)."""
     prev = None
     for txn in lazyrecords.heads(page.transactions):
-        if txn.scn <= after:
+        # the rest of ``after``'s transaction, first on the page
+        continued = within and txn.scn == after and (prev is None or prev.scn == after)
+        if txn.scn <= after and not continued:
             _broken(url, after, f"transaction {txn.scn} is not after the requested position")
         if prev is not None and txn.scn == prev.scn:
             if prev.last_fragment or txn.fragment <= prev.fragment:
@@ -394,10 +420,30 @@ def check_page(after: SCN, page: http.Page, url: str) -> None:
         elif prev is not None and (txn.scn < prev.scn or not prev.last_fragment):
             _broken(url, after, f"{txn.scn} follows {prev.scn} fragment {prev.fragment}")
         prev = txn
-    if prev is not None and not prev.last_fragment:
+    if prev is not None and not prev.last_fragment and not (page.within and page.next == prev.scn):
         _broken(url, after, f"the page ends inside transaction {prev.scn}")
-    if page.next < after or (prev is not None and page.next < prev.scn):
+    if prev is not None and prev.last_fragment and page.within and page.next == prev.scn:
+        _broken(url, after, f"next_within {page.within} is past the end of {prev.scn}")
+    if _order(page.next, page.within) < _order(after, within) or (
+        prev is not None and page.next < prev.scn
+    ):
         _broken(url, after, f"next {page.next} is behind the page")
+
+
+def _order(scn: SCN, within: int) -> tuple[SCN, float]:
+    """Positions in stream order: inside a transaction (``within`` records taken) comes
+    before the position after all of it (``within`` 0)."""
+    return scn, within if within else float("inf")
+
+
+def _refuses_split(exc: ApiRequestError, params: dict[str, str]) -> bool:
+    """Whether ``exc`` is an older server's 400 for the ``split`` parameter it does not know."""
+    return (
+        pullquery.PARAM_SPLIT in params
+        and exc.status == 400
+        and exc.server_message.startswith("unknown parameter")
+        and pullquery.PARAM_SPLIT in exc.server_message.split(";")[0]
+    )
 
 
 def _broken(url: str, after: SCN, problem: str) -> None:

@@ -90,6 +90,9 @@ class Page:
     next: SCN
     newest: SCN | None
     transactions: Sequence[Transaction]  # decoded as read for a large page (drc.api.lazyrecords)
+    # > 0: the page ends inside the transaction at ``next``, after its first ``within`` stored
+    # records (a split page, drc.api.pullquery's ``split``); 0: after the whole of it.
+    within: int = 0
 
 
 def make_client(
@@ -417,8 +420,9 @@ def _json_page(data: Any, url: str) -> Page:
             next=SCN.parse(data["next"]),
             newest=_maybe_scn(data.get("newest")),
             transactions=txns,
+            within=_within(data.get("next_within")),
         )
-    except (KeyError, TypeError, JsonWireError, MalformedScnError) as exc:
+    except (KeyError, TypeError, ValueError, JsonWireError, MalformedScnError) as exc:
         raise ProtocolError(f"{url} answered with a malformed events page: {exc}") from exc
 
 
@@ -438,6 +442,7 @@ def _records_page(response: httpx.Response, url: str) -> Page:
             next=SCN.parse(headers[wire.HEADER_NEXT]),
             newest=_maybe_scn(headers.get(wire.HEADER_NEWEST)),
             transactions=txns,
+            within=_within(headers.get(wire.HEADER_NEXT_WITHIN)),
         )
         count = int(headers[wire.HEADER_COUNT])
     except (KeyError, ValueError, CorruptRecordError) as exc:
@@ -449,6 +454,16 @@ def _records_page(response: httpx.Response, url: str) -> Page:
 
 def _maybe_scn(text: Any) -> SCN | None:
     return SCN.parse(text) if text else None
+
+
+def _within(value: Any) -> int:
+    """A page's ``next_within`` (absent: 0); raises ValueError or TypeError."""
+    if value is None or value == "":
+        return 0
+    within = int(value)
+    if within < 0:
+        raise ValueError(f"next_within {within} is negative")
+    return within
 
 
 def redact(text: str, token: str | None) -> str:

@@ -14,7 +14,9 @@ there. A stream that ends (END frame: the server stops, its group's term changed
 connection, a read timeout of several heartbeats, a malformed frame) raises
 :class:`drc.client.http.Transient` from :meth:`page`; the fetcher then reconnects from the last
 ``next`` taken, here or at the next URL, with its usual backoff. Nothing read but not taken is
-used: the new stream sends it again.
+used: the new stream sends it again. A stream asked for split pages (``split=1``) may cut a
+large transaction into frames, each saying where inside it the stream stands (``within``):
+such a frame is always a page of its own, and a new stream starts at that place.
 
 Back-pressure: the queue holds at most ``limit_bytes`` of record bytes (and one frame more
 when empty); the reader stops reading the socket until the subscriber takes, so TCP's window
@@ -113,10 +115,14 @@ class FrameQueue:
                 count = _transactions(frame)
                 if taken and (events + count > max_events or size + frame.size > max_bytes):
                     break
+                if taken and frame.within:
+                    break  # a cut page (split) is a page of its own, as a pull answers it
                 taken.append(frames.popleft())
                 events += count
                 size += frame.size
                 self._bytes -= frame.size
+                if frame.within:
+                    break
             if self._full:  # the reader waits for room
                 self._full = False
                 self._cond.notify_all()
@@ -149,13 +155,15 @@ def read_frames(chunks: Iterator[bytes], queue: FrameQueue) -> None:
 
 class OpenStream:
     """One stream's response, its reader thread and queue; ``position`` is the ``next`` of
-    the last page taken (where a new stream would start)."""
+    the last page taken and its ``within`` (where a new stream would start)."""
 
-    def __init__(self, url: str, after: SCN, opened: http.Opened, limit_bytes: int) -> None:
+    def __init__(
+        self, url: str, after: SCN, opened: http.Opened, limit_bytes: int, within: int = 0
+    ) -> None:
         self.url = url
         self.epoch = opened.epoch
         self.term = opened.term
-        self.position = after
+        self.position = (after, within)
         self._opened = opened
         self.queue = FrameQueue(limit_bytes)
         self._thread = threading.Thread(
@@ -181,13 +189,13 @@ class OpenStream:
         """The frames there, waiting up to ``timeout_s`` for one; raises Ended."""
         frames = self.queue.take(max_events, max_bytes, timeout_s)
         if frames:
-            self.position = frames[-1].next
+            self.position = (frames[-1].next, frames[-1].within)
         return frames
 
     def page(self, frames: list[Frame]) -> http.Page:
         last = frames[-1]
         txns = lazyrecords.join([f.transactions for f in frames])
-        return http.Page(self.epoch, last.next, last.newest, txns)
+        return http.Page(self.epoch, last.next, last.newest, txns, last.within)
 
     def hang_up(self) -> None:
         self._opened.close()
@@ -213,11 +221,13 @@ class StreamSource:
         after: SCN,
         open_stream: Callable[[], http.Opened],
         cancelled: Callable[[], bool],
+        within: int = 0,
     ) -> http.Page | None:
-        """The page after ``after`` from ``url``'s stream, opened (``open_stream``) unless the
-        open one is there already; None if ``cancelled`` first. Raises what opening raises,
-        and Transient when the stream ends."""
-        got = self.frames(url, after, open_stream, cancelled)
+        """The page after ``after`` (and ``within``) from ``url``'s stream, opened
+        (``open_stream``, which asks for that position) unless the open one is there already;
+        None if ``cancelled`` first. Raises what opening raises, and Transient when the stream
+        ends."""
+        got = self.frames(url, after, open_stream, cancelled, within)
         return None if got is None else got[0].page(got[1])
 
     def frames(
@@ -226,14 +236,15 @@ class StreamSource:
         after: SCN,
         open_stream: Callable[[], http.Opened],
         cancelled: Callable[[], bool],
+        within: int = 0,
     ) -> tuple[OpenStream, list[Frame]] | None:
         """:meth:`page`'s frames as they came, with the stream that brought them."""
         with self._lock:
             stream = self._open
-            if stream is None or stream.url != url or stream.position != after:
+            if stream is None or stream.url != url or stream.position != (after, within):
                 self._close()
                 limit = max(QUEUE_BYTES, 2 * self.max_bytes)
-                stream = self._open = OpenStream(url, after, open_stream(), limit)
+                stream = self._open = OpenStream(url, after, open_stream(), limit, within)
             try:
                 frames = stream.frames(self.max_events, self.max_bytes, cancelled)
             except http.Transient:
@@ -241,7 +252,9 @@ class StreamSource:
                 raise
             return None if frames is None else (stream, frames)
 
-    def ready(self, after: SCN, timeout_s: float | None) -> tuple[str, http.Page] | None:
+    def ready(
+        self, after: SCN, timeout_s: float | None, within: int = 0
+    ) -> tuple[str, http.Page] | None:
         """The next page of the open stream, if it is at ``after``, in the calling thread:
         (url, page), waiting up to ``timeout_s`` (None: as long as it takes); TimeoutError if
         nothing came. None if there is no such stream, or it ended (:meth:`page` then reports
@@ -250,7 +263,7 @@ class StreamSource:
             return None
         try:
             stream = self._open
-            if stream is None or stream.position != after:
+            if stream is None or stream.position != (after, within):
                 return None
             while True:
                 try:
@@ -264,6 +277,17 @@ class StreamSource:
         finally:
             self._lock.release()
 
+    def may_stream(self, url: str, now: float) -> bool:
+        """False for a while after ``url`` answered that it has no stream (an older server,
+        which an upgrade may replace: then it is streamed from again)."""
+        until = self.unsupported.get(url)
+        if until is None:
+            return True
+        if now < until:
+            return False
+        del self.unsupported[url]
+        return True
+
     def interrupt(self, why: str) -> None:
         """End the open stream now, from any thread (its server is no longer the one to read:
         a group's leader changed): the page waiting on it raises Transient with ``why``."""
@@ -272,10 +296,10 @@ class StreamSource:
             stream.queue.end(Ended(why))
             stream.hang_up()
 
-    def streaming(self, after: SCN) -> bool:
+    def streaming(self, after: SCN, within: int = 0) -> bool:
         """Whether a stream is open at ``after`` (no need to prefetch: it reads ahead)."""
         stream = self._open
-        return stream is not None and stream.position == after
+        return stream is not None and stream.position == (after, within)
 
     def close(self) -> None:
         with self._lock:

@@ -27,6 +27,14 @@ batch. Large transactions arrive as fragments sharing one SCN (``fragment`` 0, 1
 ``last_fragment`` on the final one, always in the same batch): apply the transaction when its
 last fragment arrives, or wrap the iterator in :func:`drc.client.assemble`.
 
+``split=True`` takes a large transaction in batches of ``max_bytes`` instead (so neither side
+holds all of it): a batch may then end inside one, its ``within`` saying after how many of its
+stored records, and the next batch continues it. The acked position is then inside that
+transaction (``position`` and ``within``); the checkpoint store is only written at positions
+after whole transactions, so a restart from it takes such a transaction again from its start.
+A transaction continued from an earlier batch always ends with its last fragment, possibly
+empty (the server cannot know whether the filter kept any of it before).
+
 The subscriber is meant for one consuming thread; only the prefetch runs beside it.
 """
 
@@ -79,16 +87,18 @@ class Batch:
     epoch: str
     url: str
     newest: SCN | None
+    within: int = 0  # > 0: the batch ends inside the transaction at ``next`` (split)
 
     def __len__(self) -> int:
         return len(self.transactions)
 
 
 class _Fetch:
-    """One background fetch of the page after ``after``."""
+    """One background fetch of the page after ``after`` (and ``within``)."""
 
-    def __init__(self, after: SCN) -> None:
+    def __init__(self, after: SCN, within: int = 0) -> None:
         self.after = after
+        self.within = within
         self.done = threading.Event()
         self.cancelled = threading.Event()
         self.result: tuple[str, http.Page] | None = None
@@ -150,7 +160,8 @@ class Subscriber:
     per batch: the same batches, positions and acks (drc.client.stream); False, or a
     ``wait_ms`` of 0 or -1 (caught up means an empty batch at once), always pulls.
     ``compression`` "lz4" asks servers to compress the records they send (drc.api.wire; a
-    server that does not answers plain): for long, thin links.
+    server that does not answers plain): for long, thin links. ``split`` takes large
+    transactions in batches of ``max_bytes`` (module docstring).
     """
 
     def __init__(
@@ -181,6 +192,7 @@ class Subscriber:
         key: str | os.PathLike[str] | None = None,
         stream: bool = True,
         compression: str = "none",
+        split: bool = False,
     ) -> None:
         self.urls = _check_args(urls, tables, max_events, max_bytes, wait_ms, on_rebuild)
         if drc_applied not in (pullquery.DRC_APPLIED_FULL, pullquery.DRC_APPLIED_MARKER):
@@ -190,13 +202,14 @@ class Subscriber:
         self._checkpoint = checkpoint
         saved = checkpoint.load() if checkpoint is not None else None
         self._position = saved or after or SCN.zero()
+        self._within = 0  # > 0: the acked position is inside the transaction at _position
         self._prefetch = prefetch
         self._clock = clock
         self._client = http.make_client(token, transport, verify, compression)
         self._fetcher = Fetcher(
             self.urls,
             self._client,
-            _params(tables, max_events, max_bytes, wait_ms, skip_drc, drc_applied, rows),
+            _params(tables, max_events, max_bytes, wait_ms, skip_drc, drc_applied, rows, split),
             token=token,
             binary=binary,
             wait_ms=wait_ms,
@@ -219,8 +232,15 @@ class Subscriber:
 
     @property
     def position(self) -> SCN:
-        """The acked position: everything up to it is processed; the checkpoint holds it."""
+        """The acked position: everything up to it is processed; the checkpoint holds it
+        (unless :attr:`within` says it is inside that transaction)."""
         return self._position
+
+    @property
+    def within(self) -> int:
+        """> 0 when the acked position is inside the transaction at :attr:`position`, after
+        that many of its stored records (``split``); 0 after all of it."""
+        return self._within
 
     @property
     def pending(self) -> Batch | None:
@@ -239,15 +259,15 @@ class Subscriber:
             return self._pending
         if self._inflight is None:  # a stream open here has read ahead: take from it
             try:
-                ready = self._fetcher.stream_ready(self._position, timeout)
+                ready = self._fetcher.stream_ready(self._position, timeout, self._within)
             except TimeoutError:
                 raise self._unavailable(timeout) from None
             if ready is not None:
                 return self._hand_out(self._position, *ready)
         fetch = self._inflight
-        if fetch is None or fetch.after != self._position:
+        if fetch is None or (fetch.after, fetch.within) != (self._position, self._within):
             self._discard_inflight()
-            fetch = self._inflight = self._start(self._position)
+            fetch = self._inflight = self._start(self._position, self._within)
         if not fetch.done.wait(timeout):
             raise self._unavailable(timeout)
         self._inflight = None
@@ -255,28 +275,37 @@ class Subscriber:
             raise fetch.error
         assert fetch.result is not None
         batch = self._hand_out(fetch.after, *fetch.result)
-        if self._prefetch and not self._fetcher.streaming(batch.next):
-            self._inflight = self._start(batch.next)
+        if self._prefetch and not self._fetcher.streaming(batch.next, batch.within):
+            self._inflight = self._start(batch.next, batch.within)
         return batch
 
     def _hand_out(self, after: SCN, url: str, page: http.Page) -> Batch:
         batch = Batch(
-            next(self._ids), after, page.next, page.transactions, page.epoch, url, page.newest
+            next(self._ids),
+            after,
+            page.next,
+            page.transactions,
+            page.epoch,
+            url,
+            page.newest,
+            page.within,
         )
         self._pending = batch
         return batch
 
     def ack(self, batch: Batch) -> None:
-        """Mark ``batch`` processed: save ``batch.next`` as the checkpoint, then move there."""
+        """Mark ``batch`` processed: save ``batch.next`` as the checkpoint (unless the batch
+        ends inside a transaction), then move there."""
         if self._pending is None or batch.id != self._pending.id:
             awaiting = f"batch {self._pending.id}" if self._pending else "no batch"
             raise AckError(
                 f"batch {batch.id} is not awaiting an ack ({awaiting} is): it was acked already, "
                 "dropped by rollback(), or came from another subscriber"
             )
-        if batch.next != self._position and self._checkpoint is not None:
+        moved = (batch.next, batch.within) != (self._position, self._within)
+        if moved and not batch.within and self._checkpoint is not None:
             self._checkpoint.save(batch.next)  # before moving: a failed save keeps it pending
-        self._position = batch.next
+        self._position, self._within = batch.next, batch.within
         self._pending = None
 
     def rollback(self) -> None:
@@ -328,17 +357,18 @@ class Subscriber:
     def __repr__(self) -> str:  # no token: it lives only in the httpx client's headers
         return (
             f"Subscriber(urls={list(self.urls)!r}, tables={self.tables!r}, "
-            f"position={self._position}, pending={self._pending.id if self._pending else None})"
+            f"position={self._position}, within={self._within}, "
+            f"pending={self._pending.id if self._pending else None})"
         )
 
     # ------------------------------------------------------------------ internals
 
-    def _start(self, after: SCN) -> _Fetch:
-        fetch = _Fetch(after)
+    def _start(self, after: SCN, within: int = 0) -> _Fetch:
+        fetch = _Fetch(after, within)
 
         def run() -> None:
             try:
-                fetch.result = self._fetcher.fetch(after, fetch.cancelled)
+                fetch.result = self._fetcher.fetch(after, fetch.cancelled, within)
             except Cancelled:
                 pass
             except BaseException as exc:  # handed to the caller's get()
@@ -413,6 +443,7 @@ def _params(
     skip_drc: bool,
     drc_applied: str = pullquery.DRC_APPLIED_FULL,
     rows: Mapping[str, str] | None = None,
+    split: bool = False,
 ) -> dict[str, str]:
     params = {
         pullquery.PARAM_MAX_EVENTS: str(max_events),
@@ -430,4 +461,6 @@ def _params(
             TableFilter.build([pattern])
             rowfilter.parse(predicate)
         params[pullquery.PARAM_ROWS] = json.dumps(dict(rows))
+    if split:
+        params[pullquery.PARAM_SPLIT] = "1"
     return params

@@ -381,10 +381,13 @@ class FakeSubscriber:
 
 def batch(
     number: int, *txns: Transaction, after: SCN | None = None, next_scn: SCN | None = None,
-    newest: SCN | None = None,
+    newest: SCN | None = None, within: int = 0,
 ) -> Batch:  # fmt: skip
+    """``within`` > 0: the batch ends inside the transaction at ``next_scn`` (split pages)."""
     last = next_scn or (txns[-1].scn if txns else after or SCN.zero())
-    return Batch(number, after or SCN.zero(), last, tuple(txns), "epoch-1", "http://x", newest)
+    return Batch(
+        number, after or SCN.zero(), last, tuple(txns), "epoch-1", "http://x", newest, within
+    )
 
 
 TABLES = {("db", "t"): (("id", "v"), ("id",)), ("db", "n"): (("a",), ())}

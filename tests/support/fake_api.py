@@ -108,6 +108,9 @@ class FakeApi:
         self.faults: dict[str, list[Fault]] = {}
         self.seen: list[Seen] = []
         self.delay_s = 0.0  # per events request, to make prefetch observable
+        # With ``split=1``: a large transaction is cut after this many records per page.
+        self.cut_after = 2
+        self.knows_split = True  # False: refuse ``split`` as an older server does
         self.status_body: dict[str, Any] = {"role": "leader", "datacenter": "dc1"}
         self._lock = threading.Lock()
 
@@ -161,7 +164,14 @@ class FakeApi:
                 409, json={"error": "epoch_mismatch", "message": "rebuilt", "epoch": epoch}
             )
         after = SCN.parse(params["after"])
-        batch, next_scn = self.select(after, params)
+        within = 0
+        if "split" in params and not self.knows_split:
+            known = "after, tables, max_events, max_bytes, wait_ms, epoch, skip_drc"
+            return error(400, "bad_request", f"unknown parameter 'split'; known: {known}")
+        if params.get("split") == "1":
+            batch, next_scn, within = self.select_split(after, int(params.get("within", 0)), params)
+        else:
+            batch, next_scn = self.select(after, params)
         newest = self.txns[-1].scn if self.txns else None
         if accept == wire.MEDIA_RECORDS:
             headers = {
@@ -171,6 +181,8 @@ class FakeApi:
                 wire.HEADER_COUNT: str(len(batch)),
                 "content-type": wire.MEDIA_RECORDS,
             }
+            if within:
+                headers[wire.HEADER_NEXT_WITHIN] = str(within)
             return httpx.Response(
                 200, content=b"".join(map(encode_transaction, batch)), headers=headers
             )
@@ -180,6 +192,8 @@ class FakeApi:
             "newest": str(newest) if newest else None,
             "transactions": [transaction_to_json(t) for t in batch],
         }
+        if within:
+            body["next_within"] = within
         return httpx.Response(200, json=body)
 
     def select(self, after: SCN, params: dict[str, str]) -> tuple[list[Transaction], SCN]:
@@ -201,6 +215,30 @@ class FakeApi:
             sent += bool(kept)
             next_scn = group[0].scn
         return out, next_scn
+
+    def select_split(
+        self, after: SCN, within: int, params: dict[str, str]
+    ) -> tuple[list[Transaction], SCN, int]:
+        """As the server with ``split=1``: a first transaction with more than ``cut_after``
+        records left is cut (the rest of one continued from ``within`` likewise); else
+        :meth:`select`. Filtered per record; a continued transaction keeps its last fragment."""
+        if within:
+            group = [t for t in self.txns if t.scn == after][within:]
+            if not group:
+                return [], after, 0  # the real server answers 400 here
+        else:
+            groups = _groups([t for t in self.txns if t.scn > after])
+            if not groups or len(groups[0]) <= self.cut_after:
+                return (*self.select(after, params), 0)
+            group = groups[0]
+        taken = group[: self.cut_after]
+        filter_ = TableFilter.parse_list(params.get("tables", ""))
+        kept = [_narrow(t, filter_) for t in taken]
+        kept = [t for t in kept if t.changes or t.ddl or (t.last_fragment and within)]
+        if params.get("skip_drc") == "1" and taken[0].drc_originated:
+            kept = []
+        cut = not taken[-1].last_fragment
+        return kept, taken[0].scn, (within + len(taken)) if cut else 0
 
 
 def _groups(txns: list[Transaction]) -> list[list[Transaction]]:
