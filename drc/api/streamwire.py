@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,8 +149,11 @@ def _scn(text: str) -> SCN | None:
 class FrameParser:
     """Frames out of the bytes of a stream body, fed in chunks of any size."""
 
-    def __init__(self) -> None:
+    def __init__(self, lazy: Callable[[], bool] = lambda: False) -> None:
+        """``lazy()`` True: the next frames' records are decoded as read, not when parsed
+        (a reader whose consumer is behind holds them as bytes, ~10 times smaller)."""
         self._buf = bytearray()
+        self._lazy = lazy
 
     @property
     def pending(self) -> int:
@@ -170,18 +173,20 @@ class FrameParser:
             start = offset + HEAD_BYTES
             if len(buf) - start < length:
                 break
-            frames.append(parse_frame(kind, memoryview(buf)[start : start + length]))
+            lazy = self._lazy()
+            frames.append(parse_frame(kind, memoryview(buf)[start : start + length], lazy))
             offset = start + length
         if offset:
             del buf[:offset]
         return frames
 
 
-def parse_frame(kind: bytes, body: memoryview) -> Frame:
-    """One frame's body; raises BrokenStream."""
+def parse_frame(kind: bytes, body: memoryview, lazy: bool = False) -> Frame:
+    """One frame's body, its records decoded as read if ``lazy``, large or a cut page's;
+    raises BrokenStream."""
     try:
         if kind == COMPRESSED:
-            return parse_frame(BATCH, memoryview(wire.decompress_body(body)))
+            return parse_frame(BATCH, memoryview(wire.decompress_body(body)), lazy)
         if kind == BATCH:
             (meta_len,) = _META.unpack_from(body)
             start = _META.size + meta_len
@@ -189,7 +194,7 @@ def parse_frame(kind: bytes, body: memoryview) -> Frame:
             within = _within(tokens, 3)
             next_text, newest_text, count_text = tokens[:3]
             records = bytes(body[start:])
-            txns, ends = _split(records)
+            txns, ends = _split(records, lazy or within > 0)
             if len(txns) != int(count_text):
                 raise BrokenStream(f"a batch frame says {count_text} records but holds {len(txns)}")
             return Frame(
@@ -218,10 +223,11 @@ def parse_frame(kind: bytes, body: memoryview) -> Frame:
     raise BrokenStream(f"an unknown frame kind {kind!r}")
 
 
-def _split(records: bytes) -> tuple[Sequence[Transaction], tuple[int, ...]]:
-    """The records' transactions (decoded when read, for large records), and where each
+def _split(records: bytes, lazy: bool) -> tuple[Sequence[Transaction], tuple[int, ...]]:
+    """The records' transactions (decoded when read if ``lazy`` or large: a large
+    transaction's pages are held as bytes until the consumer takes them), and where each
     record ends."""
-    if len(records) > LAZY_BYTES:
+    if lazy or len(records) > LAZY_BYTES:
         return LazyTransactions.of(records)
     txns: list[Transaction] = []
     ends: list[int] = []

@@ -432,9 +432,10 @@ def _records_page(response: httpx.Response, url: str) -> Page:
         body = response.content
         if headers.get(wire.HEADER_COMPRESSION, "").lower() == wire.COMPRESSION_LZ4:
             body = wire.decompress_body(body)
-        txns = (  # a large page decoded as read (drc.api.lazyrecords)
+        cut = _within(headers.get(wire.HEADER_NEXT_WITHIN))
+        txns = (  # a large page, or a large transaction's, decoded as read (lazyrecords)
             LazyTransactions.of(bytes(body))[0]
-            if len(body) > LAZY_BYTES
+            if cut or len(body) > LAZY_BYTES
             else tuple(wire.split_records(body))
         )
         page = Page(
@@ -442,7 +443,7 @@ def _records_page(response: httpx.Response, url: str) -> Page:
             next=SCN.parse(headers[wire.HEADER_NEXT]),
             newest=_maybe_scn(headers.get(wire.HEADER_NEWEST)),
             transactions=txns,
-            within=_within(headers.get(wire.HEADER_NEXT_WITHIN)),
+            within=cut,
         )
         count = int(headers[wire.HEADER_COUNT])
     except (KeyError, ValueError, CorruptRecordError) as exc:

@@ -40,6 +40,7 @@ log = logging.getLogger("drc.client")
 
 TAKE_SLICE_S = 0.2  # a blocked page() checks for cancellation this often
 QUEUE_BYTES = 16 << 20  # at least; the subscriber's max_bytes x 2 when larger
+EAGER_BYTES = 1 << 20  # frames arriving while the queue holds less are decoded at once
 
 
 class Ended(Exception):
@@ -136,7 +137,9 @@ def _transactions(frame: Frame) -> int:
 def read_frames(chunks: Iterator[bytes], queue: FrameQueue) -> None:
     """The reader thread's work: frames from ``chunks`` into ``queue`` until the stream ends
     or the queue is closed; always ends the queue with why it stopped."""
-    parser = streamwire.FrameParser()
+    # Frames queued behind others are kept as bytes until taken: a consumer that is behind
+    # (a backlog, a large transaction in pages) holds the queue's bytes, not ~10x in objects.
+    parser = streamwire.FrameParser(lambda: queue.held_bytes >= EAGER_BYTES)
     try:
         for chunk in chunks:
             for frame in parser.feed(chunk):

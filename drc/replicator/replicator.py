@@ -49,6 +49,12 @@ from drc.replicator.spill import FileSpill
 log = logging.getLogger(__name__)
 _QUEUE_DEPTH = 1024
 _MAX_EVENTS_PER_ITEM = 256  # a huge transaction still moves on in bounded pieces
+# Row bytes (as in the binlog) decoded ahead of the capture loop, in the queue and in one item:
+# their rows take 10-20x that in objects (a narrow row: 22 bytes in the binlog, ~400 decoded).
+# Bounded by items alone, a million-row INSERT ... SELECT was decoded far ahead of capture
+# (~150 MB of rows waiting; docs/reliability.md).
+_QUEUE_BYTES = 1 << 20
+_ITEM_BYTES = 128 << 10
 _FLUSH_AFTER = (Commit, Statement, XaPrepare, Heartbeat)  # group ends, idle ticks: never held
 
 
@@ -190,7 +196,7 @@ class Replicator:
         self.stats.change_id = start.change_id
         self.stats.source_switches += start.gtid is not None
         session_stop = threading.Event()
-        events = _Handoff(_QUEUE_DEPTH)
+        events = _Handoff(_QUEUE_DEPTH, _QUEUE_BYTES)
         reader = threading.Thread(
             target=_pump, args=(stream, session_stop, events), name="binlog-reader", daemon=True
         )
@@ -324,28 +330,40 @@ class _Batch:
 
 
 class _Handoff:
-    """The reader's queue to the capture loop, bounded to ``depth`` items. A SimpleQueue (its
-    put and get are C code, where queue.Queue's go through a Python Condition: at one item per
-    transaction that hand-off cost a tenth of capture); the reader waits for room only when
-    the loop is ``depth`` items behind, and is let go once it is half as far behind."""
+    """The reader's queue to the capture loop, bounded to ``depth`` items and ``max_bytes`` of
+    row events. A SimpleQueue (its put and get are C code, where queue.Queue's go through a
+    Python Condition: at one item per transaction that hand-off cost a tenth of capture); the
+    reader waits for room only when the loop is that far behind, and is let go once it is
+    half as far behind."""
 
-    def __init__(self, depth: int) -> None:
-        self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    def __init__(self, depth: int, max_bytes: int) -> None:
+        self._items: queue.SimpleQueue[tuple[Any, int]] = queue.SimpleQueue()
         self._depth = depth
+        self._max_bytes = max_bytes
+        self._bytes = 0  # of the items queued
+        self._lock = threading.Lock()
         self._room = threading.Event()
         self._room.set()
 
-    def put(self, item: Any, stop: threading.Event) -> None:
-        while self._items.qsize() >= self._depth and not stop.is_set():
+    def _full(self, depth: int, max_bytes: int) -> bool:
+        return self._items.qsize() >= depth or self._bytes >= max_bytes
+
+    def put(self, item: Any, stop: threading.Event, size: int = 0) -> None:
+        while self._full(self._depth, self._max_bytes) and not stop.is_set():
             self._room.clear()
-            if self._items.qsize() >= self._depth:  # the loop may have drained it meanwhile
+            if self._full(self._depth, self._max_bytes):  # the loop may have drained it
                 self._room.wait(0.2)
-        self._items.put(item)
+        with self._lock:
+            self._bytes += size
+        self._items.put((item, size))
 
     def get(self, timeout: float) -> Any:
         """The next item; queue.Empty after ``timeout`` seconds without one."""
-        item = self._items.get(timeout=timeout)
-        if not self._room.is_set() and self._items.qsize() <= self._depth // 2:
+        item, size = self._items.get(timeout=timeout)
+        if size:
+            with self._lock:
+                self._bytes -= size
+        if not self._room.is_set() and not self._full(self._depth // 2, self._max_bytes // 2):
             self._room.set()
         return item
 
@@ -354,17 +372,19 @@ def _pump(stream: BinlogStream, stop: threading.Event, events: _Handoff) -> None
     """Reader thread: move source events, a transaction's worth per queue item (one hand-off
     instead of one per event), or the error that ended them, into the queue."""
     pending: list[Any] = []
+    size = 0
     try:
         for event in stream.events(stop):
             pending.append(event)
-            if isinstance(event, _FLUSH_AFTER) or len(pending) >= _MAX_EVENTS_PER_ITEM:
-                _put(events, pending, stop)
-                pending = []
+            size += getattr(event, "size_bytes", 0)
+            if (
+                isinstance(event, _FLUSH_AFTER)
+                or len(pending) >= _MAX_EVENTS_PER_ITEM
+                or size >= _ITEM_BYTES
+            ):
+                events.put(pending, stop, size)
+                pending, size = [], 0
     except Exception as exc:  # DrcError, or a library bug: stop capture loudly, not hang it
         if pending:
-            _put(events, pending, stop)
-        _put(events, exc, stop)
-
-
-def _put(events: _Handoff, item: Any, stop: threading.Event) -> None:
-    events.put(item, stop)
+            events.put(pending, stop, size)
+        events.put(exc, stop)

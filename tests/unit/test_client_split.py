@@ -128,3 +128,23 @@ def test_a_cut_stream_frame_is_a_page_of_its_own() -> None:
         queue.put(f)
     taken = [queue.take(100, 1 << 20, 0) for _ in range(3)]
     assert [[f.within for f in t] for t in taken] == [[0], [2], [0]]
+
+
+def test_a_reader_that_is_behind_keeps_frames_as_bytes_until_taken() -> None:
+    from drc.api import lazyrecords, streamwire
+    from drc.core.codec import encode_transaction
+
+    parts = big(2, 3)
+    whole = streamwire.batch_frame(txn(1).scn, None, 1, encode_transaction(txn(1)))
+    cut = streamwire.batch_frame(
+        parts[0].scn, None, 2, b"".join(map(encode_transaction, parts[:2]))
+    )
+    behind = [False]
+    parser = streamwire.FrameParser(lambda: behind[0])
+    first = parser.feed(whole + cut[:7])  # a whole frame, and the start of the next
+    behind[0] = True
+    second = parser.feed(cut[7:])
+    assert not hasattr(first[0].transactions, "heads")  # decoded at once: the reader keeps up
+    lazy = second[0].transactions
+    assert hasattr(lazy, "heads") and [t.fragment for t in lazy] == [0, 1]
+    assert [h.fragment for h in lazyrecords.heads(lazy)] == [0, 1] and parser.pending == 0
