@@ -210,7 +210,7 @@ class ApplyChannel:
 
     def _loop(self, subscriber: SubscriberLike) -> None:
         group = Group(checkpoint=self._applied)
-        self._large.reset()  # rolled back with the attempt that failed, or never opened
+        self._large.abandon(Restart())  # rolled back if a Restart left it open
         while not self._stop.is_set():
             if group.inside is None:  # requests wait for the end of a split transaction
                 self.actions.obey(self, group)

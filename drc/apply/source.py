@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from drc.api import pullquery
 from drc.apply import windows
+from drc.apply.actions import Restart
 from drc.apply.engine import Converging
 from drc.apply.osc_pending import ReplayOnlineSchemaChange
 from drc.apply.progress import ChannelProgress
@@ -27,7 +29,7 @@ from drc.apply.stages import Chain, Stage
 from drc.apply.target import Target
 from drc.apply.windows import DropCopied
 from drc.client import ApiUnavailableError
-from drc.client.errors import BufferRebuiltError, PositionTooOldError
+from drc.client.errors import ApiRequestError, BufferRebuiltError, PositionTooOldError
 from drc.config_channels import ChannelConfig
 from drc.core.errors import FatalError
 from drc.core.events import Transaction
@@ -154,6 +156,14 @@ class ChannelSource:
             return subscriber.get(timeout=timeout)
         except (BufferRebuiltError, PositionTooOldError) as exc:
             raise _stream_lost(self.channel.name, exc) from exc
+        except ApiRequestError as exc:
+            if exc.status != 400 or not exc.server_message.startswith(pullquery.PARAM_WITHIN):
+                raise
+            # The place inside a large transaction is not one the remote has (a member that
+            # stores it in other fragments): take it again from its start, after the checkpoint.
+            log.warning("channel %s: %s; taking the transaction again from its start",
+                        self.channel.name, exc)  # fmt: skip
+            raise Restart() from exc
         except ApiUnavailableError as exc:
             now = self._clock()
             self._progress.unanswered(now, str(exc) if exc.errors else None)

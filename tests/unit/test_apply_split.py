@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from drc.apply import group as group_module
+from drc.core.scn import SCN
 from tests.support.apply_fakes import Harness, batch, ins, scn, target, txn
 
 
@@ -72,3 +73,39 @@ def test_stopped_inside_a_split_transaction_none_of_it_lands(
     assert channel.applied == scn(10)
     if pieces == 2:  # its first pieces were written in an open transaction: rolled back
         assert fake.rollbacks >= 1
+
+
+@pytest.mark.parametrize("pieces", [2, 1000])
+def test_a_place_inside_the_remote_does_not_hold_takes_the_transaction_again(
+    monkeypatch: pytest.MonkeyPatch, pieces: int
+) -> None:
+    """A member that stores the transaction in other fragments answers 400 for the place
+    inside it: the channel rolls back what it wrote of it and subscribes again after its
+    checkpoint, then applies it once, whole."""
+    monkeypatch.setattr(group_module, "STREAM_PIECE_ROWS", pieces)
+    from drc.client.errors import ApiRequestError
+
+    fake = target()
+    first = split_batches()[0]
+    # Large, txn 10 committed on its own before the first piece; else it waited in the group.
+    again = () if pieces == 2 else (txn(10, ins("t", id=1)),)
+    whole = batch(4, *again, *fragments(20, 6), newest=scn(20))
+    harness = Harness(fake, [first, whole])
+    get = harness.subscriber.get
+    calls = [0]
+
+    def lost_once(timeout: float | None = None) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:  # the page after the first: the place is not the remote's
+            raise ApiRequestError("x", "http://x", 400, "bad_request", "within: no such place")
+        return get(timeout)
+
+    harness.subscriber.get = lost_once  # type: ignore[method-assign]
+    channel = harness.run()
+    checkpoint = scn(10) if pieces == 2 else SCN.zero()
+    assert harness.started_after == checkpoint  # subscribed again after its checkpoint
+    marks = ["1:11:1:10", "1:11:1:20"] if pieces == 2 else ["1:11:1:20"]
+    assert [m[1] for m in fake.marks()] == marks
+    assert channel.stats.rows == 7  # every row of it once, none twice
+    if pieces == 2:
+        assert fake.rollbacks >= 1  # its first pieces, written before the 400
