@@ -19,6 +19,7 @@ import pytest
 
 from drc.sandbox.sandbox import SandboxDescription
 from tests.support.link_faults import Pair, linked_pair, noticed
+from tests.support.waits import wait_for
 
 CUT_S = 60.0
 FLAPS = 20
@@ -170,8 +171,17 @@ def test_pulling_channels_notice_a_blackhole_and_lost_answers_within_seconds(
                 noticed_after[f"{dc} {fault}"] = noticed(link, since, 1, PULL_SILENT_S)
             time.sleep(max(0.0, since + PULL_SILENT_S - time.monotonic()))
             pair.assert_channels_up()
+            before = {dc: link.delivered["down"] for dc, link in pair.links.items()}
             for link in pair.each_link():
                 link.heal()
+            # A long poll sent during the fault stays silent after the heal until its read
+            # timeout, doubled by the timeouts before it: the next fault starts only once an
+            # answer got through (which resets the timeout), or it would measure that wait.
+            for dc, link in pair.links.items():
+                wait_for(
+                    lambda link=link, sent=before[dc]: link.delivered["down"] > sent,
+                    f"an answer from {dc} through the healed link",
+                )
             time.sleep(AFTER_S)
         healed = time.monotonic() - AFTER_S
         _finish(pair)
