@@ -42,7 +42,7 @@ $(CDS): $(STAMP)
 	$(BIN)/python -m drc.spark.cds $@
 
 test: setup
-	$(BIN)/pytest tests
+	$(BIN)/pytest --durations=30 tests
 
 test-unit: setup
 	$(BIN)/pytest tests/unit
